@@ -1,0 +1,80 @@
+"""Collective communication time: the alpha-beta model on the group's real link.
+
+For n ranks, B bytes per rank, link latency alpha and effective bandwidth beta (nominal per
+direction x achievable efficiency, both from the hardware preset via `hardware_specs.topology`):
+    ring all-reduce        2(n-1) alpha + 2 (n-1)/n B / beta      (Patarasuk & Yuan 2009)
+    tree all-reduce        2 log2(n) alpha + 2 B / beta           (NCCL double binary tree:
+                           pipelined, so bandwidth-optimal up to the 2x; wins at small B)
+    reduce-scatter,
+    all-gather             (n-1) alpha + (n-1)/n B / beta         (one half of the ring)
+    all-to-all             (n-1) alpha + (n-1)/n B / beta         (pairwise exchange)
+    point-to-point         alpha + B / beta
+where B is the full buffer (for reduce-scatter the input, for all-gather the output). NCCL picks
+the faster of ring and tree, and so do we. Thakur, Rabenseifner & Gropp 2005 give the same
+costs for MPI collectives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from cost_models.layout import FloatArray
+from hardware_specs.schema import Cluster
+from hardware_specs.topology import group_link, pair_link
+
+Numeric = FloatArray | npt.NDArray[np.int64]
+
+
+def links(
+    cluster: Cluster, size: Numeric, stride: Numeric
+) -> tuple[FloatArray, FloatArray]:
+    """(bandwidth, latency) arrays for groups of `size` ranks `stride` apart."""
+    size_i = np.asarray(size, dtype=np.int64)
+    stride_i = np.asarray(stride, dtype=np.int64)
+    pairs = np.stack([size_i, stride_i], axis=-1)
+    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    bw = np.empty(len(unique))
+    lat = np.empty(len(unique))
+    for i, (n, s) in enumerate(unique):
+        link = group_link(cluster, int(n), int(s))
+        bw[i], lat[i] = link.bw_bytes_per_s, link.latency_s
+    inverse = inverse.reshape(-1)
+    return bw[inverse], lat[inverse]
+
+
+def pair_links(cluster: Cluster, distance: Numeric) -> tuple[FloatArray, FloatArray]:
+    """(bandwidth, latency) of point-to-point transfers between ranks `distance` apart."""
+    dist = np.asarray(distance, dtype=np.int64)
+    unique, inverse = np.unique(dist, return_inverse=True)
+    bw = np.empty(len(unique))
+    lat = np.empty(len(unique))
+    for i, d in enumerate(unique):
+        link = pair_link(cluster, 0, int(d))
+        bw[i], lat[i] = link.bw_bytes_per_s, link.latency_s
+    inverse = inverse.reshape(-1)
+    return bw[inverse], lat[inverse]
+
+
+def _safe(n: Numeric) -> FloatArray:
+    return np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+
+
+def all_reduce_s(nbytes: Numeric, n: Numeric, bw: Numeric, lat: Numeric) -> FloatArray:
+    ranks = _safe(n)
+    ring = 2 * (ranks - 1) * lat + 2 * (ranks - 1) / ranks * nbytes / bw
+    tree = 2 * np.log2(ranks) * lat + 2 * nbytes / bw
+    return np.where(ranks > 1, np.minimum(ring, tree), 0.0)
+
+
+def reduce_scatter_s(nbytes: Numeric, n: Numeric, bw: Numeric, lat: Numeric) -> FloatArray:
+    ranks = _safe(n)
+    return np.where(ranks > 1, (ranks - 1) * lat + (ranks - 1) / ranks * nbytes / bw, 0.0)
+
+
+all_gather_s = reduce_scatter_s
+all_to_all_s = reduce_scatter_s
+
+
+def p2p_s(nbytes: Numeric, bw: Numeric, lat: Numeric) -> FloatArray:
+    return np.asarray(lat + nbytes / bw, dtype=np.float64)

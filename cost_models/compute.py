@@ -1,0 +1,175 @@
+"""Compute time of one micro-batch on one GPU: GEMMs by shape, attention, memory-bound ops.
+
+GEMM (m x k) @ (k x n), 2mnk FLOPs, runs at
+    t = max( 2mnk / (peak * e(m, n, k)),  2(mk + kn + mn) bytes / (HBM bw * e_mem) ) + t_launch
+    e(m, n, k) = gemm_max * q(m) q(n) q(k),   q(x) = x / (x + gemm_half_dim)
+a roofline (Williams et al. 2009) whose compute roof falls for small or skinny dimensions, the
+shapes tensor parallelism produces (n or k divided by TP) and that MoE experts see (few tokens
+each). The constants are per hardware (`Efficiency` in the preset). The backward pass of a GEMM
+is two GEMMs of the same three dimensions (dX = dY W^T, dW = X^T dY), so twice the forward time.
+
+Attention: flash attention (Dao 2023, FlashAttention-2) skips the masked half of a causal
+s x s block and runs at `efficiency.attention` of the BF16 peak; its backward does 5 matmuls to
+the forward's 2 (2.5x). Without flash attention the scores are batched GEMMs over full s x s plus
+a memory-bound softmax.
+
+Memory-bound kernels move these bytes per token in the forward pass (backward: twice):
+    two norms and two residual adds 20h (a norm reads and writes 2h, an add reads 4h, writes 2h)
+    activation: gated 6f/TP (reads gate and up, writes the product), plain 4f/TP, x top-k (MoE)
+    rotary embedding on Q and K 4(a*d + g*d)/TP;  dropout (GPT) 2 x 5h
+Sequence parallelism splits the norm, residual and dropout work over TP; without it each TP rank
+repeats it on all tokens.
+
+The optimizer step (fused Adam) streams per local parameter: fp32 master, m, v read and written
+(24 bytes), the gradient read, the bf16 weight written (2 bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from cost_models.layout import FloatArray, Layouts
+from cost_models.memory import StageParams
+from cost_models.models import ModelSpec
+from cost_models.stack import Stack
+from hardware_specs.schema import Cluster
+
+PRECISION_FP16 = 1
+PRECISION_FP8 = 2
+FLASH_BACKWARD_RATIO = 2.5
+ELEMENTWISE_KERNELS_PER_LAYER = 8
+
+
+@dataclass(frozen=True)
+class MicroBatchTimes:
+    """Per micro-batch on one GPU of a stage, for all the stage's layers."""
+
+    forward_s: FloatArray
+    backward_s: FloatArray
+    recompute_s: FloatArray
+    attention_fwd_s: FloatArray  # core attention forward of one layer (CP overlaps with it)
+
+
+def gemm_s(
+    m: FloatArray, n: FloatArray, k: FloatArray, peak_flops: FloatArray | float, cluster: Cluster
+) -> FloatArray:
+    eff = cluster.efficiency
+    half = eff.gemm_half_dim
+
+    def q(x: FloatArray) -> FloatArray:
+        return np.asarray(x / (x + half))
+
+    compute = 2.0 * m * n * k / (peak_flops * eff.gemm_max * q(m) * q(n) * q(k))
+    memory = 2.0 * (m * k + k * n + m * n) / (cluster.gpu.mem_bw_bytes_per_s * eff.memory_bound)
+    return np.asarray(np.maximum(compute, memory) + eff.kernel_overhead_s)
+
+
+def matmul_peak_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
+    """Peak for the projection and MLP GEMMs; FP8 runs them on FP8 tensor cores when present."""
+    gpu = cluster.gpu
+    fp8 = gpu.peak_fp8_flops if gpu.peak_fp8_flops is not None else gpu.peak_bf16_flops
+    return np.select(
+        [lay.precision == PRECISION_FP8, lay.precision == PRECISION_FP16],
+        [fp8, gpu.peak_fp16_flops],
+        default=gpu.peak_bf16_flops,
+    )
+
+
+def _layer_gemms_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
+    h, f = float(model.hidden_size), float(model.ffn_hidden_size)
+    tp = lay.tp.astype(np.float64)
+    peak = matmul_peak_flops(cluster, lay)
+    ones = np.ones_like(tokens)
+    total = gemm_s(tokens, (model.q_dim + 2 * model.kv_dim) / tp, h * ones, peak, cluster)
+    total = total + gemm_s(tokens, h * ones, model.q_dim / tp, peak, cluster)
+    up_width = (2.0 if model.mlp == "gated" else 1.0) * f / tp
+    if model.is_moe:
+        local_experts = model.num_experts / lay.ep
+        expert_tokens = tokens * model.experts_top_k / local_experts
+        expert = gemm_s(expert_tokens, up_width, h * ones, peak, cluster)
+        expert = expert + gemm_s(expert_tokens, h * ones, f / tp, peak, cluster)
+        router = gemm_s(tokens, model.num_experts * ones, h * ones, cluster.gpu.peak_bf16_flops, cluster)
+        return np.asarray(total + local_experts * expert + router)
+    total = total + gemm_s(tokens, up_width, h * ones, peak, cluster)
+    return np.asarray(total + gemm_s(tokens, h * ones, f / tp, peak, cluster))
+
+
+def _attention_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
+    """Core attention of one layer, one micro-batch: Q K^T, softmax, times V."""
+    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    heads = model.num_heads / lay.tp
+    seq = lay.seq_len.astype(np.float64)
+    peak = cluster.gpu.peak_bf16_flops
+    if stack.flash_attention:
+        causal_flops = 0.5 * 4.0 * tokens * seq * heads * model.head_dim
+        return np.asarray(causal_flops / (peak * cluster.efficiency.attention) + cluster.efficiency.kernel_overhead_s)
+    batch = lay.micro_batch * heads
+    q_rows = seq / lay.cp
+    d = float(model.head_dim) * np.ones_like(seq)
+    scores = batch * (gemm_s(q_rows, seq, d, peak, cluster) + gemm_s(q_rows, d, seq, peak, cluster))
+    softmax_bytes = tokens * heads * seq * (4.0 + (5.0 if model.dropout else 0.0))
+    return np.asarray(scores + _memory_s(softmax_bytes, cluster))
+
+
+def _memory_s(nbytes: FloatArray, cluster: Cluster) -> FloatArray:
+    return np.asarray(nbytes / (cluster.gpu.mem_bw_bytes_per_s * cluster.efficiency.memory_bound))
+
+
+def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
+    h, f = float(model.hidden_size), float(model.ffn_hidden_size)
+    tp = lay.tp.astype(np.float64)
+    per_token_shared = 20.0 * h + (10.0 * h if model.dropout else 0.0)
+    shared = np.where(lay.seq_parallel_active, per_token_shared / tp, per_token_shared)
+    activation = (6.0 if model.mlp == "gated" else 4.0) * f / tp * model.experts_top_k
+    rotary = 0.0 if model.learned_positions else 4.0 * (model.q_dim + model.kv_dim) / tp
+    launches = ELEMENTWISE_KERNELS_PER_LAYER * cluster.efficiency.kernel_overhead_s
+    return np.asarray(_memory_s(tokens * (shared + activation + rotary), cluster) + launches)
+
+
+def head_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
+    """LM head GEMM (kept in BF16 under FP8 training) and the fp32 cross entropy, forward."""
+    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    vocab = model.vocab_size / lay.tp
+    ones = np.ones_like(tokens)
+    gemm = gemm_s(tokens, vocab, model.hidden_size * ones, cluster.gpu.peak_bf16_flops, cluster)
+    return np.asarray(gemm + _memory_s(tokens * vocab * 4.0 * 2.0, cluster))
+
+
+def micro_batch_times(
+    model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, layers: FloatArray
+) -> MicroBatchTimes:
+    """The slowest stage: the last, whose layers are followed by the LM head. (The first stage's
+    extra work, the embedding lookup, moves T*h*2 bytes: negligible next to the head's GEMM.)"""
+    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    gemms = _layer_gemms_fwd_s(model, lay, cluster, tokens)
+    attention = _attention_fwd_s(model, lay, cluster, stack)
+    elementwise = _layer_memory_bound_fwd_s(model, lay, cluster, tokens)
+    layer_fwd = gemms + attention + elementwise
+    attention_bwd = attention * (FLASH_BACKWARD_RATIO if stack.flash_attention else 2.0)
+    layer_bwd = 2.0 * (gemms + elementwise) + attention_bwd
+    selective = 0.0 if stack.flash_attention else 1.0
+    layer_recompute = np.select(
+        [lay.recompute == RECOMPUTE_FULL, lay.recompute == RECOMPUTE_SELECTIVE],
+        [layer_fwd, selective * attention],
+        default=0.0,
+    )
+    head = head_fwd_s(model, lay, cluster)
+    return MicroBatchTimes(
+        forward_s=layers * layer_fwd + head,
+        backward_s=layers * layer_bwd + 2.0 * head,
+        recompute_s=np.asarray(layers * layer_recompute),
+        attention_fwd_s=attention,
+    )
+
+
+def optimizer_step_s(params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
+    dp_dense = (lay.dp * lay.cp).astype(np.float64)
+    dp_expert = np.maximum(dp_dense / lay.ep, 1.0)
+    sharded = lay.zero >= 1
+    local = np.where(sharded, params.dense / dp_dense, params.dense) + np.where(
+        sharded, params.expert / dp_expert, params.expert
+    )
+    return _memory_s(local * (26.0 + stack.grad_bytes), cluster)

@@ -1,0 +1,113 @@
+"""The layout knobs: one `Layout`, and `Layouts`, the same knobs as numpy arrays over candidates.
+
+Rank order follows Megatron-LM's `RankGenerator` ("tp-cp-ep-dp-pp"): TP varies fastest, then
+CP, then DP (expert parallelism is carved out of the DP x CP ranks), then PP. So a TP group is
+`tp` consecutive ranks, a CP group has stride `tp`, a DP group stride `tp*cp`, and consecutive
+pipeline stages are `tp*cp*dp` ranks apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Literal, get_args
+
+import numpy as np
+import numpy.typing as npt
+
+Recompute = Literal["none", "selective", "full"]
+Precision = Literal["bf16", "fp16", "fp8"]
+RECOMPUTE_MODES: tuple[Recompute, ...] = get_args(Recompute)
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    micro_batch: int = 1
+    global_batch: int = 1024
+    seq_len: int = 4096
+    virtual_stages: int = 1
+    recompute: Recompute = "selective"
+    zero: int = 1
+    sequence_parallel: bool = True
+    precision: Precision = "bf16"
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    def to_json(self) -> dict[str, int | str | bool]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """Struct of arrays: field i of every array describes candidate i."""
+
+    tp: IntArray
+    pp: IntArray
+    dp: IntArray
+    cp: IntArray
+    ep: IntArray
+    micro_batch: IntArray
+    global_batch: IntArray
+    seq_len: IntArray
+    virtual_stages: IntArray
+    recompute: IntArray  # index into RECOMPUTE_MODES
+    zero: IntArray
+    sequence_parallel: BoolArray
+    precision: IntArray  # index into PRECISIONS
+
+    @staticmethod
+    def of(layouts: list[Layout]) -> Layouts:
+        def column(name: str) -> npt.NDArray[np.generic]:
+            values = [getattr(lay, name) for lay in layouts]
+            if name == "recompute":
+                return np.array([RECOMPUTE_MODES.index(v) for v in values], dtype=np.int64)
+            if name == "precision":
+                return np.array([PRECISIONS.index(v) for v in values], dtype=np.int64)
+            if name == "sequence_parallel":
+                return np.array(values, dtype=np.bool_)
+            return np.array(values, dtype=np.int64)
+
+        return Layouts(**{f.name: column(f.name) for f in fields(Layouts)})
+
+    def __len__(self) -> int:
+        return int(self.tp.shape[0])
+
+    def at(self, i: int) -> Layout:
+        return Layout(
+            tp=int(self.tp[i]),
+            pp=int(self.pp[i]),
+            dp=int(self.dp[i]),
+            cp=int(self.cp[i]),
+            ep=int(self.ep[i]),
+            micro_batch=int(self.micro_batch[i]),
+            global_batch=int(self.global_batch[i]),
+            seq_len=int(self.seq_len[i]),
+            virtual_stages=int(self.virtual_stages[i]),
+            recompute=RECOMPUTE_MODES[int(self.recompute[i])],
+            zero=int(self.zero[i]),
+            sequence_parallel=bool(self.sequence_parallel[i]),
+            precision=PRECISIONS[int(self.precision[i])],
+        )
+
+    def take(self, index: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> Layouts:
+        return Layouts(**{f.name: getattr(self, f.name)[index] for f in fields(Layouts)})
+
+    @property
+    def num_micro_batches(self) -> FloatArray:
+        """Micro-batches each pipeline runs per step (fractional if the batch does not divide)."""
+        return self.global_batch / (self.dp * self.micro_batch)
+
+    @property
+    def seq_parallel_active(self) -> BoolArray:
+        return self.sequence_parallel & (self.tp > 1)

@@ -1,0 +1,145 @@
+"""What each parallel dimension sends, and how much of it the step waits for.
+
+Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's schedule):
+  TP  each layer all-reduces its attention and MLP outputs (T*h*2 bytes) in the forward and
+      their gradients in the backward: 4 all-reduces (Shoeybi et al. 2019, Fig. 4); with
+      sequence parallelism each becomes a reduce-scatter + all-gather of the same bytes
+      (Korthikanti et al. 2022, Sec 4.2.2). Full recompute repeats the forward's 2. Exposed:
+      Megatron runs them on the critical path.
+  CP  ring attention (Liu et al. 2023; Megatron context parallel): CP-1 steps that pass the local
+      K and V chunk (2*T*g*d/TP*2 bytes) in the forward, K, V, dK, dV in the backward; each
+      overlaps the attention compute of the same layer, so only the excess is exposed.
+  EP  each MoE layer dispatches and combines tokens with an all-to-all (T*k*h*2 bytes; per TP
+      rank with sequence parallelism) in the forward and again in the backward (Lepikhin et al.
+      2020, GShard). Exposed.
+  PP  each micro-batch crosses each of a GPU's v chunk boundaries twice (activation forward,
+      gradient backward), T*h*2/TP bytes each (Megatron's scatter/gather optimisation,
+      Narayanan et al. 2021 Sec 4.1). Blocking send/recv in the 1F1B schedule: exposed.
+  DP  once per step the gradients are all-reduced (ZeRO 0) or reduce-scattered with the
+      weights all-gathered after the optimizer step (ZeRO 1, Megatron's distributed
+      optimizer); ZeRO 2 and 3 reduce-scatter after every micro-batch's backward (DeepSpeed),
+      ZeRO 3 also all-gathers every layer's weights in the forward and backward of every
+      micro-batch. Reduction overlaps the backward pass and gathers the forward pass up to
+      `efficiency.dp_overlap` of their compute time; only the rest is exposed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from cost_models.comm import (
+    all_gather_s,
+    all_reduce_s,
+    all_to_all_s,
+    links,
+    p2p_s,
+    pair_links,
+    reduce_scatter_s,
+)
+from cost_models.compute import MicroBatchTimes
+from cost_models.flops import RECOMPUTE_FULL
+from cost_models.layout import FloatArray, Layouts
+from cost_models.memory import StageParams
+from cost_models.models import ModelSpec
+from cost_models.stack import PARAM_BYTES, Stack
+from hardware_specs.schema import Cluster
+
+ACTIVATION_BYTES = 2.0
+
+
+@dataclass(frozen=True)
+class MicroBatchComm:
+    """Exposed communication per micro-batch on one GPU of a stage."""
+
+    tp_s: FloatArray
+    cp_s: FloatArray
+    ep_s: FloatArray
+    pp_s: FloatArray
+
+
+def _tokens(lay: Layouts) -> FloatArray:
+    return (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+
+
+def _forward_passes(lay: Layouts) -> FloatArray:
+    """Forward passes per micro-batch: 2 with full recompute."""
+    return np.where(lay.recompute == RECOMPUTE_FULL, 2.0, 1.0)
+
+
+def tp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
+    bw, lat = links(cluster, lay.tp, np.ones_like(lay.tp))
+    nbytes = _tokens(lay) * model.hidden_size * ACTIVATION_BYTES
+    one = np.where(
+        lay.seq_parallel_active,
+        reduce_scatter_s(nbytes, lay.tp, bw, lat) + all_gather_s(nbytes, lay.tp, bw, lat),
+        all_reduce_s(nbytes, lay.tp, bw, lat),
+    )
+    return np.asarray(2.0 * (_forward_passes(lay) + 1.0) * one)
+
+
+def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, attention_fwd_s: FloatArray) -> FloatArray:
+    bw, lat = links(cluster, lay.cp, lay.tp)
+    chunk = 2.0 * _tokens(lay) * model.kv_dim / lay.tp * ACTIVATION_BYTES
+    steps = lay.cp - 1.0
+    forward = np.maximum(steps * p2p_s(chunk, bw, lat) - attention_fwd_s, 0.0)
+    backward = np.maximum(steps * p2p_s(2.0 * chunk, bw, lat) - 2.5 * attention_fwd_s, 0.0)
+    return np.asarray(np.where(lay.cp > 1, _forward_passes(lay) * forward + backward, 0.0))
+
+
+def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
+    if not model.is_moe:
+        return np.zeros(len(lay))
+    bw, lat = links(cluster, lay.ep, lay.tp * lay.cp)
+    tokens = np.where(lay.seq_parallel_active, _tokens(lay) / lay.tp, _tokens(lay))
+    nbytes = tokens * model.experts_top_k * model.hidden_size * ACTIVATION_BYTES
+    return np.asarray(2.0 * (_forward_passes(lay) + 1.0) * all_to_all_s(nbytes, lay.ep, bw, lat))
+
+
+def pp_per_micro_batch_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
+    bw, lat = pair_links(cluster, lay.tp * lay.cp * lay.dp)
+    nbytes = _tokens(lay) * model.hidden_size * ACTIVATION_BYTES / lay.tp
+    return np.asarray(np.where(lay.pp > 1, 2.0 * lay.virtual_stages * p2p_s(nbytes, bw, lat), 0.0))
+
+
+def micro_batch_comm(
+    model: ModelSpec, lay: Layouts, cluster: Cluster, layers: FloatArray, times: MicroBatchTimes
+) -> MicroBatchComm:
+    return MicroBatchComm(
+        tp_s=layers * tp_per_layer_s(model, lay, cluster),
+        cp_s=layers * cp_per_layer_s(model, lay, cluster, times.attention_fwd_s),
+        ep_s=layers * ep_per_layer_s(model, lay, cluster),
+        pp_s=pp_per_micro_batch_s(model, lay, cluster),
+    )
+
+
+def dp_exposed_s(
+    params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack, times: MicroBatchTimes
+) -> FloatArray:
+    """Exposed data-parallel time per step for the dense and the expert weights."""
+    overlap = cluster.efficiency.dp_overlap
+    m = np.maximum(lay.num_micro_batches, 1.0)
+    dense_n = (lay.dp * lay.cp).astype(np.float64)
+    expert_n = np.maximum(dense_n / lay.ep, 1.0)
+    dense_link = links(cluster, dense_n.astype(np.int64), lay.tp)
+    expert_link = links(cluster, expert_n.astype(np.int64), lay.tp * lay.cp * lay.ep)
+    total = np.zeros(len(lay))
+    for count, n, (bw, lat) in ((params.dense, dense_n, dense_link), (params.expert, expert_n, expert_link)):
+        grads = count * stack.grad_bytes
+        weights = count * PARAM_BYTES
+        all_reduce = all_reduce_s(grads, n, bw, lat)
+        scatter = reduce_scatter_s(grads, n, bw, lat)
+        gather = all_gather_s(weights, n, bw, lat)
+        hide_bwd = overlap * times.backward_s
+        hide_fwd = overlap * times.forward_s
+        once = np.where(
+            lay.zero == 0,
+            np.maximum(all_reduce - hide_bwd, 0.0),
+            np.maximum(scatter - hide_bwd, 0.0) + np.maximum(gather - hide_fwd, 0.0),
+        )
+        per_micro = m * np.maximum(scatter - hide_bwd, 0.0) + np.where(
+            lay.zero >= 3, 2.0 * m * np.maximum(gather - hide_fwd, 0.0), np.maximum(gather - hide_fwd, 0.0)
+        )
+        total = total + np.where(lay.zero >= 2, per_micro, once)
+    return np.asarray(np.where(dense_n > 1, total, 0.0))

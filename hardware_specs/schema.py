@@ -1,0 +1,141 @@
+"""Typed specifications of GPUs, links and cluster building blocks.
+
+Every figure is in SI base units with the unit in the field name (`_bytes`, `_s`, `_flops`,
+`_bytes_per_s`, `_w`). A preset TOML may write the same fields; the loader converts nothing, so
+a figure read from a data sheet in GB/s is entered as e.g. `300e9`.
+
+The efficiency figures (`Efficiency`) are what software reaches on the hardware, not what the
+data sheet promises. They are the constants that `paraplan calibrate` fits.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+IntraNodeKind = Literal["nvswitch", "xgmi", "nvlink_bridge", "pcie_p2p", "pcie_host"]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GPU(_Spec):
+    """One accelerator. Peaks are dense tensor-core rates (sparsity figures halved)."""
+
+    name: str = Field(min_length=1)
+    peak_bf16_flops: float = Field(gt=0, le=1e17)
+    peak_fp16_flops: float = Field(gt=0, le=1e17)
+    peak_fp8_flops: float | None = Field(default=None, gt=0, le=1e17)  # None: no FP8 tensor cores
+    memory_bytes: float = Field(gt=0, le=1e14)  # capacity the driver exposes (nvidia-smi total)
+    mem_bw_bytes_per_s: float = Field(gt=0, le=1e14)
+    tdp_w: float = Field(gt=0, le=1e5)
+    ecc: bool
+    sources: tuple[str, ...] = ()
+
+
+class Link(_Spec):
+    """A point-to-point path: bandwidth per direction per GPU, latency, achievable fraction."""
+
+    name: str = Field(min_length=1)
+    bw_bytes_per_s: float = Field(gt=0, le=1e14)
+    latency_s: float = Field(ge=0, le=1.0)
+    efficiency: float = Field(gt=0, le=1.0)  # bus bandwidth reached by collectives / nominal
+    sources: tuple[str, ...] = ()
+
+    @property
+    def effective_bw_bytes_per_s(self) -> float:
+        return self.bw_bytes_per_s * self.efficiency
+
+
+class IntraNode(_Spec):
+    """How the GPUs of one server talk to each other.
+
+    `nvswitch`/`xgmi`: all-to-all at `link` rate. `nvlink_bridge`: pairs (ranks 2i, 2i+1) share
+    a bridge at `link` rate; other pairs cross `pcie`. `pcie_p2p`: every pair goes through the
+    PCIe switch/root complex directly. `pcie_host`: no peer-to-peer; every transfer is staged
+    through host memory (stock-driver GeForce cards).
+    """
+
+    kind: IntraNodeKind
+    link: Link
+    pcie: Link
+
+
+class Efficiency(_Spec):
+    """Achieved fractions of the hardware peaks, used by the compute and communication models.
+
+    gemm_max: fraction of the dense peak that a large, well-shaped GEMM reaches.
+    gemm_half_dim: a GEMM dimension of this size halves the efficiency along that dimension:
+        eff(m, n, k) = gemm_max * q(m) q(n) q(k), q(x) = x / (x + gemm_half_dim).
+    attention: fraction of the dense peak reached by fused (flash) attention kernels.
+    memory_bound: fraction of HBM bandwidth reached by elementwise / normalization kernels.
+    kernel_overhead_s: fixed cost per kernel launch (launch + tail), paid per GEMM and op.
+    dp_overlap: fraction of the backward pass that hides the data-parallel gradient reduction
+        (0 = no overlap, 1 = perfect overlap while backward compute lasts).
+    """
+
+    gemm_max: float = Field(gt=0, le=1.0)
+    gemm_half_dim: float = Field(ge=0, le=1e5)
+    attention: float = Field(gt=0, le=1.0)
+    memory_bound: float = Field(gt=0, le=1.0)
+    kernel_overhead_s: float = Field(ge=0, le=1e-2)
+    dp_overlap: float = Field(ge=0, le=1.0)
+    sources: tuple[str, ...] = ()
+
+
+class Price(_Spec):
+    gpu_usd: float | None = Field(default=None, ge=0)
+    server_share_usd: float | None = Field(default=None, ge=0)  # per GPU: chassis, CPU, RAM, NIC
+    network_share_usd: float | None = Field(default=None, ge=0)  # per GPU: switches, cables
+    cloud_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
+    lifetime_years: float = Field(default=4.0, gt=0, le=50)
+    sources: tuple[str, ...] = ()
+
+
+class Power(_Spec):
+    node_overhead_w: float = Field(default=0.0, ge=0)  # CPUs, fans, NICs per node
+    idle_fraction: float = Field(default=0.25, ge=0, le=1)  # GPU draw when idle / TDP
+    pue: float = Field(default=1.3, ge=1.0, le=5.0)
+    usd_per_kwh: float = Field(default=0.10, ge=0)
+    sources: tuple[str, ...] = ()
+
+
+class Reliability(_Spec):
+    gpu_mtbf_hours: float = Field(gt=0)
+    node_mtbf_hours: float = Field(gt=0)  # non-GPU failures of one server
+    storage_write_bytes_per_s: float = Field(default=5e9, gt=0)  # per node checkpoint write
+    restart_s: float = Field(default=600.0, ge=0)
+    sources: tuple[str, ...] = ()
+
+
+class Cluster(_Spec):
+    """A cluster building block: nodes of `gpus_per_node` identical GPUs."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    gpu: GPU
+    gpus_per_node: int = Field(ge=1, le=1024)
+    intra_node: IntraNode
+    inter_node: Link  # per-GPU share of the node's NICs, across the network
+    efficiency: Efficiency
+    memory_reserve_bytes: float = Field(ge=0)  # CUDA context, NCCL buffers, allocator slack
+    price: Price | None = None
+    power: Power | None = None
+    reliability: Reliability | None = None
+
+    @model_validator(mode="after")
+    def _reserve_fits(self) -> Cluster:
+        if self.memory_reserve_bytes >= self.gpu.memory_bytes:
+            raise ValueError("memory_reserve_bytes must be below the GPU memory capacity")
+        return self
+
+    @property
+    def nvlink_domain(self) -> int:
+        """GPUs that reach each other over a GPU fabric rather than PCIe or the network."""
+        if self.intra_node.kind in ("nvswitch", "xgmi"):
+            return self.gpus_per_node
+        if self.intra_node.kind == "nvlink_bridge":
+            return min(2, self.gpus_per_node)
+        return 1

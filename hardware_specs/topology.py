@@ -1,0 +1,196 @@
+"""What a communication group of ranks gets from the cluster's wiring: bandwidth and latency.
+
+The model
+---------
+`node_graph` draws a few servers as a graph. Vertices: one per GPU ("gpu{node}.{local}"), per
+node a "cpu{node}" root complex that every GPU's PCIe edge goes to, per node an
+"nvswitch{node}" or "xgmi{node}" hub for those fabrics, and one "network" vertex that every
+GPU's NIC edge reaches. Edges carry `bw_bytes_per_s` (nominal * efficiency, per direction),
+`latency_s` and `kind` (the GroupLink kind the hop stands for).
+
+- nvswitch / xgmi: GPU <-> hub over `intra_node.link`; a GPU pair talks through the hub at the
+  full per-GPU rate (NVSwitch is non-blocking; xGMI's per-GPU aggregate is its rate too).
+- nvlink_bridge: a direct GPU(2i) <-> GPU(2i+1) bridge edge over `intra_node.link`; other
+  pairs go GPU -> cpu -> GPU over `intra_node.pcie`.
+- pcie_p2p: GPU <-> cpu over `intra_node.link` (the P2P path through the switch/root complex).
+- pcie_host: GPU <-> cpu over `intra_node.link`, which describes the host-staged copy (no
+  peer-to-peer: each byte goes GPU -> host memory -> GPU), kind "pcie_host".
+- NIC: GPU <-> network over `inter_node`, the GPU's share of the node's NICs.
+Hub, root-complex and NIC edges carry half of their link's latency each, so a GPU -> hub -> GPU
+path adds up to the link's latency once.
+
+`group_link` treats a group as one ring over its members in rank order (and back to the
+first), as NCCL's ring algorithms do. Each consecutive pair's route is the lowest-latency path
+in the graph; its bandwidth is the narrowest edge on the route and its latency the sum. The
+group gets the narrowest bandwidth and the largest latency of all its pairs, and the kind of
+its narrowest hop.
+
+Assumptions
+-----------
+- Megatron rank layout: rank r lives on node r // gpus_per_node at local index r % gpus_per_node.
+- Rail-optimised network: every GPU has its own NIC share and a cross-node pair bottlenecks at
+  that NIC; the switch fabric itself is non-blocking. Hence two nodes are enough to price any
+  pair: a cross-node pair looks the same whatever the two nodes are.
+- Same-node pairs never route over the network (NCCL uses P2P/SHM transports inside a node).
+- One ring per group, no concurrent groups competing for a link, no NVLink SHARP or tree
+  algorithms; those belong to the efficiency constants that calibration fits.
+- GeForce cards without P2P stage every intra-node transfer through host memory.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import networkx as nx  # type: ignore[import-untyped,unused-ignore]
+
+from hardware_specs.schema import Cluster, Link
+
+NETWORK = "network"
+
+# (local index of a, local index of b, whether b is on another node): all a pair's route needs.
+_PairKey = tuple[int, int, bool]
+
+
+@dataclass(frozen=True)
+class GroupLink:
+    """The per-direction bandwidth and latency one member of a group sees to its ring peer."""
+
+    bw_bytes_per_s: float
+    latency_s: float
+    kind: str  # "local", "nvlink", "xgmi", "pcie", "pcie_host" or "network"
+
+
+LOCAL = GroupLink(math.inf, 0.0, "local")
+
+
+@dataclass
+class _ClusterCache:
+    graph: nx.Graph[str]  # two nodes: enough for any pair (see module docstring)
+    intra: nx.Graph[str]  # node 0 without the network vertex: routes for same-node pairs
+    pairs: dict[_PairKey, GroupLink]
+    groups: dict[tuple[int, int], GroupLink]
+
+
+# Keyed on the cluster itself (frozen, hashable); weak so that the throw-away clusters of a
+# calibration sweep do not pile up.
+_CACHE: weakref.WeakKeyDictionary[Cluster, _ClusterCache] = weakref.WeakKeyDictionary()
+
+
+def gpu_vertex(node: int, local: int) -> str:
+    return f"gpu{node}.{local}"
+
+
+def node_graph(cluster: Cluster, nodes: int = 2) -> nx.Graph[str]:
+    """The GPUs, fabric hubs, root complexes and NICs of `nodes` servers, as a graph."""
+    if nodes < 1:
+        raise ValueError(f"nodes must be >= 1, got {nodes}")
+    graph: nx.Graph[str] = nx.Graph()
+    graph.add_node(NETWORK)
+    for node in range(nodes):
+        _add_node(graph, cluster, node)
+    return graph
+
+
+def _add_node(graph: nx.Graph[str], cluster: Cluster, node: int) -> None:
+    intra = cluster.intra_node
+    cpu = f"cpu{node}"
+    gpus = [gpu_vertex(node, local) for local in range(cluster.gpus_per_node)]
+    # The PCIe edge to the root complex: for the PCIe-only kinds `link` describes the
+    # GPU<->GPU path through it; otherwise it is the plain `pcie` link.
+    if intra.kind == "pcie_host":
+        pcie_link, pcie_kind = intra.link, "pcie_host"
+    elif intra.kind == "pcie_p2p":
+        pcie_link, pcie_kind = intra.link, "pcie"
+    else:
+        pcie_link, pcie_kind = intra.pcie, "pcie"
+    for gpu in gpus:
+        _add_edge(graph, gpu, cpu, pcie_link, pcie_kind, pcie_link.latency_s / 2)
+        _add_edge(graph, gpu, NETWORK, cluster.inter_node, "network", cluster.inter_node.latency_s / 2)
+    if intra.kind in ("nvswitch", "xgmi"):
+        hub = f"{intra.kind}{node}"
+        kind = "nvlink" if intra.kind == "nvswitch" else "xgmi"
+        for gpu in gpus:
+            _add_edge(graph, gpu, hub, intra.link, kind, intra.link.latency_s / 2)
+    elif intra.kind == "nvlink_bridge":
+        for left, right in zip(gpus[0::2], gpus[1::2], strict=False):  # odd count: last unbridged
+            _add_edge(graph, left, right, intra.link, "nvlink", intra.link.latency_s)
+
+
+def _add_edge(graph: nx.Graph[str], a: str, b: str, link: Link, kind: str, latency_s: float) -> None:
+    graph.add_edge(a, b, bw_bytes_per_s=link.effective_bw_bytes_per_s, latency_s=latency_s, kind=kind)
+
+
+def group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
+    """The link of a group of `size` ranks at global ranks 0, stride, 2*stride, ..."""
+    if size < 1 or stride < 1:
+        raise ValueError(f"group size and stride must be >= 1, got size={size}, stride={stride}")
+    if size == 1:
+        return LOCAL
+    cache = _cache_for(cluster)
+    key = (size, stride)
+    found = cache.groups.get(key)
+    if found is None:
+        members = [i * stride for i in range(size)]
+        ring = itertools.pairwise([*members, members[0]])  # consecutive members, closing the ring
+        keys = {_pair_key(cluster.gpus_per_node, a, b) for a, b in ring}
+        found = _slowest(_pair_route(cluster, cache, k) for k in keys)
+        cache.groups[key] = found
+    return found
+
+
+def pair_link(cluster: Cluster, rank_a: int, rank_b: int) -> GroupLink:
+    """The point-to-point link between two global ranks (pipeline send/recv)."""
+    if rank_a < 0 or rank_b < 0:
+        raise ValueError(f"ranks must be >= 0, got {rank_a}, {rank_b}")
+    if rank_a == rank_b:
+        return LOCAL
+    cache = _cache_for(cluster)
+    return _pair_route(cluster, cache, _pair_key(cluster.gpus_per_node, rank_a, rank_b))
+
+
+def _pair_key(gpus_per_node: int, a: int, b: int) -> _PairKey:
+    return (a % gpus_per_node, b % gpus_per_node, a // gpus_per_node != b // gpus_per_node)
+
+
+def _cache_for(cluster: Cluster) -> _ClusterCache:
+    cache = _CACHE.get(cluster)
+    if cache is None:
+        intra = node_graph(cluster, nodes=1)
+        intra.remove_node(NETWORK)
+        cache = _ClusterCache(graph=node_graph(cluster, nodes=2), intra=intra, pairs={}, groups={})
+        _CACHE[cluster] = cache
+    return cache
+
+
+def _pair_route(cluster: Cluster, cache: _ClusterCache, key: _PairKey) -> GroupLink:
+    found = cache.pairs.get(key)
+    if found is None:
+        local_a, local_b, crosses = key
+        if not crosses and local_a == local_b:
+            found = LOCAL
+        elif crosses:
+            found = _route(cache.graph, gpu_vertex(0, local_a), gpu_vertex(1, local_b))
+        else:
+            found = _route(cache.intra, gpu_vertex(0, local_a), gpu_vertex(0, local_b))
+        cache.pairs[key] = found
+    return found
+
+
+def _route(graph: nx.Graph[str], source: str, target: str) -> GroupLink:
+    path: list[str] = nx.shortest_path(graph, source, target, weight="latency_s")
+    hops = [graph.edges[u, v] for u, v in itertools.pairwise(path)]
+    narrowest = min(hops, key=lambda edge: float(edge["bw_bytes_per_s"]))
+    latency = sum(float(edge["latency_s"]) for edge in hops)
+    return GroupLink(float(narrowest["bw_bytes_per_s"]), latency, str(narrowest["kind"]))
+
+
+def _slowest(links: Iterable[GroupLink]) -> GroupLink:
+    """Narrowest bandwidth (its kind) and largest latency over a group's pairs."""
+    items = list(links)
+    narrowest = min(items, key=lambda link: link.bw_bytes_per_s)
+    latency = max(link.latency_s for link in items)
+    return GroupLink(narrowest.bw_bytes_per_s, latency, narrowest.kind)

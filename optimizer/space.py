@@ -1,0 +1,123 @@
+"""The candidate domains: every layout that meets the structural rules for a model on N GPUs.
+
+Structural rules (the ones the search never needs to evaluate): TP divides the GPUs, the
+attention heads and KV heads and fits one server; PP x VPP chunks hold a layer each at least; CP splits the sequence
+into 2*CP equal chunks; EP divides the experts and DP*CP; the micro-batch divides the per-replica
+batch; virtual stages divide the layers per stage. Knobs the user fixed narrow their domain to
+that value (and are then taken as given even when they break a rule, so that `validate` can
+report the violation). Caps that keep the space finite, documented because they bound what
+"optimal" means: a micro-batch of at most 65,536 tokens (GEMMs have long saturated), at most 8
+virtual stages, CP at most 64.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from cost_models.layout import PRECISIONS, RECOMPUTE_MODES, Layouts, Precision, Recompute
+from cost_models.models import ModelSpec
+from hardware_specs.schema import Cluster
+
+MAX_MICRO_BATCH_TOKENS = 65_536
+MAX_VIRTUAL_STAGES = 8
+MAX_CP = 64
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Layout knobs; None means free (chosen by the search)."""
+
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    micro_batch: int | None = None
+    virtual_stages: int | None = None
+    recompute: Recompute | None = None
+    zero: int | None = None
+    sequence_parallel: bool | None = None
+    precision: Precision = "bf16"
+    global_batch: int = 1024
+    seq_len: int = 4096
+
+    def given(self) -> dict[str, object]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+
+
+def divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _domain(fixed: int | None, options: list[int]) -> list[int]:
+    return [fixed] if fixed is not None else options
+
+
+def structural_tuples(model: ModelSpec, cluster: Cluster, gpus: int, knobs: Knobs) -> list[tuple[int, ...]]:
+    """(tp, pp, dp, cp, ep) combinations with TP*PP*DP*CP = gpus."""
+    out: list[tuple[int, ...]] = []
+    tps = [
+        t
+        for t in divisors(gpus)
+        if model.num_heads % t == 0
+        and model.num_kv_heads % t == 0
+        and t <= cluster.gpus_per_node
+        and cluster.gpus_per_node % t == 0
+    ]
+    for tp in _domain(knobs.tp, tps):
+        if gpus % tp:
+            continue
+        pps = [p for p in divisors(gpus // tp) if p <= model.num_layers]
+        for pp in _domain(knobs.pp, pps):
+            if (gpus // tp) % pp:
+                continue
+            rest = gpus // (tp * pp)
+            cps = [c for c in divisors(rest) if c <= MAX_CP and (c == 1 or knobs.seq_len % (2 * c) == 0)]
+            for cp in _domain(knobs.cp, cps):
+                if rest % cp:
+                    continue
+                dp = rest // cp
+                if knobs.dp is not None and knobs.dp != dp:
+                    continue
+                eps = [e for e in divisors(model.num_experts) if (dp * cp) % e == 0]
+                for ep in _domain(knobs.ep, eps):
+                    out.append((tp, pp, dp, cp, ep))
+    return out
+
+
+def candidate_space(model: ModelSpec, cluster: Cluster, gpus: int, knobs: Knobs) -> Layouts:
+    rows: list[tuple[int, ...]] = []
+    recomputes = [RECOMPUTE_MODES.index(knobs.recompute)] if knobs.recompute else list(range(len(RECOMPUTE_MODES)))
+    zeros = _domain(knobs.zero, [0, 1, 2, 3])
+    precision = PRECISIONS.index(knobs.precision)
+    max_mb = max(1, MAX_MICRO_BATCH_TOKENS // knobs.seq_len)
+    for tp, pp, dp, cp, ep in structural_tuples(model, cluster, gpus, knobs):
+        per_replica = knobs.global_batch // dp if knobs.global_batch % dp == 0 else 0
+        mbs = _domain(knobs.micro_batch, [b for b in divisors(per_replica) if b <= max_mb] if per_replica else [1])
+        vs = [v for v in range(1, MAX_VIRTUAL_STAGES + 1) if pp * v <= model.num_layers] if pp > 1 else [1]
+        sps = [knobs.sequence_parallel] if knobs.sequence_parallel is not None else ([True, False] if tp > 1 else [False])
+        for mb, v, rc, z, sp in itertools.product(mbs, _domain(knobs.virtual_stages, vs), recomputes, zeros, sps):
+            if z >= 2 and pp > 1 and knobs.zero is None:
+                continue
+            rows.append((tp, pp, dp, cp, ep, mb, v, rc, z, int(sp)))
+    table = np.array(rows, dtype=np.int64).reshape(-1, 10)
+    n = len(table)
+    return Layouts(
+        tp=table[:, 0],
+        pp=table[:, 1],
+        dp=table[:, 2],
+        cp=table[:, 3],
+        ep=table[:, 4],
+        micro_batch=table[:, 5],
+        global_batch=np.full(n, knobs.global_batch, dtype=np.int64),
+        seq_len=np.full(n, knobs.seq_len, dtype=np.int64),
+        virtual_stages=table[:, 6],
+        recompute=table[:, 7],
+        zero=table[:, 8],
+        sequence_parallel=table[:, 9].astype(bool),
+        precision=np.full(n, precision, dtype=np.int64),
+    )
