@@ -83,6 +83,11 @@ class Evaluation:
         }
 
 
+def usable_memory_bytes(cluster: Cluster, mem_headroom: float) -> float:
+    """Whole bytes a layout may use: capacity less the user's headroom, rounded down."""
+    return float(np.floor(cluster.gpu.memory_bytes * (1.0 - mem_headroom)))
+
+
 def evaluate(
     model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack = Stack(), mem_headroom: float = 0.0
 ) -> Evaluation:
@@ -109,7 +114,7 @@ def evaluate(
     flops = model_flops_per_step(model, lay)
     peak = cluster.gpu.peak_bf16_flops
     memory = peak_memory(model, lay, stack, cluster.memory_reserve_bytes)
-    usable = cluster.gpu.memory_bytes * (1.0 - mem_headroom)
+    usable = usable_memory_bytes(cluster, mem_headroom)
     return Evaluation(
         model=model,
         cluster=cluster,

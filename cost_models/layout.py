@@ -80,6 +80,10 @@ class Layouts:
 
         return Layouts(**{f.name: column(f.name) for f in fields(Layouts)})
 
+    @staticmethod
+    def empty() -> Layouts:
+        return Layouts(**{f.name: np.zeros(0, dtype=np.bool_ if f.name == "sequence_parallel" else np.int64) for f in fields(Layouts)})
+
     def __len__(self) -> int:
         return int(self.tp.shape[0])
 

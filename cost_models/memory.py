@@ -166,13 +166,14 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, first: Stage,
 def stage_memory(
     model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float, first: Stage, last: Stage
 ) -> MemoryBreakdown:
+    """Whole bytes (rounded up), so that every consumer compares the same integers."""
     weights, grads, optimizer = model_state_bytes(stage_params(model, lay, first, last), lay, stack)
     return MemoryBreakdown(
-        params=weights,
-        grads=grads,
-        optimizer=optimizer,
-        activations=activation_bytes(model, lay, stack, first, last),
-        other=np.full(len(lay), float(reserve_bytes)),
+        params=np.ceil(weights),
+        grads=np.ceil(grads),
+        optimizer=np.ceil(optimizer),
+        activations=np.ceil(activation_bytes(model, lay, stack, first, last)),
+        other=np.full(len(lay), float(np.ceil(reserve_bytes))),
     )
 
 

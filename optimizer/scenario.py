@@ -42,7 +42,7 @@ class Scenario:
         return replace(self, knobs=Knobs(precision=k.precision, global_batch=k.global_batch, seq_len=k.seq_len))
 
     def evaluate_space(self) -> Evaluation:
-        space = candidate_space(self.model, self.cluster, self.gpus, self.knobs)
+        space = candidate_space(self.model, self.cluster, self.gpus, self.knobs, self.stack.flash_attention)
         return evaluate(self.model, self.cluster, space, self.stack, self.mem_headroom)
 
 

@@ -89,9 +89,20 @@ def structural_tuples(model: ModelSpec, cluster: Cluster, gpus: int, knobs: Knob
     return out
 
 
-def candidate_space(model: ModelSpec, cluster: Cluster, gpus: int, knobs: Knobs) -> Layouts:
+def recompute_domain(knobs: Knobs, flash_attention: bool) -> list[int]:
+    """Selective recompute (of the attention core) is a no-op under flash attention, whose
+    backward recomputes the scores anyway: it would only duplicate 'none' in the results."""
+    if knobs.recompute is not None:
+        return [RECOMPUTE_MODES.index(knobs.recompute)]
+    modes = ["none", "full"] if flash_attention else ["none", "selective", "full"]
+    return [RECOMPUTE_MODES.index(m) for m in modes]
+
+
+def candidate_space(
+    model: ModelSpec, cluster: Cluster, gpus: int, knobs: Knobs, flash_attention: bool = True
+) -> Layouts:
     rows: list[tuple[int, ...]] = []
-    recomputes = [RECOMPUTE_MODES.index(knobs.recompute)] if knobs.recompute else list(range(len(RECOMPUTE_MODES)))
+    recomputes = recompute_domain(knobs, flash_attention)
     zeros = _domain(knobs.zero, [0, 1, 2, 3])
     precision = PRECISIONS.index(knobs.precision)
     max_mb = max(1, MAX_MICRO_BATCH_TOKENS // knobs.seq_len)
