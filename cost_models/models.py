@@ -185,6 +185,8 @@ def load_hf_config(path: Path) -> ModelSpec:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"model config '{path}' is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # e.g. an integer beyond Python's digit limit
+        raise InputError(f"model config '{path}' cannot be read: {str(exc).splitlines()[0][:120]}") from None
     if not isinstance(config, dict):
         raise InputError(f"model config '{path}' must hold a JSON object, not {type(config).__name__}")
     return model_from_config(config, path.stem if path.stem != "config" else path.parent.name or "model")

@@ -96,6 +96,8 @@ def _parse(data: bytes, label: str) -> Cluster:
         raise SpecError(f"{label}: not UTF-8 text (byte {exc.start})") from exc
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{label}: invalid TOML: {_one_line(str(exc))}") from exc
+    except (ValueError, RecursionError) as exc:  # e.g. an integer beyond Python's digit limit
+        raise SpecError(f"{label}: cannot be read: {_one_line(str(exc))[:120]}") from exc
     try:
         return Cluster.model_validate(table)
     except ValidationError as exc:

@@ -6,23 +6,31 @@ Exit codes: 0 feasible / done, 1 infeasible, 2 bad input (one `Error:` line on s
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import click
+from rich.console import Console
 
 from cost_models.errors import InputError
-from cost_models.models import load_model, model_preset_names
+from cost_models.models import ModelSpec, load_model, model_preset_names
 from cost_models.stack import Stack
 from hardware_specs.loader import SpecError, load_cluster, preset_names
+from hardware_specs.schema import Cluster
 from optimizer import report
+from optimizer.advice import best_single_change
+from optimizer.emit import EMITTERS
 from optimizer.plan import parse_plan
-from optimizer.scenario import LAYOUT_KNOBS, Scenario, best_choice, best_or_closest
+from optimizer.scenario import LAYOUT_KNOBS, Scenario, best_or_closest
+from optimizer.search import Constraints, build_table, gpu_count_domain, search, solve
 from optimizer.space import Knobs
 
 F = TypeVar("F", bound=Callable[..., Any])
 TOKENS_PER_BATCH = 4_194_304
+MAX_GPUS = 10_000_000
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT = 0, 1, 2
 
 
@@ -74,11 +82,17 @@ def _knobs(opts: dict[str, Any]) -> Knobs:
 
 
 def _scenario(model: str, hardware: str, gpus: int, opts: dict[str, Any]) -> Scenario:
+    return _scenario_for(load_model(model), load_cluster(hardware), gpus, opts, {})
+
+
+def _scenario_for(
+    model: ModelSpec, cluster: Cluster, gpus: int, opts: dict[str, Any], fixed: dict[str, int | None]
+) -> Scenario:
     return Scenario(
-        model=load_model(model),
-        cluster=load_cluster(hardware),
+        model=model,
+        cluster=cluster,
         gpus=gpus,
-        knobs=_knobs(opts),
+        knobs=replace(_knobs(opts), **fixed),
         stack=Stack(flash_attention=opts["flash_attention"], main_grads=opts["main_grads"]),
         mem_headroom=opts["mem_headroom"],
     )
@@ -98,25 +112,33 @@ def cli() -> None:
     """
 
 
-def _plan_command(name: str, doc: str, render: Callable[..., None]) -> click.Command:
+def _assess(scenario: Scenario, plan_text: str) -> report.Assessment:
+    """The plan with its open knobs filled by the solver, the optimum, and the best single change."""
+    plan = parse_plan(plan_text, scenario.gpus)
+    planned = scenario.with_plan(plan)
+    result = search(planned, [scenario.gpus], Constraints(), 1)
+    choice = result.choices[0] if result.choices else best_or_closest(planned)
+    free = scenario.free()
+    free_table = build_table(free, [scenario.gpus], Constraints())
+    optimum = solve(free, free_table, Constraints(), 1)
+    change = best_single_change(free, free_table, plan, choice.step_time_s) if choice.feasible else None
+    chosen = [k for k in LAYOUT_KNOBS if getattr(planned.knobs, k) is None]
+    return report.Assessment(choice, result, optimum.choices[0] if optimum.choices else None, change, chosen)
+
+
+def _plan_command(name: str, doc: str, render: Callable[[Console, report.Assessment], None]) -> click.Command:
     @click.option("--model", required=True, help="Model preset or path to a config.json.")
-    @click.option("--gpus", type=click.IntRange(1, 10_000_000), required=True, help="Number of GPUs.")
+    @click.option("--gpus", type=click.IntRange(1, MAX_GPUS), required=True, help="Number of GPUs.")
     @click.option("--hardware", required=True, help="Hardware preset or path to a TOML file.")
     @click.option("--plan", "plan_text", required=True, help="Layout, e.g. TP8/PP4/DP8 (CP, EP, VPP optional).")
     @knob_options
     def command(model: str, gpus: int, hardware: str, plan_text: str, as_json: bool, **opts: Any) -> int:
-        scenario = _scenario(model, hardware, gpus, opts)
-        plan = parse_plan(plan_text, gpus)
-        planned = scenario.with_plan(plan)
-        choice = best_or_closest(planned)
-        optimum = best_choice(scenario.free())
-        chosen = [k for k in LAYOUT_KNOBS if getattr(planned.knobs, k) is None]
-        obj = report.validate_json(choice, optimum, chosen)
+        assessment = _assess(_scenario(model, hardware, gpus, opts), plan_text)
         if as_json:
-            _emit_json(obj)
+            _emit_json(report.validate_json(assessment))
         else:
-            render(report.console(), choice, optimum, chosen)
-        return EXIT_OK if choice.feasible else EXIT_INFEASIBLE
+            render(report.console(), assessment)
+        return EXIT_OK if assessment.choice.feasible else EXIT_INFEASIBLE
 
     command.__doc__ = doc
     return click.command(name)(command)
@@ -124,8 +146,9 @@ def _plan_command(name: str, doc: str, render: Callable[..., None]) -> click.Com
 
 cli.add_command(_plan_command(
     "validate",
-    "Is this plan feasible, and how good is it? Knobs not given are chosen to make the plan as good "
-    "as it can be. Exit 0 if feasible, 1 if not (every violated limit is listed), 2 on bad input.",
+    "Is this plan feasible, and how good is it? Knobs not given are chosen by the solver to make the "
+    "plan as good as it can be; the report gives the gap to the optimum and the single plan change "
+    "that gains most. Exit 0 if feasible, 1 if not (every violated limit is listed), 2 on bad input.",
     report.render_validate,
 ))
 cli.add_command(_plan_command(
@@ -133,6 +156,85 @@ cli.add_command(_plan_command(
     "Per-GPU memory of a plan, term by term against capacity (same inputs, JSON and exit codes as validate).",
     report.render_memory,
 ))
+
+
+def _gpu_counts(text: str | None, cluster_per_node: int) -> list[int]:
+    if text is None:
+        raise InputError("--gpus is required unless every --hardware names its count as NAME:COUNT")
+    match = re.fullmatch(r"\s*(\d+)\s*(?:\.\.\s*(\d+)\s*)?", text)
+    if not match:
+        raise InputError(f"--gpus '{text}' must be a count (1024) or a range (256..2048)")
+    lo = int(match.group(1))
+    hi = int(match.group(2)) if match.group(2) else lo
+    if not 1 <= lo <= hi <= MAX_GPUS:
+        raise InputError(f"--gpus '{text}': need 1 <= low <= high <= {MAX_GPUS}")
+    return [lo] if lo == hi else gpu_count_domain(lo, hi, cluster_per_node)
+
+
+def _hardware_items(values: tuple[str, ...]) -> list[tuple[str, str | None]]:
+    items: list[tuple[str, str | None]] = []
+    for value in values:
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                raise InputError(f"--hardware '{value}' has an empty entry")
+            name, sep, count = part.rpartition(":")
+            items.append((name, count) if sep and count.strip().isdigit() else (part, None))
+    return items
+
+
+@cli.command("optimize")
+@click.option("--model", required=True, help="Model preset or path to a config.json.")
+@click.option("--gpus", "gpus_text", default=None, help="GPU count (1024) or range (256..2048, the solver picks).")
+@click.option("--hardware", multiple=True, required=True,
+              help="Hardware preset(s) or TOML path(s); comma-separated or repeated; NAME:COUNT sets its own count.")
+@click.option("--tp", type=click.IntRange(1, MAX_GPUS), default=None, help="Fix tensor parallelism.")
+@click.option("--pp", type=click.IntRange(1, MAX_GPUS), default=None, help="Fix pipeline parallelism.")
+@click.option("--dp", type=click.IntRange(1, MAX_GPUS), default=None, help="Fix data parallelism.")
+@click.option("--cp", type=click.IntRange(1, MAX_GPUS), default=None, help="Fix context parallelism.")
+@click.option("--ep", type=click.IntRange(1, MAX_GPUS), default=None, help="Fix expert parallelism.")
+@click.option("--max-tp", type=click.IntRange(1, MAX_GPUS), default=None, help="Upper bound on TP.")
+@click.option("--min-dp", type=click.IntRange(1, MAX_GPUS), default=None, help="Lower bound on DP.")
+@click.option("--max-pp", type=click.IntRange(1, MAX_GPUS), default=None, help="Upper bound on PP.")
+@click.option("--tp-within-node", is_flag=True, help="Keep every TP group inside one server.")
+@click.option("--deadline-days", type=click.FloatRange(0, 1e6, min_open=True), default=None,
+              help="Train --tokens within this many days (with a GPU range: the solver picks the count).")
+@click.option("--tokens", type=click.FloatRange(1, 1e18), default=None, help="Training tokens, for --deadline-days.")
+@click.option("--top", type=click.IntRange(1, 1000), default=5, show_default=True, help="Layouts per hardware.")
+@click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True,
+              help="Fastest step, or cheapest per token (GPU-hours x price).")
+@click.option("--emit", type=click.Choice(EMITTERS), default=None, help="Print the best layout as launch arguments.")
+@knob_options
+def optimize(model: str, gpus_text: str | None, hardware: tuple[str, ...], top: int, objective: str,
+             emit: str | None, as_json: bool, **opts: Any) -> int:
+    """The best layouts per hardware, proven optimal by CP-SAT under the cost model.
+
+    Any knob given is fixed; --max-tp, --min-dp, --max-pp, --tp-within-node, --mem-headroom and
+    --deadline-days are constraints of the solver's model. Exit 0 when every hardware has a
+    layout, 1 when one has none (the reason is printed), 2 on bad input.
+    """
+    if opts["deadline_days"] is not None and opts["tokens"] is None:
+        raise InputError("--deadline-days needs --tokens (how many tokens must be trained by then)")
+    fixed = {d: opts.pop(d) for d in ("tp", "pp", "dp", "cp", "ep")}
+    cons = Constraints(
+        max_tp=opts.pop("max_tp"), min_dp=opts.pop("min_dp"), max_pp=opts.pop("max_pp"),
+        tp_within_node=opts.pop("tp_within_node"), deadline_days=opts.pop("deadline_days"),
+        tokens=opts.pop("tokens"), objective=objective,
+    )
+    model_spec = load_model(model)
+    outcomes: list[report.HardwareOutcome] = []
+    for name, count in _hardware_items(hardware):
+        cluster = load_cluster(name)
+        counts = _gpu_counts(count if count is not None else gpus_text, cluster.gpus_per_node)
+        scenario = _scenario_for(model_spec, cluster, counts[0], opts, fixed)
+        outcomes.append(report.HardwareOutcome(cluster, counts, search(scenario, counts, cons, top)))
+    if emit is not None and not as_json:
+        report.render_emit(model_spec, outcomes, emit, opts["flash_attention"])
+    elif as_json:
+        _emit_json(report.optimize_json(model_spec, outcomes, emit, opts["flash_attention"]))
+    else:
+        report.render_optimize(report.console(), model_spec, outcomes, cons)
+    return EXIT_OK if all(o.result.choices for o in outcomes) else EXIT_INFEASIBLE
 
 
 @cli.group("list")

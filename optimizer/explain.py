@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from cost_models.evaluate import TIME_TERMS, Evaluation
+from cost_models.layout import Layout
 from cost_models.pipeline import bubble_fraction
 from hardware_specs.topology import group_link
+from optimizer.units import fmt_seconds
 
 _TERM_WORDS = {
     "compute": "GEMMs, attention and memory-bound kernels",
@@ -50,3 +52,51 @@ def bottleneck_sentence(ev: Evaluation, i: int) -> str:
         share2 = float(ev.times[second][i]) / float(ev.step_time_s[i])
         sentence += f"; next: {second} {share2:.0%}{link_words(ev, i, second)}"
     return sentence
+
+
+def _knob_words(lay: Layout) -> dict[str, str]:
+    return {
+        "tp": f"TP{lay.tp}", "pp": f"PP{lay.pp}", "dp": f"DP{lay.dp}", "cp": f"CP{lay.cp}", "ep": f"EP{lay.ep}",
+        "virtual_stages": f"VPP{lay.virtual_stages}", "micro_batch": f"micro-batch {lay.micro_batch}",
+        "recompute": f"recompute {lay.recompute}", "zero": f"ZeRO-{lay.zero}",
+        "sequence_parallel": "SP" if lay.sequence_parallel else "no SP", "gpus": f"{lay.gpus} GPUs",
+    }
+
+
+def layout_difference(a: Layout, b: Layout) -> str:
+    """'PP16 vs PP4, micro-batch 1 vs 2': the knobs where layout a differs from layout b."""
+    wa, wb = _knob_words(a), _knob_words(b)
+    return ", ".join(f"{wa[k]} vs {wb[k]}" for k in wa if wa[k] != wb[k])
+
+
+def why_loses(best: Evaluation, b: int, ev: Evaluation, i: int) -> str:
+    """One line: how much slower a runner-up is, which exposed cost grows most, and why."""
+    step, best_step = float(ev.step_time_s[i]), float(best.step_time_s[b])
+    diff = layout_difference(ev.layouts.at(i), best.layouts.at(b))
+    if step <= best_step * (1 + 1e-9):
+        return f"same step time; ranks after on memory or simplicity ({diff})"
+    term = max(TIME_TERMS, key=lambda t: float(ev.times[t][i]) - float(best.times[t][b]))
+    if term == "bubble":
+        detail = (
+            f"bubble fraction {float(bubble_fraction(ev.layouts)[i]):.2f} vs "
+            f"{float(bubble_fraction(best.layouts)[b]):.2f}"
+        )
+    else:
+        detail = f"{term} {fmt_seconds(float(ev.times[term][i]))} vs {fmt_seconds(float(best.times[term][b]))}"
+    return f"+{step / best_step - 1:.1%} step time: {detail} ({diff})"
+
+
+def binding_limits(ev: Evaluation, i: int) -> list[str]:
+    """What holds the best layout back: memory left, TP at the node edge, the bubble."""
+    lay = ev.layouts.at(i)
+    total = float(ev.memory.total[i])
+    out = [
+        f"memory {total / 1e9:.1f} of {ev.usable_bytes / 1e9:.1f} GB usable "
+        f"({(ev.usable_bytes - total) / 1e9:.1f} GB headroom left)"
+    ]
+    if lay.tp == ev.cluster.gpus_per_node:
+        out.append(f"TP{lay.tp} fills the {ev.cluster.gpus_per_node}-GPU node: more TP would cross the network")
+    if lay.pp > 1:
+        share = float(ev.times["bubble"][i]) / float(ev.step_time_s[i])
+        out.append(f"pipeline bubble {float(bubble_fraction(ev.layouts)[i]):.3f} of the work, {share:.1%} of the step")
+    return out

@@ -14,7 +14,7 @@ from cost_models.errors import InputError
 
 DIMENSIONS = ("tp", "pp", "dp", "cp", "ep", "vpp")
 _ALIASES = {"vp": "vpp", "v": "vpp"}
-_COMPONENT = re.compile(r"(vpp|vp|tp|pp|dp|cp|ep|v)\s*=?\s*(\d+)")
+_COMPONENT = re.compile(r"(vpp|vp|tp|pp|dp|cp|ep|v)\s*=?\s*([0-9]+)")
 _SEPARATORS = re.compile(r"[\s/,x*]*")
 MAX_DEGREE = 10_000_000
 
@@ -42,7 +42,8 @@ def parse_plan(text: str, gpus: int) -> Plan:
     for match in _COMPONENT.finditer(lowered):
         _check_gap(text, lowered[pos : match.start()])
         dim = _ALIASES.get(match.group(1), match.group(1))
-        value = int(match.group(2))
+        digits = match.group(2)
+        value = int(digits) if len(digits) <= len(str(MAX_DEGREE)) else MAX_DEGREE + 1
         if dim in found:
             raise InputError(f"plan '{text}' gives {dim.upper()} twice")
         if not 1 <= value <= MAX_DEGREE:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -13,8 +14,13 @@ from cost_models.evaluate import TIME_TERMS, Evaluation
 from cost_models.memory import MEMORY_TERMS
 from cost_models.models import ModelSpec
 from hardware_specs.schema import Cluster
-from optimizer.explain import bottleneck_sentence, dominant_term, link_words
+from cost_models.tco import usd_per_gpu_hour
+from optimizer.advice import Change
+from optimizer.emit import emit
+from optimizer.explain import binding_limits, bottleneck_sentence, dominant_term, link_words, why_loses
 from optimizer.scenario import Choice
+from optimizer.search import Constraints, SearchResult
+from optimizer.units import fmt_seconds, fmt_usd
 
 GB = 1e9
 BAR_WIDTH = 30
@@ -23,18 +29,6 @@ BAR_WIDTH = 30
 def console() -> Console:
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "110"))
     return Console(width=width, highlight=False, soft_wrap=False)
-
-
-def fmt_s(seconds: float) -> str:
-    if seconds >= 3600 * 24:
-        return f"{seconds / 86400:.1f} d"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    if seconds >= 1:
-        return f"{seconds:.2f} s"
-    if seconds >= 1e-3:
-        return f"{seconds * 1e3:.1f} ms"
-    return f"{seconds * 1e6:.0f} us"
 
 
 def layout_words(layout: dict[str, Any]) -> str:
@@ -47,23 +41,89 @@ def layout_words(layout: dict[str, Any]) -> str:
     )
 
 
-def validate_json(choice: Choice, optimum: Choice | None, chosen: list[str]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Assessment:
+    """validate's answer: the plan's best settings, the optimum, the best single change."""
+
+    choice: Choice
+    result: SearchResult
+    optimum: Choice | None
+    change: Change | None
+    chosen: list[str]
+
+
+@dataclass(frozen=True)
+class HardwareOutcome:
+    cluster: Cluster
+    gpu_counts: list[int]
+    result: SearchResult
+
+
+def solver_json(result: SearchResult) -> dict[str, Any]:
+    return {"status": result.status, "wall_s": result.wall_s, "candidates": result.candidates}
+
+
+def layout_json(choice: Choice) -> dict[str, Any]:
+    """The contract's evaluated-layout object plus the bottleneck and cost per step."""
     ev, i = choice.evaluation, choice.index
     obj = ev.to_json(i)
     term, share = dominant_term(ev, i)
-    obj["knobs_chosen"] = chosen
     obj["bottleneck"] = {"term": term, "share": share, "explanation": bottleneck_sentence(ev, i)}
-    if optimum is None:
-        obj["optimum"] = None
-    else:
-        best = optimum.evaluation.to_json(optimum.index)
+    obj["cost_usd_per_step"] = choice.step_time_s * obj["gpus"] * usd_per_gpu_hour(ev.cluster) / 3600.0
+    return obj
+
+
+def validate_json(a: Assessment) -> dict[str, Any]:
+    obj = layout_json(a.choice)
+    obj["knobs_chosen"] = a.chosen
+    # No wall time here: validate's JSON is byte-identical across runs of the same input.
+    obj["solver"] = {"status": a.result.status, "candidates": a.result.candidates}
+    obj["optimum"] = None
+    if a.optimum is not None:
+        best = a.optimum.evaluation.to_json(a.optimum.index)
         obj["optimum"] = {
             "layout": best["layout"],
             "step_time_s": best["step_time_s"],
             "mfu": best["mfu"],
-            "gap": choice.step_time_s / optimum.step_time_s - 1.0 if choice.feasible else None,
+            "gap": a.choice.step_time_s / a.optimum.step_time_s - 1.0 if a.choice.feasible else None,
+        }
+    obj["best_change"] = None
+    if a.change is not None:
+        obj["best_change"] = {
+            "change": a.change.words,
+            "layout": a.change.choice.evaluation.layouts.at(a.change.choice.index).to_json(),
+            "step_time_s": a.change.choice.step_time_s,
+            "gain": a.change.gain,
         }
     return obj
+
+
+def optimize_json(model: ModelSpec, outcomes: list[HardwareOutcome], emit_kind: str | None,
+                  flash_attention: bool) -> dict[str, Any]:
+    results = []
+    for o in outcomes:
+        layouts = [layout_json(c) for c in o.result.choices]
+        entry: dict[str, Any] = {
+            "hardware": o.cluster.name,
+            "gpus": layouts[0]["gpus"] if layouts else o.gpu_counts[0],
+            "solver": solver_json(o.result),
+            "layouts": layouts,
+        }
+        if o.result.reason:
+            entry["reason"] = o.result.reason
+        if o.result.choices:
+            best = o.result.choices[0]
+            entry["explanation"] = {
+                "best": [bottleneck_sentence(best.evaluation, best.index),
+                         *binding_limits(best.evaluation, best.index)],
+                "runners_up": [why_loses(best.evaluation, best.index, c.evaluation, c.index)
+                               for c in o.result.choices[1:]],
+            }
+            if emit_kind:
+                lay = best.evaluation.layouts.at(best.index)
+                entry["launch"] = {emit_kind: emit(emit_kind, model, lay, flash_attention)}
+        results.append(entry)
+    return {"results": results}
 
 
 def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
@@ -92,8 +152,8 @@ def _time_table(out: Console, ev: Evaluation, i: int) -> None:
         if value <= 0:
             continue
         share = value / step
-        table.add_row(term + link_words(ev, i, term), fmt_s(value), f"{share:.1%}", _bar(share, 20))
-    table.add_row("[bold]step[/bold]", f"[bold]{fmt_s(step)}[/bold]", "100%", "")
+        table.add_row(term + link_words(ev, i, term), fmt_seconds(value), f"{share:.1%}", _bar(share, 20))
+    table.add_row("[bold]step[/bold]", f"[bold]{fmt_seconds(step)}[/bold]", "100%", "")
     out.print(table)
     out.print(
         f"  MFU {ev.mfu[i]:.3f}   HFU {ev.hfu[i]:.3f}   {ev.tflops_per_gpu[i]:.0f} TFLOP/s per GPU   "
@@ -126,36 +186,104 @@ def _violations(out: Console, ev: Evaluation, i: int) -> None:
         out.print(f"  - {sentence}")
 
 
-def _gap(out: Console, choice: Choice, optimum: Choice | None, chosen: list[str]) -> None:
-    if chosen:
-        out.print(f"  chosen for this plan: {', '.join(chosen)}")
-    if optimum is None:
-        out.print("  optimum: no layout of these GPUs fits this model")
+def _gap(out: Console, a: Assessment) -> None:
+    if a.chosen:
+        words = layout_words(a.choice.evaluation.layouts.at(a.choice.index).to_json())
+        out.print(f"  solver    chose {', '.join(a.chosen)} ({a.result.status}, {a.result.wall_s:.2f} s): {words}")
+    if a.optimum is None:
+        out.print("  optimum   no layout of these GPUs fits this model")
         return
-    best = optimum.evaluation.to_json(optimum.index)
-    line = f"  optimum   {layout_words(best['layout'])}: {fmt_s(optimum.step_time_s)}, MFU {best['mfu']:.3f}"
-    if choice.feasible:
-        gap = choice.step_time_s / optimum.step_time_s - 1.0
+    best = a.optimum.evaluation.to_json(a.optimum.index)
+    line = f"  optimum   {layout_words(best['layout'])}: {fmt_seconds(a.optimum.step_time_s)}, MFU {best['mfu']:.3f}"
+    if a.choice.feasible:
+        gap = a.choice.step_time_s / a.optimum.step_time_s - 1.0
         line += f" -- this plan is {gap:.1%} slower" if gap > 1e-9 else " -- this plan is optimal"
     out.print(line)
+    if a.change is not None:
+        out.print(f"  best single change  {a.change.words}: {fmt_seconds(a.change.choice.step_time_s)} "
+                  f"({a.change.gain:.1%} faster)")
 
 
-def render_validate(out: Console, choice: Choice, optimum: Choice | None, chosen: list[str]) -> None:
-    ev, i = choice.evaluation, choice.index
+def render_validate(out: Console, a: Assessment) -> None:
+    ev, i = a.choice.evaluation, a.choice.index
     _header(out, ev, i, "validate")
     _time_table(out, ev, i)
     _memory_table(out, ev, i)
     _violations(out, ev, i)
-    _gap(out, choice, optimum, chosen)
+    _gap(out, a)
 
 
-def render_memory(out: Console, choice: Choice, optimum: Choice | None, chosen: list[str]) -> None:
-    ev, i = choice.evaluation, choice.index
+def render_memory(out: Console, a: Assessment) -> None:
+    ev, i = a.choice.evaluation, a.choice.index
     _header(out, ev, i, "memory")
     _memory_table(out, ev, i)
     _violations(out, ev, i)
-    if chosen:
-        out.print(f"  chosen for this plan: {', '.join(chosen)}")
+    if a.chosen:
+        out.print(f"  chosen for this plan: {', '.join(a.chosen)}")
+
+
+def render_optimize(out: Console, model: ModelSpec, outcomes: list[HardwareOutcome], cons: Constraints) -> None:
+    for o in outcomes:
+        _optimize_table(out, model, o, cons)
+    if len(outcomes) > 1:
+        _side_by_side(out, model, outcomes)
+
+
+def _optimize_table(out: Console, model: ModelSpec, o: HardwareOutcome, cons: Constraints) -> None:
+    r = o.result
+    counts = f"{o.gpu_counts[0]}" if len(o.gpu_counts) == 1 else f"{o.gpu_counts[0]}..{o.gpu_counts[-1]}"
+    out.print(
+        f"\n[bold]{model.name} on {counts} x {o.cluster.name}[/bold]: CP-SAT {r.status} in {r.wall_s:.2f} s "
+        f"over {r.candidates:,} candidates (objective: {cons.objective})"
+    )
+    if not r.choices:
+        out.print(f"  [red]no layout[/red]: {r.reason}")
+        return
+    table = Table(show_edge=False)
+    for col in ("#", "layout", "step", "MFU", "tokens/s", "memory", "$/step"):
+        table.add_column(col, justify="left" if col == "layout" else "right")
+    for rank, c in enumerate(r.choices, 1):
+        obj = layout_json(c)
+        mem = obj["memory_bytes"]
+        table.add_row(
+            str(rank), (f"{obj['gpus']} GPUs: " if len(o.gpu_counts) > 1 else "") + layout_words(obj["layout"]),
+            fmt_seconds(obj["step_time_s"]), f"{obj['mfu']:.3f}", f"{obj['tokens_per_s']:,.0f}",
+            f"{mem['total'] / GB:.1f}/{mem['capacity'] / GB:.1f} GB", fmt_usd(obj["cost_usd_per_step"]),
+        )
+    out.print(table)
+    best = r.choices[0]
+    out.print(f"  why #1    {bottleneck_sentence(best.evaluation, best.index)}")
+    for limit in binding_limits(best.evaluation, best.index):
+        out.print(f"  limit     {limit}")
+    for rank, c in enumerate(r.choices[1:], 2):
+        out.print(f"  #{rank:<8} {why_loses(best.evaluation, best.index, c.evaluation, c.index)}")
+
+
+def _side_by_side(out: Console, model: ModelSpec, outcomes: list[HardwareOutcome]) -> None:
+    table = Table(title=f"\n{model.name}: best layout per hardware", title_justify="left")
+    for col in ("hardware", "GPUs", "best layout", "step", "MFU", "tokens/s", "$/step"):
+        table.add_column(col, justify="left" if col in ("hardware", "best layout") else "right")
+    for o in outcomes:
+        if not o.result.choices:
+            table.add_row(o.cluster.name, str(o.gpu_counts[0]), "[red]none fits[/red]", "-", "-", "-", "-")
+            continue
+        obj = layout_json(o.result.choices[0])
+        table.add_row(
+            o.cluster.name, str(obj["gpus"]), layout_words(obj["layout"]), fmt_seconds(obj["step_time_s"]),
+            f"{obj['mfu']:.3f}", f"{obj['tokens_per_s']:,.0f}", fmt_usd(obj["cost_usd_per_step"]),
+        )
+    out.print(table)
+
+
+def render_emit(model: ModelSpec, outcomes: list[HardwareOutcome], kind: str, flash_attention: bool) -> None:
+    for o in outcomes:
+        if len(outcomes) > 1:
+            print(f"# {o.cluster.name}")
+        if not o.result.choices:
+            print(f"# no layout: {o.result.reason}")
+            continue
+        best = o.result.choices[0]
+        print(emit(kind, model, best.evaluation.layouts.at(best.index), flash_attention))
 
 
 def model_json(m: ModelSpec) -> dict[str, Any]:
@@ -169,7 +297,7 @@ def cluster_json(c: Cluster) -> dict[str, Any]:
 def render_models(out: Console, models: list[ModelSpec]) -> None:
     table = Table(title="Model presets")
     for col in ("name", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "mlp"):
-        table.add_column(col, justify="left" if col in ("name", "mlp") else "right")
+        table.add_column(col, justify="left" if col in ("name", "mlp") else "right", no_wrap=col == "name")
     for m in models:
         mlp = m.mlp + (f", {m.num_experts} experts top-{m.experts_top_k}" if m.is_moe else "")
         table.add_row(
@@ -182,7 +310,8 @@ def render_models(out: Console, models: list[ModelSpec]) -> None:
 def render_hardware(out: Console, clusters: list[Cluster]) -> None:
     table = Table(title="Hardware presets (per GPU; links per direction)")
     for col in ("name", "GPU", "BF16 TFLOP/s", "FP8", "memory GB", "HBM TB/s", "node", "intra-node", "network GB/s"):
-        table.add_column(col, justify="left" if col in ("name", "GPU", "intra-node") else "right")
+        table.add_column(col, justify="left" if col in ("name", "GPU", "intra-node") else "right",
+                         no_wrap=col == "name", overflow="fold")
     for c in clusters:
         g = c.gpu
         fp8 = f"{g.peak_fp8_flops / 1e12:.0f}" if g.peak_fp8_flops else "-"

@@ -228,16 +228,17 @@ class _Model:
 
 
 def search(scenario: Scenario, gpu_counts: list[int], cons: Constraints, top: int) -> SearchResult:
-    table = build_table(scenario, gpu_counts, cons)
-    n_total = len(table.layouts)
-    if n_total == 0:
+    return solve(scenario, build_table(scenario, gpu_counts, cons), cons, top)
+
+
+def solve(scenario: Scenario, table: Table, cons: Constraints, top: int) -> SearchResult:
+    if len(table.layouts) == 0:
         return SearchResult("INFEASIBLE", 0.0, table.enumerated, [], _no_fit_reason(scenario, table))
     started = time.perf_counter()
     found = _solve_top(scenario, table, cons, top)
     wall = time.perf_counter() - started
     if not found:
-        reason = _binding_reason(scenario, table, cons)
-        return SearchResult("INFEASIBLE", wall, table.enumerated, [], reason)
+        return SearchResult("INFEASIBLE", wall, table.enumerated, [], _binding_reason(scenario, table, cons))
     picked = table.layouts.take(np.asarray(found, dtype=np.int64))
     ev = evaluate(scenario.model, scenario.cluster, picked, scenario.stack, scenario.mem_headroom)
     return SearchResult("OPTIMAL", wall, table.enumerated, [Choice(ev, i) for i in range(len(found))])

@@ -57,6 +57,13 @@ def _domain(fixed: int | None, options: list[int]) -> list[int]:
     return [fixed] if fixed is not None else options
 
 
+def _domain_sp(fixed: bool | None, tp: int) -> list[bool]:
+    """Sequence parallelism only matters with TP > 1; without TP it is left off."""
+    if fixed is not None:
+        return [fixed]
+    return [True, False] if tp > 1 else [False]
+
+
 def structural_tuples(model: ModelSpec, cluster: Cluster, gpus: int, knobs: Knobs) -> list[tuple[int, ...]]:
     """(tp, pp, dp, cp, ep) combinations with TP*PP*DP*CP = gpus."""
     out: list[tuple[int, ...]] = []
@@ -109,9 +116,9 @@ def candidate_space(
     for tp, pp, dp, cp, ep in structural_tuples(model, cluster, gpus, knobs):
         per_replica = knobs.global_batch // dp if knobs.global_batch % dp == 0 else 0
         mbs = _domain(knobs.micro_batch, [b for b in divisors(per_replica) if b <= max_mb] if per_replica else [1])
-        vs = [v for v in range(1, MAX_VIRTUAL_STAGES + 1) if pp * v <= model.num_layers] if pp > 1 else [1]
-        sps = [knobs.sequence_parallel] if knobs.sequence_parallel is not None else ([True, False] if tp > 1 else [False])
-        for mb, v, rc, z, sp in itertools.product(mbs, _domain(knobs.virtual_stages, vs), recomputes, zeros, sps):
+        vs = [v for v in range(2, MAX_VIRTUAL_STAGES + 1) if pp * v <= model.num_layers] if pp > 1 else []
+        sps = _domain_sp(knobs.sequence_parallel, tp)
+        for mb, v, rc, z, sp in itertools.product(mbs, _domain(knobs.virtual_stages, [1, *vs]), recomputes, zeros, sps):
             if z >= 2 and pp > 1 and knobs.zero is None:
                 continue
             rows.append((tp, pp, dp, cp, ep, mb, v, rc, z, int(sp)))

@@ -1,0 +1,27 @@
+"""Formatting of quantities for people: seconds, bytes, dollars."""
+
+from __future__ import annotations
+
+
+def fmt_seconds(seconds: float) -> str:
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} d"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.0f} us"
+
+
+def fmt_gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB"
+
+
+def fmt_usd(usd: float) -> str:
+    if usd >= 1e6:
+        return f"${usd / 1e6:.2f}M"
+    if usd >= 1e3:
+        return f"${usd / 1e3:.1f}k"
+    return f"${usd:.2f}"
