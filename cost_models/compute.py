@@ -50,7 +50,8 @@ class MicroBatchTimes:
     forward_s: FloatArray
     backward_s: FloatArray
     recompute_s: FloatArray
-    attention_fwd_s: FloatArray  # core attention forward of one layer (CP overlaps with it)
+    attention_fwd_s: FloatArray  # core attention of one layer, forward (CP overlaps with it)
+    attention_bwd_s: FloatArray  # ... and backward
 
 
 def gemm_s(
@@ -162,6 +163,7 @@ def micro_batch_times(
         backward_s=layers * layer_bwd + 2.0 * head,
         recompute_s=np.asarray(layers * layer_recompute),
         attention_fwd_s=attention,
+        attention_bwd_s=attention_bwd,
     )
 
 

@@ -23,8 +23,8 @@ from cost_models.limits import MESSAGES, limit_checks
 from cost_models.memory import MEMORY_TERMS, MemoryBreakdown, layers_per_stage, peak_memory, stage_params
 from cost_models.models import ModelSpec
 from cost_models.pipeline import bubble_s
-from cost_models.stack import Stack
-from cost_models.traffic import dp_exposed_s, micro_batch_comm
+from cost_models.stack import DEFAULT_STACK, Stack
+from cost_models.traffic import dp_exposed_s, micro_batch_comm, overlap_windows
 from hardware_specs.schema import Cluster
 
 TIME_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble")
@@ -89,7 +89,7 @@ def usable_memory_bytes(cluster: Cluster, mem_headroom: float) -> float:
 
 
 def evaluate(
-    model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack = Stack(), mem_headroom: float = 0.0
+    model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack = DEFAULT_STACK, mem_headroom: float = 0.0
 ) -> Evaluation:
     layers = layers_per_stage(model, lay)
     times = micro_batch_times(model, lay, cluster, stack, layers)
@@ -106,7 +106,7 @@ def evaluate(
         "cp_comm": m * comm.cp_s,
         "ep_comm": m * comm.ep_s,
         "pp_comm": m * comm.pp_s,
-        "dp_comm": dp_exposed_s(params, lay, cluster, stack, times),
+        "dp_comm": dp_exposed_s(params, lay, cluster, stack, overlap_windows(slot)),
         "bubble": bubble_s(lay, slot),
     }
     step = np.asarray(np.sum([breakdown[t] for t in TIME_TERMS], axis=0))

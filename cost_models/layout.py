@@ -68,21 +68,33 @@ class Layouts:
 
     @staticmethod
     def of(layouts: list[Layout]) -> Layouts:
-        def column(name: str) -> npt.NDArray[np.generic]:
-            values = [getattr(lay, name) for lay in layouts]
-            if name == "recompute":
-                return np.array([RECOMPUTE_MODES.index(v) for v in values], dtype=np.int64)
-            if name == "precision":
-                return np.array([PRECISIONS.index(v) for v in values], dtype=np.int64)
-            if name == "sequence_parallel":
-                return np.array(values, dtype=np.bool_)
-            return np.array(values, dtype=np.int64)
+        def ints(name: str) -> IntArray:
+            return np.array([getattr(lay, name) for lay in layouts], dtype=np.int64)
 
-        return Layouts(**{f.name: column(f.name) for f in fields(Layouts)})
+        return Layouts(
+            tp=ints("tp"),
+            pp=ints("pp"),
+            dp=ints("dp"),
+            cp=ints("cp"),
+            ep=ints("ep"),
+            micro_batch=ints("micro_batch"),
+            global_batch=ints("global_batch"),
+            seq_len=ints("seq_len"),
+            virtual_stages=ints("virtual_stages"),
+            recompute=np.array([RECOMPUTE_MODES.index(lay.recompute) for lay in layouts], dtype=np.int64),
+            zero=ints("zero"),
+            sequence_parallel=np.array([lay.sequence_parallel for lay in layouts], dtype=np.bool_),
+            precision=np.array([PRECISIONS.index(lay.precision) for lay in layouts], dtype=np.int64),
+        )
 
     @staticmethod
     def empty() -> Layouts:
-        return Layouts(**{f.name: np.zeros(0, dtype=np.bool_ if f.name == "sequence_parallel" else np.int64) for f in fields(Layouts)})
+        return Layouts(
+            **{
+                f.name: np.zeros(0, dtype=np.bool_ if f.name == "sequence_parallel" else np.int64)
+                for f in fields(Layouts)
+            }
+        )
 
     def __len__(self) -> int:
         return int(self.tp.shape[0])

@@ -3,9 +3,10 @@
 Divisibility rules are Megatron-LM's (`megatron/training/arguments.py`, `parallel_state.py`):
 TP divides the attention heads and the KV groups; every pipeline chunk (PP x virtual stages of
 them) holds at least one layer -- uneven splits are allowed, see `memory.layers_per_stage` --
-and the interleaved schedule needs the micro-batch count to be a multiple of PP; the global batch is DP x micro-batch x an integer; context parallelism splits the sequence
-into 2*CP chunks for load balance under the causal mask; EP divides the experts and the DP x CP
-ranks it is carved from. TP is kept inside one server: its per-layer collectives sit on the
+and the interleaved schedule needs the micro-batch count to be a multiple of PP; the global
+batch is DP x micro-batch x an integer; context parallelism splits the sequence into 2*CP
+chunks for load balance under the causal mask; EP divides the experts and the DP x CP ranks it
+is carved from. TP is kept inside one server: its per-layer collectives sit on the
 critical path and would otherwise cross the network. FP8 needs FP8 tensor cores. ZeRO-2 or 3 with
 pipeline parallelism is supported by neither Megatron-LM nor DeepSpeed (ZeRO-2 and 3
 reduce gradients every micro-batch, which DeepSpeed's pipeline engine forbids; Megatron-LM's

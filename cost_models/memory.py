@@ -126,7 +126,7 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     mlp_inner = (6.0 if model.mlp == "gated" else 4.0) * f
     if model.is_moe:
         mlp_inner = model.experts_top_k * (mlp_inner + 2.0 * h)
-    split = 4.0 * model.q_dim + 4.0 * model.kv_dim + mlp_inner
+    split: float | FloatArray = 4.0 * model.q_dim + 4.0 * model.kv_dim + mlp_inner
     if not stack.flash_attention:
         scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout)
         split = split + np.where(lay.recompute >= RECOMPUTE_SELECTIVE, 0.0, scores)

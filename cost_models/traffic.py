@@ -79,12 +79,12 @@ def tp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArr
     return np.asarray(2.0 * (_forward_passes(lay) + 1.0) * one)
 
 
-def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, attention_fwd_s: FloatArray) -> FloatArray:
+def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, times: MicroBatchTimes) -> FloatArray:
     bw, lat = links(cluster, lay.cp, lay.tp)
     chunk = 2.0 * _tokens(lay) * model.kv_dim / lay.tp * ACTIVATION_BYTES
     steps = lay.cp - 1.0
-    forward = np.maximum(steps * p2p_s(chunk, bw, lat) - attention_fwd_s, 0.0)
-    backward = np.maximum(steps * p2p_s(2.0 * chunk, bw, lat) - 2.5 * attention_fwd_s, 0.0)
+    forward = np.maximum(steps * p2p_s(chunk, bw, lat) - times.attention_fwd_s, 0.0)
+    backward = np.maximum(steps * p2p_s(2.0 * chunk, bw, lat) - times.attention_bwd_s, 0.0)
     return np.asarray(np.where(lay.cp > 1, _forward_passes(lay) * forward + backward, 0.0))
 
 
@@ -108,38 +108,62 @@ def micro_batch_comm(
 ) -> MicroBatchComm:
     return MicroBatchComm(
         tp_s=layers * tp_per_layer_s(model, lay, cluster),
-        cp_s=layers * cp_per_layer_s(model, lay, cluster, times.attention_fwd_s),
+        cp_s=layers * cp_per_layer_s(model, lay, cluster, times),
         ep_s=layers * ep_per_layer_s(model, lay, cluster),
         pp_s=pp_per_micro_batch_s(model, lay, cluster),
     )
 
 
+def overlap_windows(slot_s: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Wall time of one micro-batch's forward and backward on a stage.
+
+    The slot (compute plus exposed TP/CP/EP/PP communication of one micro-batch) splits 1:2
+    between forward and backward, as their FLOPs do (Narayanan et al. 2021, Sec 5.1). A fixed
+    split of the whole slot keeps the step monotone: a faster GPU that only moves time from
+    compute to exposed communication does not shrink the window data-parallel traffic hides in.
+    """
+    return np.asarray(slot_s / 3.0), np.asarray(2.0 * slot_s / 3.0)
+
+
 def dp_exposed_s(
-    params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack, times: MicroBatchTimes
+    params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack, windows: tuple[FloatArray, FloatArray]
 ) -> FloatArray:
-    """Exposed data-parallel time per step for the dense and the expert weights."""
-    overlap = cluster.efficiency.dp_overlap
+    """Exposed data-parallel time per step, dense and expert weights together.
+
+    Each collective hides under one window (see `overlap_windows`), used once: the gradient
+    reduction under a micro-batch's backward, the weight gather under a forward (ZeRO-3 gathers
+    again for the backward, in the backward's window). A window is wall time, so a faster GPU
+    that only shifts time from compute to exposed communication does not shrink it.
+    """
+    overlap = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
     m = np.maximum(lay.num_micro_batches, 1.0)
     dense_n = (lay.dp * lay.cp).astype(np.float64)
     expert_n = np.maximum(dense_n / lay.ep, 1.0)
-    dense_link = links(cluster, dense_n.astype(np.int64), lay.tp)
-    expert_link = links(cluster, expert_n.astype(np.int64), lay.tp * lay.cp * lay.ep)
-    total = np.zeros(len(lay))
-    for count, n, (bw, lat) in ((params.dense, dense_n, dense_link), (params.expert, expert_n, expert_link)):
-        grads = count * stack.grad_bytes
-        weights = count * PARAM_BYTES
-        all_reduce = all_reduce_s(grads, n, bw, lat)
-        scatter = reduce_scatter_s(grads, n, bw, lat)
-        gather = all_gather_s(weights, n, bw, lat)
-        hide_bwd = overlap * times.backward_s
-        hide_fwd = overlap * times.forward_s
-        once = np.where(
-            lay.zero == 0,
-            np.maximum(all_reduce - hide_bwd, 0.0),
-            np.maximum(scatter - hide_bwd, 0.0) + np.maximum(gather - hide_fwd, 0.0),
+    groups = (
+        (params.dense, dense_n, links(cluster, dense_n.astype(np.int64), lay.tp)),
+        (params.expert, expert_n, links(cluster, expert_n.astype(np.int64), lay.tp * lay.cp * lay.ep)),
+    )
+    all_reduce = np.zeros(len(lay))
+    scatter = np.zeros(len(lay))
+    gather = np.zeros(len(lay))
+    for count, n, (bw, lat) in groups:
+        all_reduce = all_reduce + all_reduce_s(count * stack.grad_bytes, n, bw, lat)
+        scatter = scatter + reduce_scatter_s(count * stack.grad_bytes, n, bw, lat)
+        gather = gather + all_gather_s(count * PARAM_BYTES, n, bw, lat)
+    fwd = overlap * windows[0]
+    bwd = overlap * windows[1]
+
+    def exposed(comm: FloatArray, window: FloatArray) -> FloatArray:
+        return np.asarray(np.maximum(comm - window, 0.0))
+
+    return np.asarray(
+        np.select(
+            [lay.zero == 0, lay.zero == 1, lay.zero == 2],
+            [
+                exposed(all_reduce, bwd),
+                exposed(scatter, bwd) + exposed(gather, fwd),
+                m * exposed(scatter, bwd) + exposed(gather, fwd),
+            ],
+            default=m * exposed(gather, fwd) + m * exposed(gather + scatter, bwd),
         )
-        per_micro = m * np.maximum(scatter - hide_bwd, 0.0) + np.where(
-            lay.zero >= 3, 2.0 * m * np.maximum(gather - hide_fwd, 0.0), np.maximum(gather - hide_fwd, 0.0)
-        )
-        total = total + np.where(lay.zero >= 2, per_micro, once)
-    return np.asarray(np.where(dense_n > 1, total, 0.0))
+    )

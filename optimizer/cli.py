@@ -10,6 +10,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -18,10 +19,12 @@ from rich.console import Console
 from cost_models.errors import InputError
 from cost_models.models import ModelSpec, load_model, model_preset_names
 from cost_models.stack import Stack
+from hardware_specs.dump import cluster_to_toml
 from hardware_specs.loader import SpecError, load_cluster, preset_names
 from hardware_specs.schema import Cluster
 from optimizer import report
 from optimizer.advice import best_single_change
+from optimizer.calibrate import PARAMETERS, calibrated_cluster, fit, load_runs, parse_fit_names
 from optimizer.emit import EMITTERS
 from optimizer.plan import parse_plan
 from optimizer.scenario import LAYOUT_KNOBS, Scenario, best_or_closest
@@ -57,6 +60,8 @@ def knob_options(func: F) -> F:
                      help="Fraction of GPU memory to keep free."),
         click.option("--main-grads", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
                      help="Gradient buffer: fp32 (Megatron-LM) or bf16 (DeepSpeed)."),
+        click.option("--dp-overlap/--no-dp-overlap", default=True, show_default=True,
+                     help="Overlap data-parallel reduction/gathers with compute (Megatron-Core, DeepSpeed)."),
         click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                      help="Fused attention (no s x s score matrix in memory)."),
         click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout."),
@@ -92,8 +97,17 @@ def _scenario_for(
         model=model,
         cluster=cluster,
         gpus=gpus,
-        knobs=replace(_knobs(opts), **fixed),
-        stack=Stack(flash_attention=opts["flash_attention"], main_grads=opts["main_grads"]),
+        knobs=replace(
+            _knobs(opts),
+            tp=fixed.get("tp"),
+            pp=fixed.get("pp"),
+            dp=fixed.get("dp"),
+            cp=fixed.get("cp"),
+            ep=fixed.get("ep"),
+        ),
+        stack=Stack(
+            flash_attention=opts["flash_attention"], dp_overlap=opts["dp_overlap"], main_grads=opts["main_grads"]
+        ),
         mem_headroom=opts["mem_headroom"],
     )
 
@@ -235,6 +249,40 @@ def optimize(model: str, gpus_text: str | None, hardware: tuple[str, ...], top: 
     else:
         report.render_optimize(report.console(), model_spec, outcomes, cons)
     return EXIT_OK if all(o.result.choices for o in outcomes) else EXIT_INFEASIBLE
+
+
+@cli.command("calibrate")
+@click.option("--hardware", required=True, help="Hardware preset or TOML to start from.")
+@click.option("--runs", "runs_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="CSV of measured runs: model,gpus,plan,global_batch,seq_len,step_time_s [+ knob columns].")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the calibrated hardware TOML.")
+@click.option("--fit", "fit_names", default=None,
+              help=f"Comma-separated constants to fit [default: all of {', '.join(PARAMETERS)}].")
+@click.option("--name", default=None, help="Name of the calibrated preset [default: <hardware>-calibrated].")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def calibrate(hardware: str, runs_path: Path, out_path: Path, fit_names: str | None, name: str | None,
+              as_json: bool) -> int:
+    """Fit the hardware's efficiency constants to measured runs; write a TOML --hardware accepts.
+
+    Bounded least squares on the log of predicted/measured step time. Prints the error before and
+    after. Refuses (exit 2) a CSV with missing columns, unknown models, or fewer runs than constants.
+    """
+    cluster = load_cluster(hardware)
+    names = parse_fit_names(fit_names)
+    runs = load_runs(runs_path)
+    result = fit(runs, cluster, names)
+    calibrated = calibrated_cluster(result.cluster, runs_path.name, len(runs), name)
+    try:
+        out_path.write_text(cluster_to_toml(calibrated, f"paraplan calibrate --hardware {hardware} --runs {runs_path.name}"))
+    except OSError as exc:
+        raise InputError(f"cannot write --out '{out_path}': {exc.strerror or exc}") from None
+    obj = report.calibrate_json(runs, result, names, out_path)
+    if as_json:
+        _emit_json(obj)
+    else:
+        report.render_calibrate(report.console(), obj)
+    return EXIT_OK
 
 
 @cli.group("list")

@@ -61,7 +61,7 @@ def megatron_args(model: ModelSpec, lay: Layout, flash_attention: bool = True) -
     args += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format hybrid"]}[lay.precision]
     comments = [a for a in args if a.startswith("#")]
     flags = [a for a in args if not a.startswith("#")]
-    return "\n".join(comments + [" \\\n".join(flags)])
+    return "\n".join([*comments, " \\\n".join(flags)])
 
 
 def deepspeed_config(model: ModelSpec, lay: Layout) -> str:

@@ -5,17 +5,21 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+import numpy as np
+
 from cost_models.evaluate import TIME_TERMS, Evaluation
 from cost_models.memory import MEMORY_TERMS
 from cost_models.models import ModelSpec
-from hardware_specs.schema import Cluster
 from cost_models.tco import usd_per_gpu_hour
+from hardware_specs.schema import Cluster
 from optimizer.advice import Change
+from optimizer.calibrate import Fit, Run, relative_errors
 from optimizer.emit import emit
 from optimizer.explain import binding_limits, bottleneck_sentence, dominant_term, link_words, why_loses
 from optimizer.scenario import Choice
@@ -32,7 +36,10 @@ def console() -> Console:
 
 
 def layout_words(layout: dict[str, Any]) -> str:
-    dims = "/".join(f"{d.upper()}{layout[d]}" for d in ("tp", "pp", "dp", "cp", "ep") if d in ("tp", "pp", "dp") or layout[d] > 1)
+    # TP, PP and DP always; CP and EP only when used.
+    dims = "/".join(
+        f"{d.upper()}{layout[d]}" for d in ("tp", "pp", "dp", "cp", "ep") if d in ("tp", "pp", "dp") or layout[d] > 1
+    )
     sp = "SP" if layout["sequence_parallel"] else "no SP"
     vpp = f", VPP{layout['virtual_stages']}" if layout["virtual_stages"] > 1 else ""
     return (
@@ -69,7 +76,8 @@ def layout_json(choice: Choice) -> dict[str, Any]:
     obj = ev.to_json(i)
     term, share = dominant_term(ev, i)
     obj["bottleneck"] = {"term": term, "share": share, "explanation": bottleneck_sentence(ev, i)}
-    obj["cost_usd_per_step"] = choice.step_time_s * obj["gpus"] * usd_per_gpu_hour(ev.cluster) / 3600.0
+    gpus = ev.layouts.at(i).gpus
+    obj["cost_usd_per_step"] = choice.step_time_s * gpus * usd_per_gpu_hour(ev.cluster) / 3600.0
     return obj
 
 
@@ -133,7 +141,8 @@ def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 def _header(out: Console, ev: Evaluation, i: int, title: str) -> None:
     lay = ev.layouts.at(i)
-    out.print(f"[bold]{title}[/bold]: {ev.model.name} on {lay.gpus} x {ev.cluster.name} ({ev.cluster.description.split('.')[0]})")
+    summary = ev.cluster.description.split(".")[0]
+    out.print(f"[bold]{title}[/bold]: {ev.model.name} on {lay.gpus} x {ev.cluster.name} ({summary})")
     out.print(f"  layout    {layout_words(lay.to_json())}")
     out.print(f"  batch     {lay.global_batch} sequences x {lay.seq_len} tokens per step")
     status = "[green]FEASIBLE[/green]" if ev.feasible[i] else "[red]INFEASIBLE[/red]"
@@ -173,7 +182,9 @@ def _memory_table(out: Console, ev: Evaluation, i: int) -> None:
         value = float(getattr(ev.memory, term)[i])
         table.add_row(term, f"{value / GB:.1f}", f"{value / capacity:.0%}", _bar(value / capacity))
     total = float(ev.memory.total[i])
-    table.add_row("[bold]total[/bold]", f"[bold]{total / GB:.1f}[/bold]", f"{total / capacity:.0%}", _bar(total / capacity))
+    table.add_row(
+        "[bold]total[/bold]", f"[bold]{total / GB:.1f}[/bold]", f"{total / capacity:.0%}", _bar(total / capacity)
+    )
     out.print(table)
 
 
@@ -193,8 +204,9 @@ def _gap(out: Console, a: Assessment) -> None:
     if a.optimum is None:
         out.print("  optimum   no layout of these GPUs fits this model")
         return
-    best = a.optimum.evaluation.to_json(a.optimum.index)
-    line = f"  optimum   {layout_words(best['layout'])}: {fmt_seconds(a.optimum.step_time_s)}, MFU {best['mfu']:.3f}"
+    best, j = a.optimum.evaluation, a.optimum.index
+    words = layout_words(best.layouts.at(j).to_json())
+    line = f"  optimum   {words}: {fmt_seconds(a.optimum.step_time_s)}, MFU {float(best.mfu[j]):.3f}"
     if a.choice.feasible:
         gap = a.choice.step_time_s / a.optimum.step_time_s - 1.0
         line += f" -- this plan is {gap:.1%} slower" if gap > 1e-9 else " -- this plan is optimal"
@@ -318,6 +330,41 @@ def render_hardware(out: Console, clusters: list[Cluster]) -> None:
         intra = f"{c.intra_node.kind} {c.intra_node.link.bw_bytes_per_s / 1e9:.0f} GB/s"
         table.add_row(
             c.name, g.name, f"{g.peak_bf16_flops / 1e12:.0f}", fp8, f"{g.memory_bytes / GB:.1f}",
-            f"{g.mem_bw_bytes_per_s / 1e12:.2f}", str(c.gpus_per_node), intra, f"{c.inter_node.bw_bytes_per_s / 1e9:.1f}",
+            f"{g.mem_bw_bytes_per_s / 1e12:.2f}", str(c.gpus_per_node), intra,
+            f"{c.inter_node.bw_bytes_per_s / 1e9:.1f}",
         )
     out.print(table)
+
+
+def calibrate_json(runs: list[Run], result: Fit, names: list[str], out_path: Path) -> dict[str, Any]:
+    before = relative_errors(result.before_s, result.measured_s)
+    after = relative_errors(result.after_s, result.measured_s)
+    return {
+        "hardware": result.cluster.name,
+        "out": str(out_path),
+        "fitted": names,
+        "constants": result.values,
+        "runs": [
+            {"run": r.label, "measured_s": float(m), "before_s": float(b), "after_s": float(a)}
+            for r, m, b, a in zip(runs, result.measured_s, result.before_s, result.after_s, strict=True)
+        ],
+        "mape_before": float(np.mean(np.abs(before))),
+        "mape_after": float(np.mean(np.abs(after))),
+        "worst_before": float(np.max(np.abs(before))),
+        "worst_after": float(np.max(np.abs(after))),
+    }
+
+
+def render_calibrate(out: Console, obj: dict[str, Any]) -> None:
+    table = Table(title=f"calibrate {obj['hardware']}: step time per run", title_justify="left")
+    for col in ("run", "measured", "before", "error", "after", "error"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for r in obj["runs"]:
+        m = r["measured_s"]
+        table.add_row(r["run"], fmt_seconds(m), fmt_seconds(r["before_s"]), f"{r['before_s'] / m - 1:+.1%}",
+                      fmt_seconds(r["after_s"]), f"{r['after_s'] / m - 1:+.1%}")
+    out.print(table)
+    out.print(f"  MAPE {obj['mape_before']:.1%} -> {obj['mape_after']:.1%}; "
+              f"worst {obj['worst_before']:.1%} -> {obj['worst_after']:.1%}")
+    out.print("  constants: " + ", ".join(f"{k} {v:.3g}" for k, v in obj["constants"].items()))
+    out.print(f"  wrote {obj['out']} (use it as --hardware {obj['out']})")

@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 from cost_models.evaluate import Evaluation, evaluate
 from cost_models.models import ModelSpec
-from cost_models.stack import Stack
+from cost_models.stack import DEFAULT_STACK, Stack
 from hardware_specs.schema import Cluster
 from optimizer.plan import Plan
 from optimizer.rank import closest, ranked
@@ -21,7 +21,7 @@ class Scenario:
     cluster: Cluster
     gpus: int
     knobs: Knobs
-    stack: Stack = Stack()
+    stack: Stack = DEFAULT_STACK
     mem_headroom: float = 0.0
 
     def with_plan(self, plan: Plan) -> Scenario:

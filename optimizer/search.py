@@ -13,10 +13,11 @@ the global batch, memory within capacity less headroom) and every user constrain
 Objective: minimize i.
 
 Top-k. Over the first n candidates CP-SAT enumerates every index that satisfies the model (a
-complete search, so none is missed); the k smallest are the exact k best, in order. Because the candidates are sorted, a model over the first n
-of them already decides the top-k whenever it finds k answers there: any candidate beyond n
-ranks lower. The search starts with n = 4k and quadruples n only when the constraints leave
-fewer than k answers in the prefix, so tight constraints cost more solves, loose ones few.
+complete search, so none is missed); the k smallest are the exact k best, in order. Because the
+candidates are sorted, a model over the first n of them already decides the top-k whenever it
+finds k answers there: any candidate beyond n ranks lower. The search starts with n = 4k and
+quadruples n only when the constraints leave fewer than k answers in the prefix, so tight
+constraints cost more solves, loose ones few.
 
 The structural rules that `optimizer.space` uses to enumerate (TP within a node and dividing
 the heads, CP splitting the sequence, EP dividing the experts) are stated again as constraints;
@@ -63,7 +64,8 @@ class Constraints:
         for f in fields(self):
             value = getattr(self, f.name)
             if value not in (None, False) and f.name != "objective":
-                out.append(f"--{f.name.replace('_', '-')} {value}" if value is not True else f"--{f.name.replace('_', '-')}")
+                flag = f"--{f.name.replace('_', '-')}"
+                out.append(flag if value is True else f"{flag} {value}")
         return out
 
 
@@ -122,7 +124,7 @@ def build_table(scenario: Scenario, gpu_counts: list[int], cons: Constraints) ->
             continue
         ev = evaluate(scenario.model, scenario.cluster, space, scenario.stack, 0.0)
         keep = np.ones(len(space), dtype=bool)
-        for name, mask in ev.checks.items():
+        for mask in ev.checks.values():
             keep &= ~mask
         if not keep.any():
             closest_choice = _closer(closest_choice, ev)
@@ -162,7 +164,7 @@ class _Model:
     def __init__(self, scenario: Scenario, table: Table, n: int, cons: Constraints, skip: str | None = None):
         self.model = cp_model.CpModel()
         m = self.model
-        self.index = m.NewIntVar(0, n - 1, "candidate")
+        self.index = m.new_int_var(0, n - 1, "candidate")
         lay = table.layouts
         self.bounds: dict[str, tuple[int, int]] = {}
         self.var: dict[str, cp_model.IntVar] = {}
@@ -181,8 +183,8 @@ class _Model:
 
     def _column(self, name: str, values: npt.NDArray[np.int64]) -> cp_model.IntVar:
         as_list = [int(v) for v in values]
-        var = self.model.NewIntVarFromDomain(cp_model.Domain.FromValues(sorted(set(as_list))), name)
-        self.model.AddElement(self.index, as_list, var)
+        var = self.model.new_int_var_from_domain(cp_model.Domain.from_values(sorted(set(as_list))), name)
+        self.model.add_element(self.index, as_list, var)
         self.bounds[name] = (min(as_list), max(as_list))
         return var
 
@@ -190,41 +192,41 @@ class _Model:
         """A new variable for the product of two positive ones."""
         lo = self.bounds[a][0] * self.bounds[b][0]
         hi = self.bounds[a][1] * self.bounds[b][1]
-        out = self.model.NewIntVar(lo, hi, name)
-        self.model.AddMultiplicationEquality(out, [self.var[a], self.var[b]])
+        out = self.model.new_int_var(lo, hi, name)
+        self.model.add_multiplication_equality(out, [self.var[a], self.var[b]])
         self.var[name], self.bounds[name] = out, (lo, hi)
         return out
 
     def _within(self, name: str, values: list[int]) -> None:
-        self.model.AddLinearExpressionInDomain(self.var[name], cp_model.Domain.FromValues(values))
+        self.model.add_linear_expression_in_domain(self.var[name], cp_model.Domain.from_values(values))
 
     def _structure(self, sc: Scenario) -> None:
         m, v = self.model, self.var
         self._product("tp_pp", "tp", "pp")
         self._product("tp_pp_dp", "tp_pp", "dp")
-        m.AddMultiplicationEquality(v["gpus"], [v["tp_pp_dp"], v["cp"]])
+        m.add_multiplication_equality(v["gpus"], [v["tp_pp_dp"], v["cp"]])
         heads = math.gcd(sc.model.num_heads, sc.model.num_kv_heads)
         self._within("tp", [d for d in divisors(heads) if sc.cluster.gpus_per_node % d == 0])
         self._within("ep", divisors(sc.model.num_experts))
-        m.Add(self._product("pp_vpp", "pp", "virtual_stages") <= sc.model.num_layers)
+        m.add(self._product("pp_vpp", "pp", "virtual_stages") <= sc.model.num_layers)
         self._product("dp_mb", "dp", "micro_batch")
         self._within("dp_mb", divisors(sc.knobs.global_batch))
 
     def _user(self, sc: Scenario, cons: Constraints, skip: str | None) -> None:
         m, v = self.model, self.var
         if skip != "mem_headroom":
-            m.Add(v["memory"] <= int(usable_memory_bytes(sc.cluster, sc.mem_headroom)))
+            m.add(v["memory"] <= int(usable_memory_bytes(sc.cluster, sc.mem_headroom)))
         if cons.max_tp is not None and skip != "max_tp":
-            m.Add(v["tp"] <= cons.max_tp)
+            m.add(v["tp"] <= cons.max_tp)
         if cons.min_dp is not None and skip != "min_dp":
-            m.Add(v["dp"] >= cons.min_dp)
+            m.add(v["dp"] >= cons.min_dp)
         if cons.max_pp is not None and skip != "max_pp":
-            m.Add(v["pp"] <= cons.max_pp)
+            m.add(v["pp"] <= cons.max_pp)
         if cons.tp_within_node and skip != "tp_within_node":
-            m.Add(v["tp"] <= sc.cluster.gpus_per_node)
-            m.AddModuloEquality(0, sc.cluster.gpus_per_node, v["tp"])
+            m.add(v["tp"] <= sc.cluster.gpus_per_node)
+            m.add_modulo_equality(0, sc.cluster.gpus_per_node, v["tp"])
         if cons.deadline_days is not None and cons.tokens and skip != "deadline_days":
-            m.Add(v["train_ms"] <= math.floor(cons.deadline_days * 86400 * MS))
+            m.add(v["train_ms"] <= math.floor(cons.deadline_days * 86400 * MS))
 
 
 def search(scenario: Scenario, gpu_counts: list[int], cons: Constraints, top: int) -> SearchResult:
@@ -251,7 +253,7 @@ class _Collector(cp_model.CpSolverSolutionCallback):
         self.found: list[int] = []
 
     def on_solution_callback(self) -> None:
-        self.found.append(int(self.Value(self.index)))
+        self.found.append(int(self.value(self.index)))
 
 
 def _solve_top(scenario: Scenario, table: Table, cons: Constraints, top: int, skip: str | None = None) -> list[int]:
@@ -269,9 +271,9 @@ def _solve_top(scenario: Scenario, table: Table, cons: Constraints, top: int, sk
         solver.parameters.num_workers = 1
         solver.parameters.enumerate_all_solutions = True
         collector = _Collector(built.index)
-        status = solver.Solve(built.model, collector)
+        status = solver.solve(built.model, collector)
         if status not in (cp_model.OPTIMAL, cp_model.INFEASIBLE):
-            raise RuntimeError(f"CP-SAT stopped with status {solver.StatusName(status)}")
+            raise RuntimeError(f"CP-SAT stopped with status {solver.status_name(status)}")
         found = sorted(set(collector.found))
         if len(found) >= top or n >= n_total:
             return found[:top]

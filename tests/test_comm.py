@@ -219,3 +219,57 @@ def test_dp_traffic_hidden_by_backward(a100: Cluster) -> None:
     params = stage_params(model, lay, True, True)
     long = MicroBatchTimes(np.ones(1), np.full(1, 100.0), np.zeros(1), np.zeros(1))
     assert _f(dp_exposed_s(params, lay, a100, Stack(), long)) == 0.0
+
+
+def _times(fwd: float, bwd: float) -> MicroBatchTimes:
+    return MicroBatchTimes(np.full(1, fwd), np.full(1, bwd), np.zeros(1), np.zeros(1))
+
+
+def test_dp_buckets_share_one_backward_window(a100: Cluster) -> None:
+    # llama2-7b TP8 x DP2 (two nodes), ZeRO-0. The local weights split into a "dense" bucket
+    # (attention, norms, embedding, head) and the MLP ("expert") bucket:
+    #   dense  32*(4*4096^2/8 + 2*4096) + 2*32000*4096/8 + 4096 = 301,469,696
+    #   MLP    32*3*4096*11008/8                               = 541,065,216
+    # Both all-reduce fp32 grads over the same 2-rank InfiniBand ring (2 alpha + B/beta each):
+    #   0.0567572 + 0.1018582 = 0.1586154 s of wire time in one backward pass.
+    # With a backward of 0.125 s and dp_overlap 0.8, at most 0.1 s hides: >= 0.0586154 exposed.
+    model = load_model("llama2-7b")
+    lay = one(tp=8, dp=2, micro_batch=1, global_batch=2, zero=0)
+    params = stage_params(model, lay, True, True)
+    dense, mlp = 301_469_696, 541_065_216
+    assert (float(params.dense[0]), float(params.expert[0])) == (dense, mlp)
+    wire = (2 * IB_LAT + 4 * dense / IB_BW) + (2 * IB_LAT + 4 * mlp / IB_BW)
+    assert _f(dp_exposed_s(params, lay, a100, Stack(), _no_compute())) == pytest.approx(wire, rel=1e-12)
+    exposed = _f(dp_exposed_s(params, lay, a100, Stack(), _times(0.0625, 0.125)))
+    assert exposed >= wire - 0.8 * 0.125 - 1e-12, f"{exposed} s exposed of {wire} s wire time"
+
+
+def test_zero3_backward_gathers_are_not_hidden_by_the_forward(a100: Cluster) -> None:
+    # ZeRO-3, m = 4 micro-batches, each: gather all weights (forward), gather again (backward),
+    # reduce-scatter the grads (backward). With a zero-length backward pass nothing can hide the
+    # backward's gathers and scatters: exposed >= m * (RS + AG), whatever the forward lasts.
+    #   RS = sum over the two buckets of alpha + (1/2) * 4 * P / beta
+    #   AG = sum over the two buckets of alpha + (1/2) * 2 * P / beta,  P = 842,534,912 in total
+    model = load_model("llama2-7b")
+    lay = one(tp=8, dp=2, micro_batch=1, global_batch=8, zero=3)
+    params = stage_params(model, lay, True, True)
+    p = 842_534_912
+    rs = 2 * IB_LAT + 4 * p / 2 / IB_BW
+    ag = 2 * IB_LAT + 2 * p / 2 / IB_BW
+    exposed = _f(dp_exposed_s(params, lay, a100, Stack(), _times(10.0, 0.0)))
+    assert exposed >= 4 * (rs + ag) * (1 - 1e-12), f"{exposed} s exposed, backward needs {4 * (rs + ag)} s"
+
+
+@pytest.mark.parametrize(("dp", "cp"), [(8, 1), (4, 2), (2, 4)])
+def test_mlp_gradients_reduce_over_the_dp_cp_group(a100: Cluster, dp: int, cp: int) -> None:
+    # llama2-7b on one DGX A100 (8 GPUs, one NVSwitch node), TP1, DP x CP = 8, ZeRO-0, nothing
+    # hidden. Every weight, the MLP's included, is replicated over the same 8 DP x CP ranks
+    # 0..7, so both buckets all-reduce over NVSwitch whatever the DP/CP split:
+    #   2 buckets x 14 alpha + (14/8) * 4 N / beta = 8.4e-5 + 0.1965372 = 0.1966212 s
+    # No byte of this job can cross the network.
+    model = load_model("llama2-7b")
+    lay = one(dp=dp, cp=cp, micro_batch=1, global_batch=64, seq_len=4096, zero=0)
+    params = stage_params(model, lay, True, True)
+    expected = 2 * 14 * NVLINK_LAT + 14 / 8 * 4 * 6_738_415_616 / NVLINK_BW
+    got = _f(dp_exposed_s(params, lay, a100, Stack(), _no_compute()))
+    assert got == pytest.approx(expected, rel=1e-12)

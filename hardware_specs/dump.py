@@ -1,0 +1,45 @@
+"""Write a `Cluster` back as a preset TOML that `load_cluster` reads (the calibrate output).
+
+A minimal TOML writer for the schema's value types (str, bool, int, float, tuples of str and
+nested tables); the standard library reads TOML but does not write it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from hardware_specs.schema import Cluster
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"cannot write non-finite number {v} to TOML")
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[\n" + "".join(f"    {_value(x)},\n" for x in v) + "]"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def _table(out: list[str], prefix: str, data: dict[str, Any]) -> None:
+    scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and v is not None}
+    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    if prefix:
+        out.append(f"\n[{prefix}]")
+    out.extend(f"{k} = {_value(v)}" for k, v in scalars.items())
+    for key, sub in tables.items():
+        _table(out, f"{prefix}.{key}" if prefix else key, sub)
+
+
+def cluster_to_toml(cluster: Cluster, header: str = "") -> str:
+    out = [f"# {line}" for line in header.splitlines()]
+    _table(out, "", cluster.model_dump(mode="python"))
+    return "\n".join(out) + "\n"
