@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.evaluate import evaluate, usable_memory_bytes
+from cost_models.evaluate import Evaluation, evaluate, usable_memory_bytes
+from cost_models.layout import RECOMPUTE_MODES
 from optimizer.plan import Plan
 from optimizer.scenario import Choice, Scenario
 from optimizer.search import Table
@@ -51,3 +52,35 @@ def best_single_change(scenario: Scenario, free_table: Table, plan: Plan, curren
         if getattr(plan, d) != getattr(new, d)
     )
     return Change(words, Choice(ev, 0), 1.0 - step / current_step_s)
+
+
+def requirements(ev: Evaluation, open_knobs: list[str]) -> list[str]:
+    """Settings a plan cannot do without: for each knob left open, the values that some
+    layout of the plan needs to be feasible, when other values of that knob never are.
+    E.g. ['recompute full', 'ZeRO >= 1', 'micro-batch <= 1']."""
+    feasible = ev.feasible
+    if not feasible.any():
+        return []
+    lay = ev.layouts
+    out = []
+    for knob in open_knobs:
+        values = getattr(lay, knob)
+        allowed = set(np.unique(values[feasible]).tolist())
+        tried = set(np.unique(values).tolist())
+        if allowed == tried:
+            continue
+        out.append(_requirement_words(knob, sorted(allowed), sorted(tried)))
+    return out
+
+
+def _requirement_words(knob: str, allowed: list[int], tried: list[int]) -> str:
+    if knob == "recompute":
+        return "recompute " + " or ".join(RECOMPUTE_MODES[v] for v in allowed)
+    if knob == "sequence_parallel":
+        return "sequence parallelism " + ("on" if allowed == [1] else "off")
+    name = {"zero": "ZeRO", "micro_batch": "micro-batch", "virtual_stages": "virtual stages"}[knob]
+    if allowed == [v for v in tried if v >= allowed[0]]:
+        return f"{name} >= {allowed[0]}"
+    if allowed == [v for v in tried if v <= allowed[-1]]:
+        return f"{name} <= {allowed[-1]}"
+    return f"{name} in {{{', '.join(map(str, allowed))}}}"

@@ -23,7 +23,7 @@ from hardware_specs.dump import cluster_to_toml
 from hardware_specs.loader import SpecError, load_cluster, preset_names
 from hardware_specs.schema import Cluster
 from optimizer import report
-from optimizer.advice import best_single_change
+from optimizer.advice import best_single_change, requirements
 from optimizer.calibrate import PARAMETERS, calibrated_cluster, fit, load_runs, parse_fit_names
 from optimizer.emit import EMITTERS
 from optimizer.plan import parse_plan
@@ -137,7 +137,8 @@ def _assess(scenario: Scenario, plan_text: str) -> report.Assessment:
     optimum = solve(free, free_table, Constraints(), 1)
     change = best_single_change(free, free_table, plan, choice.step_time_s) if choice.feasible else None
     chosen = [k for k in LAYOUT_KNOBS if getattr(planned.knobs, k) is None]
-    return report.Assessment(choice, result, optimum.choices[0] if optimum.choices else None, change, chosen)
+    needs = requirements(planned.evaluate_space(), chosen)
+    return report.Assessment(choice, result, optimum.choices[0] if optimum.choices else None, change, chosen, needs)
 
 
 def _plan_command(name: str, doc: str, render: Callable[[Console, report.Assessment], None]) -> click.Command:

@@ -57,6 +57,7 @@ class Assessment:
     optimum: Choice | None
     change: Change | None
     chosen: list[str]
+    requirements: list[str]  # settings the plan cannot fit or run without
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ def layout_json(choice: Choice) -> dict[str, Any]:
 def validate_json(a: Assessment) -> dict[str, Any]:
     obj = layout_json(a.choice)
     obj["knobs_chosen"] = a.chosen
+    obj["requirements"] = a.requirements
     # No wall time here: validate's JSON is byte-identical across runs of the same input.
     obj["solver"] = {"status": a.result.status, "candidates": a.result.candidates}
     obj["optimum"] = None
@@ -198,6 +200,9 @@ def _violations(out: Console, ev: Evaluation, i: int) -> None:
 
 
 def _gap(out: Console, a: Assessment) -> None:
+    if a.requirements:
+        capacity = a.choice.evaluation.usable_bytes / GB
+        out.print(f"  needs     {'; '.join(a.requirements)} (to fit {capacity:.1f} GB and the plan's rules)")
     if a.chosen:
         words = layout_words(a.choice.evaluation.layouts.at(a.choice.index).to_json())
         out.print(f"  solver    chose {', '.join(a.chosen)} ({a.result.status}, {a.result.wall_s:.2f} s): {words}")
@@ -230,6 +235,8 @@ def render_memory(out: Console, a: Assessment) -> None:
     _header(out, ev, i, "memory")
     _memory_table(out, ev, i)
     _violations(out, ev, i)
+    if a.requirements:
+        out.print(f"  needs     {'; '.join(a.requirements)}")
     if a.chosen:
         out.print(f"  chosen for this plan: {', '.join(a.chosen)}")
 

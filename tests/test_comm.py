@@ -16,7 +16,14 @@ from cost_models.compute import MicroBatchTimes
 from cost_models.memory import stage_params
 from cost_models.models import load_model
 from cost_models.stack import Stack
-from cost_models.traffic import cp_per_layer_s, dp_exposed_s, ep_per_layer_s, pp_per_micro_batch_s, tp_per_layer_s
+from cost_models.traffic import (
+    cp_per_layer_s,
+    dp_exposed_s,
+    ep_per_layer_s,
+    overlap_windows,
+    pp_per_micro_batch_s,
+    tp_per_layer_s,
+)
 from hardware_specs.schema import Cluster
 
 GB = 1e9
@@ -172,21 +179,35 @@ def test_cp_traffic_exposed_only_beyond_attention(a100: Cluster) -> None:
     lay = one(tp=8, cp=2, micro_batch=1, seq_len=8192, recompute="selective")
     chunk = 2 * 4096 * 1024 / 8 * 2
     fwd, bwd = IB_LAT + chunk / IB_BW, IB_LAT + 2 * chunk / IB_BW
-    assert _f(cp_per_layer_s(model, lay, a100, np.zeros(1))) == pytest.approx(fwd + bwd, rel=1e-12)
+    assert _f(cp_per_layer_s(model, lay, a100, _attention(0.0, 0.0))) == pytest.approx(fwd + bwd, rel=1e-12)
     # attention longer than the transfers hides them completely
-    assert _f(cp_per_layer_s(model, lay, a100, np.ones(1))) == 0.0
+    assert _f(cp_per_layer_s(model, lay, a100, _attention(1.0, 1.0))) == 0.0
+    # each pass hides under its own attention: a long forward leaves the backward exposed
+    assert _f(cp_per_layer_s(model, lay, a100, _attention(1.0, 0.0))) == pytest.approx(bwd, rel=1e-12)
+    # full recompute runs the forward ring twice
+    lay = one(tp=8, cp=2, micro_batch=1, seq_len=8192, recompute="full")
+    assert _f(cp_per_layer_s(model, lay, a100, _attention(0.0, 0.0))) == pytest.approx(2 * fwd + bwd, rel=1e-12)
 
 
-def _no_compute() -> MicroBatchTimes:
+def _attention(fwd: float, bwd: float) -> MicroBatchTimes:
     zero = np.zeros(1)
-    return MicroBatchTimes(forward_s=zero, backward_s=zero, recompute_s=zero, attention_fwd_s=zero)
+    return MicroBatchTimes(zero, zero, zero, attention_fwd_s=np.full(1, fwd), attention_bwd_s=np.full(1, bwd))
+
+
+def _windows(fwd: float, bwd: float) -> tuple[np.ndarray, np.ndarray]:
+    """Wall time of one micro-batch's forward and backward: what DP traffic may hide under."""
+    return np.full(1, fwd), np.full(1, bwd)
+
+
+def _no_compute() -> tuple[np.ndarray, np.ndarray]:
+    return _windows(0.0, 0.0)
 
 
 def test_dp_traffic_by_hand(a100: Cluster) -> None:
-    # llama2-7b, TP8 x DP2 (the two replicas on two nodes), nothing hidden (dp_overlap = 0).
+    # llama2-7b, TP8 x DP2 (the two replicas on two nodes), nothing hidden (no window).
     # Local params P = (N - norms)/8 + norms, norms = 32*2*4096 + 4096 = 266,240.
     # Dense and expert (MLP) weights each make their own collective over the same link.
-    cluster = a100.model_copy(update={"efficiency": a100.efficiency.model_copy(update={"dp_overlap": 0.0})})
+    cluster = a100
     model = load_model("llama2-7b")
     stack = Stack()
     n, norms = 6_738_415_616, 266_240
@@ -217,12 +238,16 @@ def test_dp_traffic_hidden_by_backward(a100: Cluster) -> None:
     model = load_model("llama2-7b")
     lay = one(tp=8, dp=2, micro_batch=1, global_batch=8, zero=0)
     params = stage_params(model, lay, True, True)
-    long = MicroBatchTimes(np.ones(1), np.full(1, 100.0), np.zeros(1), np.zeros(1))
-    assert _f(dp_exposed_s(params, lay, a100, Stack(), long)) == 0.0
+    assert _f(dp_exposed_s(params, lay, a100, Stack(), _windows(1.0, 100.0))) == 0.0
+    # ... unless the stack does not overlap (Megatron-LM 2021-22 "local" DDP): all exposed
+    wire = _f(dp_exposed_s(params, lay, a100, Stack(), _no_compute()))
+    assert _f(dp_exposed_s(params, lay, a100, Stack(dp_overlap=False), _windows(1.0, 100.0))) == wire > 0
 
 
-def _times(fwd: float, bwd: float) -> MicroBatchTimes:
-    return MicroBatchTimes(np.full(1, fwd), np.full(1, bwd), np.zeros(1), np.zeros(1))
+def test_overlap_windows_split_the_slot_one_to_two() -> None:
+    # the backward does twice the forward's FLOPs (Narayanan et al. 2021 Sec 5.1)
+    fwd, bwd = overlap_windows(np.array([3.0, 0.3]))
+    assert fwd == pytest.approx([1.0, 0.1]) and bwd == pytest.approx([2.0, 0.2])
 
 
 def test_dp_buckets_share_one_backward_window(a100: Cluster) -> None:
@@ -240,7 +265,7 @@ def test_dp_buckets_share_one_backward_window(a100: Cluster) -> None:
     assert (float(params.dense[0]), float(params.expert[0])) == (dense, mlp)
     wire = (2 * IB_LAT + 4 * dense / IB_BW) + (2 * IB_LAT + 4 * mlp / IB_BW)
     assert _f(dp_exposed_s(params, lay, a100, Stack(), _no_compute())) == pytest.approx(wire, rel=1e-12)
-    exposed = _f(dp_exposed_s(params, lay, a100, Stack(), _times(0.0625, 0.125)))
+    exposed = _f(dp_exposed_s(params, lay, a100, Stack(), _windows(0.0625, 0.125)))
     assert exposed >= wire - 0.8 * 0.125 - 1e-12, f"{exposed} s exposed of {wire} s wire time"
 
 
@@ -256,7 +281,7 @@ def test_zero3_backward_gathers_are_not_hidden_by_the_forward(a100: Cluster) -> 
     p = 842_534_912
     rs = 2 * IB_LAT + 4 * p / 2 / IB_BW
     ag = 2 * IB_LAT + 2 * p / 2 / IB_BW
-    exposed = _f(dp_exposed_s(params, lay, a100, Stack(), _times(10.0, 0.0)))
+    exposed = _f(dp_exposed_s(params, lay, a100, Stack(), _windows(10.0, 0.0)))
     assert exposed >= 4 * (rs + ag) * (1 - 1e-12), f"{exposed} s exposed, backward needs {4 * (rs + ag)} s"
 
 

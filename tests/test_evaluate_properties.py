@@ -14,7 +14,6 @@ from conftest import one
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models.compute import MicroBatchTimes
 from cost_models.evaluate import TIME_TERMS, Evaluation, evaluate
 from cost_models.layout import Layouts
 from cost_models.memory import MEMORY_TERMS, stage_params
@@ -70,7 +69,11 @@ def cases(draw: st.DrawFn) -> Case:
     seed = draw(st.integers(0, 2**32 - 1))
     size = draw(st.integers(1, SUBSET))
     index = np.random.default_rng(seed).integers(0, len(space), size=size)
-    stack = Stack(flash_attention=draw(st.booleans()), main_grads=draw(st.sampled_from(["fp32", "bf16"])))
+    stack = Stack(
+        flash_attention=draw(st.booleans()),
+        dp_overlap=draw(st.booleans()),
+        main_grads=draw(st.sampled_from(["fp32", "bf16"])),
+    )
     return Case(_model(name), load_cluster(draw(st.sampled_from(HARDWARE))), space.take(index), stack)
 
 
@@ -159,7 +162,7 @@ def _dp_wire_time(case: Case) -> np.ndarray:
     lay = case.layouts
     params = stage_params(case.model, lay, first=lay.pp == 1, last=True)
     zero = np.zeros(len(lay))
-    return dp_exposed_s(params, lay, case.cluster, case.stack, MicroBatchTimes(zero, zero, zero, zero))
+    return dp_exposed_s(params, lay, case.cluster, case.stack, (zero, zero))
 
 
 @PROPERTY
