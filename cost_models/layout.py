@@ -1,9 +1,12 @@
 """The layout knobs: one `Layout`, and `Layouts`, the same knobs as numpy arrays over candidates.
 
 Rank order follows Megatron-LM's `RankGenerator` ("tp-cp-ep-dp-pp"): TP varies fastest, then
-CP, then DP (expert parallelism is carved out of the DP x CP ranks), then PP. So a TP group is
-`tp` consecutive ranks, a CP group has stride `tp`, a DP group stride `tp*cp`, and consecutive
-pipeline stages are `tp*cp*dp` ranks apart.
+CP, then DP, then PP. So a TP group is `tp` consecutive ranks, a CP group has stride `tp`, a DP
+group stride `tp*cp` (the DP x CP group that reduces dense gradients: `dp*cp` ranks at stride
+`tp`), and consecutive pipeline stages are `tp*cp*dp` ranks apart. Expert layers re-divide the
+same DP x CP ranks as "tp-ep-dp" (Megatron's expert rank generator with expert TP = TP): an EP
+group is `ep` ranks at stride `tp`, the expert-data-parallel group `dp*cp/ep` ranks at stride
+`tp*ep`.
 """
 
 from __future__ import annotations

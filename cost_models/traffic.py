@@ -91,7 +91,7 @@ def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, times: Micr
 def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
     if not model.is_moe:
         return np.zeros(len(lay))
-    bw, lat = links(cluster, lay.ep, lay.tp * lay.cp)
+    bw, lat = links(cluster, lay.ep, lay.tp)
     tokens = np.where(lay.seq_parallel_active, _tokens(lay) / lay.tp, _tokens(lay))
     nbytes = tokens * model.experts_top_k * model.hidden_size * ACTIVATION_BYTES
     return np.asarray(2.0 * (_forward_passes(lay) + 1.0) * all_to_all_s(nbytes, lay.ep, bw, lat))
@@ -141,7 +141,7 @@ def dp_exposed_s(
     expert_n = np.maximum(dense_n / lay.ep, 1.0)
     groups = (
         (params.dense, dense_n, links(cluster, dense_n.astype(np.int64), lay.tp)),
-        (params.expert, expert_n, links(cluster, expert_n.astype(np.int64), lay.tp * lay.cp * lay.ep)),
+        (params.expert, expert_n, links(cluster, expert_n.astype(np.int64), lay.tp * lay.ep)),
     )
     all_reduce = np.zeros(len(lay))
     scatter = np.zeros(len(lay))

@@ -26,7 +26,7 @@ def link_words(ev: Evaluation, i: int, term: str) -> str:
     group = {
         "tp_comm": (lay.tp, 1),
         "cp_comm": (lay.cp, lay.tp),
-        "ep_comm": (lay.ep, lay.tp * lay.cp),
+        "ep_comm": (lay.ep, lay.tp),
         "dp_comm": (lay.dp * lay.cp, lay.tp),
     }.get(term)
     if group is None or group[0] <= 1:
