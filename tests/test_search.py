@@ -1,0 +1,506 @@
+"""The CP-SAT search (optimizer.search) against an independent exhaustive enumeration.
+
+The reference: evaluate every layout of `candidate_space` for each allowed GPU count with numpy
+(`cost_models.evaluate.evaluate` at the scenario's memory headroom), keep those with no violated
+check that also meet every user constraint, order them by the objective and then the tie-break
+keys of `optimizer.rank.order_keys`, take the first k. The search must return exactly those
+layouts, in that order, with status OPTIMAL iff there is at least one.
+
+The second half drives `optimize` through the CLI against the contract (../shared/contract.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cost_models.evaluate import evaluate
+from cost_models.layout import Layout
+from cost_models.models import ModelSpec, load_model, model_preset_names
+from cost_models.stack import DEFAULT_STACK
+from cost_models.tco import usd_per_gpu_hour
+from hardware_specs.loader import load_cluster, preset_names
+from hardware_specs.schema import Cluster
+from optimizer.cli import main
+from optimizer.rank import order_keys
+from optimizer.scenario import Scenario
+from optimizer.search import Constraints, SearchResult, gpu_count_domain, search
+from optimizer.space import Knobs, candidate_space
+
+REPO = Path(__file__).resolve().parent.parent
+MS_PER_DAY = 86_400 * 1000
+
+_MODELS: dict[str, ModelSpec] = {}
+_CLUSTERS: dict[str, Cluster] = {}
+
+
+def model(name: str) -> ModelSpec:
+    if name not in _MODELS:
+        _MODELS[name] = load_model(name)
+    return _MODELS[name]
+
+
+def cluster(name: str) -> Cluster:
+    if name not in _CLUSTERS:
+        _CLUSTERS[name] = load_cluster(name)
+    return _CLUSTERS[name]
+
+
+# ---------------------------------------------------------------------------- the reference
+
+
+@dataclass(frozen=True)
+class Ranked:
+    layout: Layout
+    step_time_s: float
+    objective: float
+
+
+def meets_user_constraints(lay: Layout, sc: Scenario, cons: Constraints, step_time_s: float) -> bool:
+    per_node = sc.cluster.gpus_per_node
+    if cons.max_tp is not None and lay.tp > cons.max_tp:
+        return False
+    if cons.min_dp is not None and lay.dp < cons.min_dp:
+        return False
+    if cons.max_pp is not None and lay.pp > cons.max_pp:
+        return False
+    if cons.tp_within_node and (lay.tp > per_node or per_node % lay.tp != 0):
+        return False
+    if cons.deadline_days is not None and cons.tokens:
+        steps = cons.tokens / (sc.knobs.global_batch * sc.knobs.seq_len)
+        if math.ceil(step_time_s * steps * 1000) > math.floor(cons.deadline_days * MS_PER_DAY):
+            return False
+    return True
+
+
+def user_mask(ev: Any, sc: Scenario, cons: Constraints) -> np.ndarray:
+    """Vectorized `meets_user_constraints` over an evaluation."""
+    lay = ev.layouts
+    keep = np.ones(len(lay), dtype=bool)
+    per_node = sc.cluster.gpus_per_node
+    if cons.max_tp is not None:
+        keep &= lay.tp <= cons.max_tp
+    if cons.min_dp is not None:
+        keep &= lay.dp >= cons.min_dp
+    if cons.max_pp is not None:
+        keep &= lay.pp <= cons.max_pp
+    if cons.tp_within_node:
+        keep &= (lay.tp <= per_node) & (per_node % lay.tp == 0)
+    if cons.deadline_days is not None and cons.tokens:
+        steps = cons.tokens / (sc.knobs.global_batch * sc.knobs.seq_len)
+        train_ms = np.ceil(ev.step_time_s * steps * 1000)
+        keep &= train_ms <= math.floor(cons.deadline_days * MS_PER_DAY)
+    return keep
+
+
+def enumerate_all(sc: Scenario, gpu_counts: list[int], cons: Constraints) -> tuple[list[Ranked], int]:
+    """Every feasible layout meeting the constraints, best first; and how many were enumerated."""
+    columns: list[list[np.ndarray]] = []
+    rows: list[tuple[Any, int]] = []
+    enumerated = 0
+    for gpus in gpu_counts:
+        space = candidate_space(sc.model, sc.cluster, gpus, sc.knobs, sc.stack.flash_attention)
+        enumerated += len(space)
+        if len(space) == 0:
+            continue
+        ev = evaluate(sc.model, sc.cluster, space, sc.stack, sc.mem_headroom)
+        keep = ev.feasible & user_mask(ev, sc, cons)
+        idx = np.nonzero(keep)[0]
+        if len(idx) == 0:
+            continue
+        step = ev.step_time_s[idx]
+        obj = step if cons.objective == "time" else step * gpus * usd_per_gpu_hour(sc.cluster)
+        columns.append([obj, *[k[idx] for k in order_keys(ev)[1:]]])
+        rows += [(ev, int(i)) for i in idx]
+    if not rows:
+        return [], enumerated
+    keys = [np.concatenate([c[j] for c in columns]) for j in range(len(columns[0]))]
+    order = np.lexsort(keys[::-1])
+    out = []
+    for o in order:
+        ev, i = rows[int(o)]
+        out.append(Ranked(ev.layouts.at(i), float(ev.step_time_s[i]), float(keys[0][o])))
+    return out, enumerated
+
+
+def result_layouts(result: SearchResult) -> list[Layout]:
+    return [c.evaluation.layouts.at(c.index) for c in result.choices]
+
+
+def check_against_enumeration(sc: Scenario, counts: list[int], cons: Constraints, k: int) -> SearchResult:
+    result = search(sc, counts, cons, k)
+    ranked, enumerated = enumerate_all(sc, counts, cons)
+    assert result.candidates == enumerated
+    if ranked:
+        assert result.status == "OPTIMAL", (result.status, result.reason, len(ranked))
+    else:
+        assert result.status == "INFEASIBLE", (result.status, result_layouts(result))
+        assert result.choices == []
+        assert result.reason, "an INFEASIBLE result must say why"
+        return result
+    got = result_layouts(result)
+    want = [r.layout for r in ranked[:k]]
+    assert got == want, _diff(got, ranked[:k], result)
+    for choice in result.choices:
+        lay = choice.evaluation.layouts.at(choice.index)
+        assert choice.feasible, choice.evaluation.violations(choice.index)
+        assert lay.gpus in counts
+        assert meets_user_constraints(lay, sc, cons, choice.step_time_s), lay
+    return result
+
+
+def _diff(got: list[Layout], want: list[Ranked], result: SearchResult) -> str:
+    lines = ["search != enumeration"]
+    for i in range(max(len(got), len(want))):
+        g = got[i] if i < len(got) else None
+        w = want[i] if i < len(want) else None
+        gs = f"{result.choices[i].step_time_s:.9g}" if g is not None else "-"
+        ws = f"{w.step_time_s:.9g}" if w is not None else "-"
+        mark = "  " if w is not None and g == w.layout else "!!"
+        lines.append(f"{mark} #{i}: search {g} ({gs} s) | enum {w.layout if w else None} ({ws} s)")
+    return "\n".join(lines)
+
+
+def scenario(
+    model_name: str, hardware: str, gpus: int, knobs: Knobs | None = None, mem_headroom: float = 0.0
+) -> Scenario:
+    return Scenario(model(model_name), cluster(hardware), gpus, knobs or Knobs(), DEFAULT_STACK, mem_headroom)
+
+
+# ---------------------------------------------------------------------------- the reference, fixed cases
+
+
+@pytest.mark.parametrize(
+    ("model_name", "hardware", "gpus", "cons", "k"),
+    [
+        ("llama2-70b", "a100-80g", 256, Constraints(), 10),
+        ("llama2-7b", "h100-sxm", 64, Constraints(max_tp=2, min_dp=8), 7),
+        ("mixtral-8x7b", "h100-sxm", 128, Constraints(max_pp=2), 5),
+        ("llama3-70b", "rtx4090", 512, Constraints(tp_within_node=True), 10),
+        ("gpt3-175b", "a100-80g", 1024, Constraints(objective="cost", min_dp=32), 3),
+        ("llama2-13b", "l40s", 32, Constraints(max_tp=1), 10),
+    ],
+)
+def test_search_equals_enumeration(model_name: str, hardware: str, gpus: int, cons: Constraints, k: int) -> None:
+    check_against_enumeration(scenario(model_name, hardware, gpus), [gpus], cons, k)
+
+
+def test_top_k_larger_than_feasible_set_returns_all() -> None:
+    """A plan fixed down to a handful of candidates: k beyond them returns each once, in order."""
+    knobs = Knobs(tp=8, pp=4, micro_batch=1, recompute="full", zero=1, sequence_parallel=True)
+    sc = scenario("llama2-70b", "a100-80g", 256, knobs)
+    result = check_against_enumeration(sc, [256], Constraints(), 50)
+    assert 0 < len(result.choices) < 50
+    assert len(set(result_layouts(result))) == len(result.choices)
+
+
+def test_tight_constraint_grows_the_prefix() -> None:
+    """min-dp pushes every answer deep into the sorted table; the prefix must grow to find them."""
+    sc = scenario("llama2-70b", "a100-80g", 512)
+    result = check_against_enumeration(sc, [512], Constraints(min_dp=128, max_pp=4), 10)
+    assert result.status == "OPTIMAL"
+
+
+def test_mem_headroom_excludes_layouts_over_the_usable_memory() -> None:
+    sc0 = scenario("llama2-70b", "a100-80g", 64)
+    sc2 = scenario("llama2-70b", "a100-80g", 64, mem_headroom=0.2)
+    r0 = check_against_enumeration(sc0, [64], Constraints(), 10)
+    r2 = check_against_enumeration(sc2, [64], Constraints(), 10)
+    usable = cluster("a100-80g").gpu.memory_bytes * 0.8
+    for c in r2.choices:
+        assert c.evaluation.memory.total[c.index] <= usable
+    # a 70B model on 64 GPUs is memory-bound: headroom must change the answer.
+    assert any(c.evaluation.memory.total[c.index] > usable for c in r0.choices)
+
+
+# ---------------------------------------------------------------------------- random scenarios
+
+SMALL_GPUS = [1, 2, 4, 8, 16, 32, 64, 128]
+ALL_GPUS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
+
+
+@st.composite
+def search_cases(draw: st.DrawFn) -> tuple[Scenario, Constraints, int]:
+    model_name = draw(st.sampled_from(model_preset_names()))
+    hardware = draw(st.sampled_from(preset_names()))
+    gpus = draw(st.one_of(st.sampled_from(SMALL_GPUS), st.sampled_from(SMALL_GPUS), st.sampled_from(ALL_GPUS)))
+    seq_len = draw(st.sampled_from([4096, 4096, 2048, 8192]))
+
+    def maybe(values: list[Any]) -> Any:
+        return draw(st.one_of(st.none(), st.sampled_from(values)))
+
+    knobs = Knobs(
+        tp=maybe([1, 2, 4, 8]),
+        pp=maybe([1, 2, 4, 8]),
+        micro_batch=maybe([1, 2, 4]),
+        virtual_stages=maybe([1, 2, 4]),
+        recompute=maybe(["none", "selective", "full"]),
+        zero=maybe([0, 1, 2, 3]),
+        sequence_parallel=maybe([True, False]),
+        global_batch=4_194_304 // seq_len,
+        seq_len=seq_len,
+    )
+    cons = Constraints(
+        max_tp=maybe([1, 2, 4, 8]),
+        min_dp=maybe([1, 2, 8, 32]),
+        max_pp=maybe([1, 2, 4, 16]),
+        tp_within_node=draw(st.booleans()),
+        objective=draw(st.sampled_from(["time", "cost"])),
+    )
+    headroom = draw(st.sampled_from([0.0, 0.1, 0.2]))
+    k = draw(st.integers(1, 10))
+    return scenario(model_name, hardware, gpus, knobs, headroom), cons, k
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(search_cases())
+def test_random_scenarios_match_enumeration(case: tuple[Scenario, Constraints, int]) -> None:
+    sc, cons, k = case
+    check_against_enumeration(sc, [sc.gpus], cons, k)
+
+
+# ---------------------------------------------------------------------------- GPU ranges and deadlines
+
+
+def test_gpu_count_domain_values() -> None:
+    assert gpu_count_domain(256, 2048, 8) == [256, 384, 512, 768, 1024, 1536, 2048]
+    assert gpu_count_domain(1, 8, 8) == [1, 2, 3, 4, 6, 8]
+    assert gpu_count_domain(12, 12, 8) == [12]  # nothing of the form in range: the bound itself
+
+
+TOKENS = 2e12
+
+
+@pytest.mark.parametrize("objective", ["time", "cost"])
+def test_gpu_range_with_deadline_matches_enumeration(objective: str) -> None:
+    counts = gpu_count_domain(256, 2048, 8)
+    sc = scenario("llama2-70b", "a100-80g", counts[0])
+    free = Constraints(objective=objective)
+    ranked_free, _ = enumerate_all(sc, counts, free)
+    # A deadline that the smallest counts miss: the median count's best train time.
+    steps = TOKENS / (sc.knobs.global_batch * sc.knobs.seq_len)
+    best_by_count = {}
+    for r in ranked_free:
+        best_by_count.setdefault(r.layout.gpus, r.step_time_s)
+    middle = sorted(best_by_count)[len(best_by_count) // 2]
+    deadline_days = best_by_count[middle] * steps / 86_400
+    cons = Constraints(deadline_days=deadline_days, tokens=TOKENS, objective=objective)
+    result = check_against_enumeration(sc, counts, cons, 5)
+    assert result.status == "OPTIMAL"
+    assert min(c.evaluation.layouts.at(c.index).gpus for c in result.choices) >= middle // 2
+    if objective == "cost":
+        # cheaper per step at fewer GPUs: the deadline binds, so the pick sits near the median count
+        assert result.choices[0].evaluation.layouts.at(result.choices[0].index).gpus <= 2 * middle
+
+
+def test_gpu_range_deadline_is_inclusive_at_the_millisecond() -> None:
+    """A candidate whose training time equals the deadline to the millisecond is admitted."""
+    counts = [256, 512]
+    sc = scenario("llama2-7b", "a100-80g", 256)
+    ranked, _ = enumerate_all(sc, counts, Constraints())
+    steps = TOKENS / (sc.knobs.global_batch * sc.knobs.seq_len)
+    target = ranked[len(ranked) // 3]
+    train_ms = math.ceil(target.step_time_s * steps * 1000)
+    cons = Constraints(deadline_days=(train_ms + 0.25) / MS_PER_DAY, tokens=TOKENS, objective="cost")
+    result = check_against_enumeration(sc, counts, cons, 10)
+    assert result.status == "OPTIMAL"
+
+
+def test_deadline_too_short_is_infeasible_naming_the_deadline() -> None:
+    sc = scenario("llama2-70b", "a100-80g", 256)
+    cons = Constraints(deadline_days=0.01, tokens=TOKENS)
+    result = check_against_enumeration(sc, [256], cons, 5)
+    assert result.status == "INFEASIBLE"
+    assert "--deadline-days" in (result.reason or "")
+
+
+# ---------------------------------------------------------------------------- infeasible
+
+
+def test_405b_on_eight_rtx4090_is_infeasible_for_memory() -> None:
+    sc = scenario("llama3-405b", "rtx4090", 8)
+    result = check_against_enumeration(sc, [8], Constraints(), 5)
+    assert result.status == "INFEASIBLE"
+    assert result.choices == []
+    assert "memory" in (result.reason or "").lower()
+
+
+# ---------------------------------------------------------------------------- the CLI
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int | str | None
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def invoke(*args: str) -> Run:
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = None
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code
+    return Run(code, out.getvalue(), err.getvalue())
+
+
+BASE = ["optimize", "--model", "llama2-70b", "--gpus", "256", "--hardware", "a100-80g"]
+LAYOUT_KEYS = {
+    "tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch", "seq_len", "virtual_stages",
+    "recompute", "zero", "sequence_parallel", "precision",
+}  # fmt: skip
+
+
+def layouts_of(run: Run) -> list[dict[str, Any]]:
+    return [lay for r in run.json()["results"] for lay in r["layouts"]]
+
+
+def check_optimize_shape(obj: dict[str, Any]) -> None:
+    assert set(obj) >= {"results"}
+    assert obj["results"], obj
+    for entry in obj["results"]:
+        assert set(entry) >= {"hardware", "gpus", "solver", "layouts"}, set(entry)
+        solver = entry["solver"]
+        assert set(solver) >= {"status", "wall_s", "candidates"}
+        assert solver["status"] in ("OPTIMAL", "INFEASIBLE")
+        assert isinstance(solver["wall_s"], float) and solver["wall_s"] >= 0
+        assert isinstance(solver["candidates"], int) and solver["candidates"] > 0
+        assert (solver["status"] == "OPTIMAL") == bool(entry["layouts"])
+        steps = [lay["step_time_s"] for lay in entry["layouts"]]
+        assert steps == sorted(steps), "best first"
+        for lay in entry["layouts"]:
+            assert lay["feasible"] is True and lay["violations"] == []
+            assert set(lay["layout"]) >= LAYOUT_KEYS
+            assert lay["hardware"] == entry["hardware"]
+            assert lay["gpus"] == entry["gpus"]
+            d = lay["layout"]
+            assert d["tp"] * d["pp"] * d["dp"] * d["cp"] == lay["gpus"]
+
+
+@pytest.fixture(scope="module")
+def base_run() -> Run:
+    return invoke(*BASE, "--top", "5", "--json")
+
+
+def test_optimize_json_contract(base_run: Run) -> None:
+    assert base_run.code == 0, base_run.err
+    obj = base_run.json()
+    check_optimize_shape(obj)
+    (entry,) = obj["results"]
+    assert entry["hardware"] == "a100-80g" and entry["gpus"] == 256
+    assert entry["solver"]["status"] == "OPTIMAL"
+    assert len(entry["layouts"]) == 5
+
+
+def test_optimize_json_equals_enumeration(base_run: Run) -> None:
+    ranked, enumerated = enumerate_all(scenario("llama2-70b", "a100-80g", 256), [256], Constraints())
+    entry = base_run.json()["results"][0]
+    assert entry["solver"]["candidates"] == enumerated
+    got = [Layout(**lay["layout"]) for lay in entry["layouts"]]
+    assert got == [r.layout for r in ranked[:5]]
+
+
+def test_optimize_multiple_hardware_with_own_counts() -> None:
+    run = invoke("optimize", "--model", "llama2-70b", "--hardware", "a100-80g:256,rtx4090:2048", "--top", "3",
+                 "--json")  # fmt: skip
+    assert run.code == 0, run.err
+    obj = run.json()
+    check_optimize_shape(obj)
+    assert [(r["hardware"], r["gpus"]) for r in obj["results"]] == [("a100-80g", 256), ("rtx4090", 2048)]
+    for r in obj["results"]:
+        assert all(lay["gpus"] == r["gpus"] for lay in r["layouts"])
+
+
+def test_optimize_emit_megatron() -> None:
+    run = invoke(*BASE, "--emit", "megatron")
+    assert run.code == 0, run.err
+    for flag in ("--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--micro-batch-size",
+                 "--global-batch-size"):  # fmt: skip
+        assert flag in run.out, flag
+
+
+def test_optimize_emit_deepspeed_is_json() -> None:
+    run = invoke(*BASE, "--emit", "deepspeed")
+    assert run.code == 0, run.err
+    config = json.loads(run.out)
+    assert config["zero_optimization"]["stage"] in (0, 1, 2, 3)
+    assert config["train_batch_size"] == 1024
+
+
+def test_optimize_emit_torchtitan() -> None:
+    run = invoke(*BASE, "--emit", "torchtitan")
+    assert run.code == 0, run.err
+    assert "[parallelism]" in run.out
+    assert "tensor_parallel_degree" in run.out
+
+
+def test_max_tp_is_a_constraint() -> None:
+    run = invoke(*BASE, "--max-tp", "2", "--top", "10", "--json")
+    assert run.code == 0, run.err
+    check_optimize_shape(run.json())
+    layouts = layouts_of(run)
+    assert layouts and all(lay["layout"]["tp"] <= 2 for lay in layouts)
+
+
+def test_fixed_recompute_holds_in_every_layout() -> None:
+    run = invoke(*BASE, "--recompute", "full", "--top", "10", "--json")
+    assert run.code == 0, run.err
+    layouts = layouts_of(run)
+    assert layouts and all(lay["layout"]["recompute"] == "full" for lay in layouts)
+
+
+def test_min_dp_is_a_constraint() -> None:
+    run = invoke(*BASE, "--min-dp", "32", "--top", "10", "--json")
+    assert run.code == 0, run.err
+    layouts = layouts_of(run)
+    assert layouts and all(lay["layout"]["dp"] >= 32 for lay in layouts)
+
+
+def test_cli_deadline_too_short_is_infeasible() -> None:
+    run = invoke(*BASE, "--deadline-days", "0.01", "--tokens", "2e12", "--json")
+    assert run.code == 1, (run.code, run.err)
+    (entry,) = run.json()["results"]
+    assert entry["solver"]["status"] == "INFEASIBLE"
+    assert entry["layouts"] == []
+    assert "--deadline-days" in entry["reason"]
+
+
+def test_cli_gpu_range_picks_a_count_in_the_domain() -> None:
+    run = invoke("optimize", "--model", "llama2-70b", "--gpus", "256..2048", "--hardware", "a100-80g",
+                 "--deadline-days", "30", "--tokens", "2e12", "--objective", "cost", "--top", "3", "--json")  # fmt: skip
+    assert run.code == 0, run.err
+    check_optimize_shape(run.json())
+    for lay in layouts_of(run):
+        assert lay["gpus"] in gpu_count_domain(256, 2048, 8)
+
+
+def test_cli_405b_on_eight_rtx4090_exits_1_with_reason() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "optimizer", "optimize", "--model", "llama3-405b", "--gpus", "8",
+         "--hardware", "rtx4090", "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    obj = json.loads(proc.stdout)
+    (entry,) = obj["results"]
+    assert entry["solver"]["status"] == "INFEASIBLE"
+    assert entry["layouts"] == []
+    assert "memory" in entry["reason"].lower()
