@@ -84,7 +84,8 @@ PARAMETERS = {
 
 
 def with_constants(cluster: Cluster, values: dict[str, float]) -> Cluster:
-    eff_updates = {k: v for k, v in values.items() if k in ("gemm_max", "gemm_half_dim", "attention", "memory_bound", "dp_overlap")}
+    efficiency_fields = ("gemm_max", "gemm_half_dim", "attention", "memory_bound", "dp_overlap")
+    eff_updates = {k: v for k, v in values.items() if k in efficiency_fields}
     eff = cluster.efficiency.model_copy(update=eff_updates)
     intra = cluster.intra_node
     if "intra_node" in values:
@@ -248,9 +249,11 @@ def chosen_layouts(runs: list[Run], cluster: Cluster) -> list[Layout]:
 
 
 def predict(runs: list[Run], layouts: list[Layout], cluster: Cluster) -> npt.NDArray[np.float64]:
-    return np.array(
-        [float(evaluate(r.model, cluster, Layouts.of([lay]), r.stack).step_time_s[0]) for r, lay in zip(runs, layouts)]
-    )
+    steps = [
+        evaluate(r.model, cluster, Layouts.of([lay]), r.stack).step_time_s[0]
+        for r, lay in zip(runs, layouts, strict=True)
+    ]
+    return np.array(steps, dtype=np.float64)
 
 
 @dataclass(frozen=True)
@@ -281,7 +284,7 @@ def fit(runs: list[Run], cluster: Cluster, names: list[str]) -> Fit:
     layouts = chosen_layouts(runs, cluster)
 
     def residuals(theta: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        trial = with_constants(cluster, dict(zip(names, map(float, theta))))
+        trial = with_constants(cluster, dict(zip(names, map(float, theta), strict=True)))
         fit_part = np.log(predict(runs, layouts, trial) / measured)
         prior = math.sqrt(PRIOR_WEIGHT) * (theta - theta0) / span
         return np.concatenate([fit_part, prior])
@@ -309,10 +312,10 @@ def fit(runs: list[Run], cluster: Cluster, names: list[str]) -> Fit:
             damping *= 4
         if not improved or np.max(np.abs(delta) / span) < 1e-6:
             break
-    fitted = with_constants(cluster, dict(zip(names, map(float, theta))))
+    fitted = with_constants(cluster, dict(zip(names, map(float, theta), strict=True)))
     before = predict(runs, layouts, cluster)
     after = predict(runs, chosen_layouts(runs, fitted), fitted)
-    return Fit(fitted, dict(zip(names, map(float, theta))), before, after, measured)
+    return Fit(fitted, dict(zip(names, map(float, theta), strict=True)), before, after, measured)
 
 
 def calibrated_cluster(fitted: Cluster, source: str, runs: int, name: str | None) -> Cluster:

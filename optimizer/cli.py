@@ -275,7 +275,8 @@ def calibrate(hardware: str, runs_path: Path, out_path: Path, fit_names: str | N
     result = fit(runs, cluster, names)
     calibrated = calibrated_cluster(result.cluster, runs_path.name, len(runs), name)
     try:
-        out_path.write_text(cluster_to_toml(calibrated, f"paraplan calibrate --hardware {hardware} --runs {runs_path.name}"))
+        header = f"paraplan calibrate --hardware {hardware} --runs {runs_path.name}"
+        out_path.write_text(cluster_to_toml(calibrated, header))
     except OSError as exc:
         raise InputError(f"cannot write --out '{out_path}': {exc.strerror or exc}") from None
     obj = report.calibrate_json(runs, result, names, out_path)

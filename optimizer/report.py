@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
-
-import numpy as np
 
 from cost_models.evaluate import TIME_TERMS, Evaluation
 from cost_models.memory import MEMORY_TERMS
@@ -80,6 +79,17 @@ def layout_json(choice: Choice) -> dict[str, Any]:
     gpus = ev.layouts.at(i).gpus
     obj["cost_usd_per_step"] = choice.step_time_s * gpus * usd_per_gpu_hour(ev.cluster) / 3600.0
     return obj
+
+
+def layout_short(layout: dict[str, Any]) -> str:
+    """Compact form for tables: 'TP8/PP4/DP8 v5 mb4 rc-none Z1 SP'."""
+    dims = "/".join(
+        f"{d.upper()}{layout[d]}" for d in ("tp", "pp", "dp", "cp", "ep") if d in ("tp", "pp", "dp") or layout[d] > 1
+    )
+    vpp = f" v{layout['virtual_stages']}" if layout["virtual_stages"] > 1 else ""
+    sp = " SP" if layout["sequence_parallel"] else ""
+    precision = f" {layout['precision']}" if layout["precision"] != "bf16" else ""
+    return f"{dims}{vpp} mb{layout['micro_batch']} rc-{layout['recompute']} Z{layout['zero']}{sp}{precision}"
 
 
 def validate_json(a: Assessment) -> dict[str, Any]:
@@ -265,7 +275,7 @@ def _optimize_table(out: Console, model: ModelSpec, o: HardwareOutcome, cons: Co
         obj = layout_json(c)
         mem = obj["memory_bytes"]
         table.add_row(
-            str(rank), (f"{obj['gpus']} GPUs: " if len(o.gpu_counts) > 1 else "") + layout_words(obj["layout"]),
+            str(rank), (f"{obj['gpus']} GPUs: " if len(o.gpu_counts) > 1 else "") + layout_short(obj["layout"]),
             fmt_seconds(obj["step_time_s"]), f"{obj['mfu']:.3f}", f"{obj['tokens_per_s']:,.0f}",
             f"{mem['total'] / GB:.1f}/{mem['capacity'] / GB:.1f} GB", fmt_usd(obj["cost_usd_per_step"]),
         )
@@ -288,7 +298,7 @@ def _side_by_side(out: Console, model: ModelSpec, outcomes: list[HardwareOutcome
             continue
         obj = layout_json(o.result.choices[0])
         table.add_row(
-            o.cluster.name, str(obj["gpus"]), layout_words(obj["layout"]), fmt_seconds(obj["step_time_s"]),
+            o.cluster.name, str(obj["gpus"]), layout_short(obj["layout"]), fmt_seconds(obj["step_time_s"]),
             f"{obj['mfu']:.3f}", f"{obj['tokens_per_s']:,.0f}", fmt_usd(obj["cost_usd_per_step"]),
         )
     out.print(table)
@@ -327,20 +337,20 @@ def render_models(out: Console, models: list[ModelSpec]) -> None:
 
 
 def render_hardware(out: Console, clusters: list[Cluster]) -> None:
-    table = Table(title="Hardware presets (per GPU; links per direction)")
-    for col in ("name", "GPU", "BF16 TFLOP/s", "FP8", "memory GB", "HBM TB/s", "node", "intra-node", "network GB/s"):
-        table.add_column(col, justify="left" if col in ("name", "GPU", "intra-node") else "right",
-                         no_wrap=col == "name", overflow="fold")
+    table = Table(title="Hardware presets: per GPU dense TFLOP/s, memory GB, HBM TB/s; link GB/s per direction")
+    columns = ("name", "BF16", "FP8", "memory", "HBM", "node", "fabric", "fabric GB/s", "net GB/s")
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("name", "fabric") else "right", no_wrap=True)
     for c in clusters:
         g = c.gpu
-        fp8 = f"{g.peak_fp8_flops / 1e12:.0f}" if g.peak_fp8_flops else "-"
-        intra = f"{c.intra_node.kind} {c.intra_node.link.bw_bytes_per_s / 1e9:.0f} GB/s"
         table.add_row(
-            c.name, g.name, f"{g.peak_bf16_flops / 1e12:.0f}", fp8, f"{g.memory_bytes / GB:.1f}",
-            f"{g.mem_bw_bytes_per_s / 1e12:.2f}", str(c.gpus_per_node), intra,
+            c.name, f"{g.peak_bf16_flops / 1e12:.0f}", f"{g.peak_fp8_flops / 1e12:.0f}" if g.peak_fp8_flops else "-",
+            f"{g.memory_bytes / GB:.1f}", f"{g.mem_bw_bytes_per_s / 1e12:.2f}", str(c.gpus_per_node),
+            c.intra_node.kind, f"{c.intra_node.link.bw_bytes_per_s / 1e9:.0f}",
             f"{c.inter_node.bw_bytes_per_s / 1e9:.1f}",
         )
     out.print(table)
+
 
 
 def calibrate_json(runs: list[Run], result: Fit, names: list[str], out_path: Path) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cost_models.evaluate import evaluate
@@ -105,8 +105,32 @@ def user_mask(ev: Any, sc: Scenario, cons: Constraints) -> np.ndarray:
     return keep
 
 
-def enumerate_all(sc: Scenario, gpu_counts: list[int], cons: Constraints) -> tuple[list[Ranked], int]:
-    """Every feasible layout meeting the constraints, best first; and how many were enumerated."""
+@dataclass(frozen=True)
+class Enumeration:
+    """Every feasible layout that meets the constraints, best first (materialized on demand)."""
+
+    rows: list[tuple[Any, int]]  # (evaluation, index) in rank order
+    objective: np.ndarray  # in rank order
+    enumerated: int  # candidates evaluated
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def top(self, k: int) -> list[Ranked]:
+        out = []
+        for (ev, i), obj in zip(self.rows[:k], self.objective[:k], strict=False):
+            out.append(Ranked(ev.layouts.at(i), float(ev.step_time_s[i]), float(obj)))
+        return out
+
+    def best_step_by_gpus(self) -> dict[int, float]:
+        best: dict[int, float] = {}
+        for ev, i in self.rows:
+            gpus = int(ev.layouts.tp[i] * ev.layouts.pp[i] * ev.layouts.dp[i] * ev.layouts.cp[i])
+            best[gpus] = min(best.get(gpus, math.inf), float(ev.step_time_s[i]))
+        return best
+
+
+def enumerate_all(sc: Scenario, gpu_counts: list[int], cons: Constraints) -> Enumeration:
     columns: list[list[np.ndarray]] = []
     rows: list[tuple[Any, int]] = []
     enumerated = 0
@@ -125,14 +149,10 @@ def enumerate_all(sc: Scenario, gpu_counts: list[int], cons: Constraints) -> tup
         columns.append([obj, *[k[idx] for k in order_keys(ev)[1:]]])
         rows += [(ev, int(i)) for i in idx]
     if not rows:
-        return [], enumerated
+        return Enumeration([], np.zeros(0), enumerated)
     keys = [np.concatenate([c[j] for c in columns]) for j in range(len(columns[0]))]
     order = np.lexsort(keys[::-1])
-    out = []
-    for o in order:
-        ev, i = rows[int(o)]
-        out.append(Ranked(ev.layouts.at(i), float(ev.step_time_s[i]), float(keys[0][o])))
-    return out, enumerated
+    return Enumeration([rows[int(o)] for o in order], keys[0][order], enumerated)
 
 
 def result_layouts(result: SearchResult) -> list[Layout]:
@@ -141,9 +161,10 @@ def result_layouts(result: SearchResult) -> list[Layout]:
 
 def check_against_enumeration(sc: Scenario, counts: list[int], cons: Constraints, k: int) -> SearchResult:
     result = search(sc, counts, cons, k)
-    ranked, enumerated = enumerate_all(sc, counts, cons)
-    assert result.candidates == enumerated
-    if ranked:
+    ranked = enumerate_all(sc, counts, cons)
+    assert result.candidates == ranked.enumerated
+    event(f"{result.status}, {min(len(ranked), k)} of k={k}")
+    if len(ranked):
         assert result.status == "OPTIMAL", (result.status, result.reason, len(ranked))
     else:
         assert result.status == "INFEASIBLE", (result.status, result_layouts(result))
@@ -151,8 +172,8 @@ def check_against_enumeration(sc: Scenario, counts: list[int], cons: Constraints
         assert result.reason, "an INFEASIBLE result must say why"
         return result
     got = result_layouts(result)
-    want = [r.layout for r in ranked[:k]]
-    assert got == want, _diff(got, ranked[:k], result)
+    want = ranked.top(k)
+    assert got == [r.layout for r in want], _diff(got, want, result)
     for choice in result.choices:
         lay = choice.evaluation.layouts.at(choice.index)
         assert choice.feasible, choice.evaluation.violations(choice.index)
@@ -283,35 +304,39 @@ def test_gpu_count_domain_values() -> None:
 TOKENS = 2e12
 
 
+@pytest.fixture(scope="module")
+def range_best_steps() -> dict[int, float]:
+    """The best step time per GPU count of the 256..2048 range (llama2-70b, a100-80g), by enumeration."""
+    counts = gpu_count_domain(256, 2048, 8)
+    return enumerate_all(scenario("llama2-70b", "a100-80g", counts[0]), counts, Constraints()).best_step_by_gpus()
+
+
 @pytest.mark.parametrize("objective", ["time", "cost"])
-def test_gpu_range_with_deadline_matches_enumeration(objective: str) -> None:
+def test_gpu_range_with_deadline_matches_enumeration(objective: str, range_best_steps: dict[int, float]) -> None:
     counts = gpu_count_domain(256, 2048, 8)
     sc = scenario("llama2-70b", "a100-80g", counts[0])
-    free = Constraints(objective=objective)
-    ranked_free, _ = enumerate_all(sc, counts, free)
-    # A deadline that the smallest counts miss: the median count's best train time.
+    assert sorted(range_best_steps) == counts
+    # A deadline that only 768 GPUs and more can meet: 768's best training time for the tokens.
     steps = TOKENS / (sc.knobs.global_batch * sc.knobs.seq_len)
-    best_by_count = {}
-    for r in ranked_free:
-        best_by_count.setdefault(r.layout.gpus, r.step_time_s)
-    middle = sorted(best_by_count)[len(best_by_count) // 2]
-    deadline_days = best_by_count[middle] * steps / 86_400
+    deadline_days = math.ceil(range_best_steps[768] * steps * 1000) / MS_PER_DAY
     cons = Constraints(deadline_days=deadline_days, tokens=TOKENS, objective=objective)
     result = check_against_enumeration(sc, counts, cons, 5)
     assert result.status == "OPTIMAL"
-    assert min(c.evaluation.layouts.at(c.index).gpus for c in result.choices) >= middle // 2
+    picked = [c.evaluation.layouts.at(c.index).gpus for c in result.choices]
+    assert all(g >= 768 for g in picked), picked
     if objective == "cost":
-        # cheaper per step at fewer GPUs: the deadline binds, so the pick sits near the median count
-        assert result.choices[0].evaluation.layouts.at(result.choices[0].index).gpus <= 2 * middle
+        # without the deadline the cheapest run is on fewer GPUs: the deadline binds
+        free = search(sc, counts, Constraints(objective="cost"), 1)
+        assert free.choices[0].evaluation.layouts.at(free.choices[0].index).gpus < 768
 
 
 def test_gpu_range_deadline_is_inclusive_at_the_millisecond() -> None:
     """A candidate whose training time equals the deadline to the millisecond is admitted."""
     counts = [256, 512]
     sc = scenario("llama2-7b", "a100-80g", 256)
-    ranked, _ = enumerate_all(sc, counts, Constraints())
+    ranked = enumerate_all(sc, counts, Constraints())
     steps = TOKENS / (sc.knobs.global_batch * sc.knobs.seq_len)
-    target = ranked[len(ranked) // 3]
+    (target,) = [r for r in ranked.top(len(ranked) // 3 + 1)][-1:]
     train_ms = math.ceil(target.step_time_s * steps * 1000)
     cons = Constraints(deadline_days=(train_ms + 0.25) / MS_PER_DAY, tokens=TOKENS, objective="cost")
     result = check_against_enumeration(sc, counts, cons, 10)
@@ -410,11 +435,11 @@ def test_optimize_json_contract(base_run: Run) -> None:
 
 
 def test_optimize_json_equals_enumeration(base_run: Run) -> None:
-    ranked, enumerated = enumerate_all(scenario("llama2-70b", "a100-80g", 256), [256], Constraints())
+    ranked = enumerate_all(scenario("llama2-70b", "a100-80g", 256), [256], Constraints())
     entry = base_run.json()["results"][0]
-    assert entry["solver"]["candidates"] == enumerated
+    assert entry["solver"]["candidates"] == ranked.enumerated
     got = [Layout(**lay["layout"]) for lay in entry["layouts"]]
-    assert got == [r.layout for r in ranked[:5]]
+    assert got == [r.layout for r in ranked.top(5)]
 
 
 def test_optimize_multiple_hardware_with_own_counts() -> None:
