@@ -26,6 +26,7 @@ from optimizer import report
 from optimizer.advice import best_single_change, requirements
 from optimizer.calibrate import PARAMETERS, calibrated_cluster, fit, load_runs, parse_fit_names
 from optimizer.emit import EMITTERS
+from optimizer.output import EvaluatedLayoutOut, OptimizeOut, render_json
 from optimizer.plan import parse_plan
 from optimizer.scenario import LAYOUT_KNOBS, Scenario, best_or_closest
 from optimizer.search import Constraints, build_table, gpu_count_domain, search, solve
@@ -150,7 +151,7 @@ def _plan_command(name: str, doc: str, render: Callable[[Console, report.Assessm
     def command(model: str, gpus: int, hardware: str, plan_text: str, as_json: bool, **opts: Any) -> int:
         assessment = _assess(_scenario(model, hardware, gpus, opts), plan_text)
         if as_json:
-            _emit_json(report.validate_json(assessment))
+            click.echo(render_json(EvaluatedLayoutOut, report.validate_json(assessment)))
         else:
             render(report.console(), assessment)
         return EXIT_OK if assessment.choice.feasible else EXIT_INFEASIBLE
@@ -246,7 +247,7 @@ def optimize(model: str, gpus_text: str | None, hardware: tuple[str, ...], top: 
     if emit is not None and not as_json:
         report.render_emit(model_spec, outcomes, emit, opts["flash_attention"])
     elif as_json:
-        _emit_json(report.optimize_json(model_spec, outcomes, emit, opts["flash_attention"]))
+        click.echo(render_json(OptimizeOut, report.optimize_json(model_spec, outcomes, emit, opts["flash_attention"])))
     else:
         report.render_optimize(report.console(), model_spec, outcomes, cons)
     return EXIT_OK if all(o.result.choices for o in outcomes) else EXIT_INFEASIBLE

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
+from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
 
 from cost_models.evaluate import evaluate
@@ -163,7 +164,8 @@ def check_against_enumeration(sc: Scenario, counts: list[int], cons: Constraints
     result = search(sc, counts, cons, k)
     ranked = enumerate_all(sc, counts, cons)
     assert result.candidates == ranked.enumerated
-    event(f"{result.status}, {min(len(ranked), k)} of k={k}")
+    if currently_in_test_context():
+        event(f"{result.status}, {'all' if len(ranked) >= k else 'fewer than'} k")
     if len(ranked):
         assert result.status == "OPTIMAL", (result.status, result.reason, len(ranked))
     else:
@@ -256,11 +258,12 @@ ALL_GPUS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 def search_cases(draw: st.DrawFn) -> tuple[Scenario, Constraints, int]:
     model_name = draw(st.sampled_from(model_preset_names()))
     hardware = draw(st.sampled_from(preset_names()))
-    gpus = draw(st.one_of(st.sampled_from(SMALL_GPUS), st.sampled_from(SMALL_GPUS), st.sampled_from(ALL_GPUS)))
+    gpus = draw(st.one_of(st.sampled_from(SMALL_GPUS), st.sampled_from(ALL_GPUS)))
     seq_len = draw(st.sampled_from([4096, 4096, 2048, 8192]))
 
     def maybe(values: list[Any]) -> Any:
-        return draw(st.one_of(st.none(), st.sampled_from(values)))
+        """Mostly free: each knob or constraint is set one time in three."""
+        return draw(st.one_of(st.none(), st.none(), st.sampled_from(values)))
 
     knobs = Knobs(
         tp=maybe([1, 2, 4, 8]),
@@ -281,7 +284,7 @@ def search_cases(draw: st.DrawFn) -> tuple[Scenario, Constraints, int]:
         objective=draw(st.sampled_from(["time", "cost"])),
     )
     headroom = draw(st.sampled_from([0.0, 0.1, 0.2]))
-    k = draw(st.integers(1, 10))
+    k = draw(st.sampled_from(range(1, 11)))
     return scenario(model_name, hardware, gpus, knobs, headroom), cons, k
 
 
