@@ -19,15 +19,19 @@ from rich.console import Console
 from cost_models.errors import InputError
 from cost_models.models import ModelSpec, load_model, model_preset_names
 from cost_models.stack import Stack
+from cost_models.tco import PRICINGS
 from hardware_specs.dump import cluster_to_toml
 from hardware_specs.loader import SpecError, load_cluster, preset_names
 from hardware_specs.schema import Cluster
 from optimizer import report
 from optimizer.advice import best_single_change, requirements
 from optimizer.calibrate import PARAMETERS, calibrated_cluster, fit, load_runs, parse_fit_names
+from optimizer.compare_report import compare_stdout, render_compare
+from optimizer.decision import Overrides, Request, decide, verdict
 from optimizer.emit import EMITTERS
 from optimizer.output import EvaluatedLayoutOut, OptimizeOut, render_json
 from optimizer.plan import parse_plan
+from optimizer.plot import check_available, write_plot
 from optimizer.scenario import LAYOUT_KNOBS, Scenario, best_or_closest
 from optimizer.search import Constraints, build_table, gpu_count_domain, search, solve
 from optimizer.space import Knobs
@@ -286,6 +290,97 @@ def calibrate(hardware: str, runs_path: Path, out_path: Path, fit_names: str | N
     else:
         report.render_calibrate(report.console(), obj)
     return EXIT_OK
+
+
+@cli.command("compare")
+@click.option("--model", required=True, help="Model preset or path to a config.json.")
+@click.option("--hardware", multiple=True, required=True,
+              help="NAME:COUNT per hardware (e.g. a100-80g:256,rtx4090:2048); comma-separated or repeated.")
+@click.option("--gpus", "default_gpus", type=click.IntRange(1, MAX_GPUS), default=None,
+              help="GPU count for a --hardware given without :COUNT.")
+@click.option("--tokens", type=click.FloatRange(1, 1e18), default=2e12, show_default=True,
+              help="Training tokens of the run.")
+@click.option("--budget-usd", type=click.FloatRange(0, None, min_open=True), default=None,
+              help="Budget: COUNT becomes the maximum and the fastest run within budget is picked.")
+@click.option("--deadline-days", type=click.FloatRange(0, 1e6, min_open=True), default=None,
+              help="Deadline: COUNT becomes the maximum and the cheapest run that meets it is picked.")
+@click.option("--pricing", type=click.Choice(PRICINGS), default="own", show_default=True,
+              help="own: capex amortized over the lifetime + energy; cloud: price per GPU-hour (energy included).")
+@click.option("--gpu-usd", type=click.FloatRange(0, None), default=None, help="Price of one GPU [preset].")
+@click.option("--server-usd", type=click.FloatRange(0, None), default=None,
+              help="Server share per GPU: chassis, CPUs, RAM, NICs [preset].")
+@click.option("--network-usd", type=click.FloatRange(0, None), default=None,
+              help="Network share per GPU: switches, cables [preset].")
+@click.option("--lifetime-years", type=click.FloatRange(0, 50, min_open=True), default=None,
+              help="Amortization period [preset].")
+@click.option("--cloud-usd-per-gpu-hour", type=click.FloatRange(0, None), default=None,
+              help="Rental price per GPU-hour, for --pricing cloud [preset].")
+@click.option("--usd-per-kwh", type=click.FloatRange(0, None), default=None, help="Electricity price [preset].")
+@click.option("--pue", type=click.FloatRange(1.0, 5.0), default=None, help="Power usage effectiveness [preset].")
+@click.option("--idle-fraction", type=click.FloatRange(0.0, 1.0), default=None,
+              help="GPU draw while waiting, as a fraction of TDP [preset].")
+@click.option("--node-overhead-w", type=click.FloatRange(0, None), default=None,
+              help="Non-GPU power per node: CPUs, fans, NICs [preset].")
+@click.option("--gpu-mtbf-hours", type=click.FloatRange(0, None, min_open=True), default=None,
+              help="Mean time between failures of one GPU [preset].")
+@click.option("--node-mtbf-hours", type=click.FloatRange(0, None, min_open=True), default=None,
+              help="Mean time between non-GPU failures of one server [preset].")
+@click.option("--restart-s", type=click.FloatRange(0, None), default=None,
+              help="Time to detect a failure, restart and reload the checkpoint [preset].")
+@click.option("--checkpoint-write-gbps", type=click.FloatRange(0, None, min_open=True), default=None,
+              help="Checkpoint write bandwidth per node in GB/s (all nodes write at once) [preset].")
+@click.option("--staff-usd-per-day", type=click.FloatRange(0, None), default=0.0, show_default=True,
+              help="People running the job, per day of wall-clock.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write a PNG of the comparison (needs matplotlib: pip install 'paraplan[plot]').")
+@knob_options
+def compare(model: str, hardware: tuple[str, ...], default_gpus: int | None, tokens: float,
+            budget_usd: float | None, deadline_days: float | None, plot_path: Path | None, as_json: bool,
+            **opts: Any) -> int:
+    """The hardware decision: per NAME:COUNT, the best layout and what training --tokens costs.
+
+    Time without and with failures (Young/Daly checkpointing, goodput), failures per hour,
+    energy at the predicted utilization, and the cost (hardware amortized or rented, energy,
+    staff), then a verdict. Price, power and reliability figures come from the presets and can
+    be overridden (applied to every hardware). With --budget-usd or --deadline-days, COUNT is the
+    maximum and the count is chosen. Exit 0 when every hardware has a run that meets the budget
+    and deadline, 1 otherwise (the reason is printed), 2 on bad input.
+    """
+    if plot_path is not None:
+        check_available()
+    gbps = opts.pop("checkpoint_write_gbps")
+    overrides = Overrides(
+        pricing=opts.pop("pricing"), staff_usd_per_day=opts.pop("staff_usd_per_day"),
+        gpu_usd=opts.pop("gpu_usd"), server_share_usd=opts.pop("server_usd"),
+        network_share_usd=opts.pop("network_usd"), lifetime_years=opts.pop("lifetime_years"),
+        cloud_usd_per_gpu_hour=opts.pop("cloud_usd_per_gpu_hour"), usd_per_kwh=opts.pop("usd_per_kwh"),
+        pue=opts.pop("pue"), idle_fraction=opts.pop("idle_fraction"), node_overhead_w=opts.pop("node_overhead_w"),
+        gpu_mtbf_hours=opts.pop("gpu_mtbf_hours"), node_mtbf_hours=opts.pop("node_mtbf_hours"),
+        restart_s=opts.pop("restart_s"), storage_write_bytes_per_s=gbps * 1e9 if gbps is not None else None,
+    )
+    request = Request(tokens=tokens, budget_usd=budget_usd, deadline_days=deadline_days, scaling=plot_path is not None)
+    model_spec = load_model(model)
+    items = []
+    for name, count in _hardware_items(hardware):
+        if count is None and default_gpus is None:
+            raise InputError(f"--hardware '{name}' needs a GPU count: NAME:COUNT (e.g. {name}:256) or --gpus")
+        gpus = int(count) if count is not None else default_gpus
+        assert gpus is not None
+        if not 1 <= gpus <= MAX_GPUS:
+            raise InputError(f"--hardware '{name}:{count}': the count must be 1..{MAX_GPUS}")
+        items.append((load_cluster(name), gpus))
+    outcomes = [decide(_scenario_for(model_spec, cluster, gpus, opts, {}), gpus, request, overrides)
+                for cluster, gpus in items]
+    lines = verdict(outcomes)
+    if plot_path is not None:
+        write_plot(plot_path, model_spec.name, tokens, outcomes)
+    if as_json:
+        click.echo(compare_stdout(model_spec.name, request, outcomes, lines))
+    else:
+        render_compare(report.console(), model_spec.name, request, outcomes, lines)
+        if plot_path is not None:
+            click.echo(f"  wrote {plot_path}")
+    return EXIT_OK if all(o.ok for o in outcomes) else EXIT_INFEASIBLE
 
 
 @cli.group("list")

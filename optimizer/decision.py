@@ -111,7 +111,8 @@ def _merge(kind: type[Price] | type[Power] | type[Reliability], base: Price | Po
            given: dict[str, float], cluster: Cluster) -> Any:
     data: dict[str, Any] = base.model_dump() if base is not None else {}
     if given:
-        data["sources"] = (*data.get("sources", ()), *(f"{n} = {v:g}: set on the command line" for n, v in given.items()))
+        set_here = (f"{n} = {v:g}: set on the command line" for n, v in given.items())
+        data["sources"] = (*data.get("sources", ()), *set_here)
     data.update(given)
     try:
         return kind.model_validate(data)
@@ -392,8 +393,9 @@ def verdict(outcomes: list[Outcome]) -> list[str]:
     by_energy = sorted(done, key=lambda d: d[1].energy_kwh)
     (low_name, low), (high_name, high) = by_energy[0], by_energy[-1]
     if low_name != high_name:
-        lines.append(f"Energy: {low_name} uses {low.energy_kwh / 1000:,.0f} MWh, {1 - low.energy_kwh / high.energy_kwh:.0%} "
-                     f"less than {high_name} ({high.energy_kwh / 1000:,.0f} MWh).")
+        lines.append(f"Energy: {low_name} uses {low.energy_kwh / 1000:,.0f} MWh, "
+                     f"{1 - low.energy_kwh / high.energy_kwh:.0%} less than {high_name} "
+                     f"({high.energy_kwh / 1000:,.0f} MWh).")
     for o in outcomes:
         if o.account is not None and o.account.reliability.goodput < 0.5:
             lines.append(f"Warning: {o.cluster.name} loses more than half its time to failures "

@@ -42,6 +42,7 @@ from optimizer.space import Knobs, candidate_space
 
 REPO = Path(__file__).resolve().parent.parent
 MS_PER_DAY = 86_400 * 1000
+TOKENS = 2e12
 
 _MODELS: dict[str, ModelSpec] = {}
 _CLUSTERS: dict[str, Cluster] = {}
@@ -258,7 +259,13 @@ ALL_GPUS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096]
 def search_cases(draw: st.DrawFn) -> tuple[Scenario, Constraints, int]:
     model_name = draw(st.sampled_from(model_preset_names()))
     hardware = draw(st.sampled_from(preset_names()))
-    gpus = draw(st.one_of(st.sampled_from(SMALL_GPUS), st.sampled_from(ALL_GPUS)))
+    # Big models on a few GPUs never fit: start at the count whose memory holds the weights, the
+    # gradients and the Adam states (16 bytes per parameter) once, fully sharded. Fixed knobs and
+    # constraints still make many cases infeasible.
+    fit = model(model_name).total_params * 16 / cluster(hardware).gpu.memory_bytes
+    floor = next(g for g in ALL_GPUS if g >= fit or g == ALL_GPUS[-1])
+    small = [g for g in ALL_GPUS if floor <= g <= max(128, 8 * floor)]
+    gpus = draw(st.one_of(st.sampled_from(small), st.sampled_from([g for g in ALL_GPUS if g >= floor])))
     seq_len = draw(st.sampled_from([4096, 4096, 2048, 8192]))
 
     def maybe(values: list[Any]) -> Any:
@@ -268,6 +275,7 @@ def search_cases(draw: st.DrawFn) -> tuple[Scenario, Constraints, int]:
     knobs = Knobs(
         tp=maybe([1, 2, 4, 8]),
         pp=maybe([1, 2, 4, 8]),
+        cp=maybe([1, 2, 4]),
         micro_batch=maybe([1, 2, 4]),
         virtual_stages=maybe([1, 2, 4]),
         recompute=maybe(["none", "selective", "full"]),
@@ -276,11 +284,14 @@ def search_cases(draw: st.DrawFn) -> tuple[Scenario, Constraints, int]:
         global_batch=4_194_304 // seq_len,
         seq_len=seq_len,
     )
+    deadline = maybe([3.0, 30.0, 300.0, 3000.0])
     cons = Constraints(
         max_tp=maybe([1, 2, 4, 8]),
         min_dp=maybe([1, 2, 8, 32]),
         max_pp=maybe([1, 2, 4, 16]),
         tp_within_node=draw(st.booleans()),
+        deadline_days=deadline,
+        tokens=TOKENS if deadline is not None else None,
         objective=draw(st.sampled_from(["time", "cost"])),
     )
     headroom = draw(st.sampled_from([0.0, 0.1, 0.2]))
@@ -303,8 +314,6 @@ def test_gpu_count_domain_values() -> None:
     assert gpu_count_domain(1, 8, 8) == [1, 2, 3, 4, 6, 8]
     assert gpu_count_domain(12, 12, 8) == [12]  # nothing of the form in range: the bound itself
 
-
-TOKENS = 2e12
 
 
 @pytest.fixture(scope="module")
