@@ -21,7 +21,9 @@ Sequence parallelism splits the norm, residual and dropout work over TP; without
 repeats it on all tokens.
 
 The optimizer step (fused Adam) streams per local parameter: fp32 master, m, v read and written
-(24 bytes), the gradient read, the bf16 weight written (2 bytes).
+(24 bytes), the gradient read, the bf16 weight written (2 bytes). FP16 training adds dynamic
+loss scaling (Micikevicius et al. 2018): the gradients are read once more to check for inf/NaN
+before the step (the scaling itself folds into the loss and the unscale into Adam).
 """
 
 from __future__ import annotations
@@ -174,4 +176,5 @@ def optimizer_step_s(params: StageParams, lay: Layouts, cluster: Cluster, stack:
     local = np.where(sharded, params.dense / dp_dense, params.dense) + np.where(
         sharded, params.expert / dp_expert, params.expert
     )
-    return _memory_s(local * (26.0 + stack.grad_bytes), cluster)
+    loss_scale_check = np.where(lay.precision == PRECISION_FP16, stack.grad_bytes, 0.0)
+    return _memory_s(local * (26.0 + stack.grad_bytes + loss_scale_check), cluster)
