@@ -30,6 +30,7 @@ PLAIN_FAMILIES = frozenset({"gpt2", "gpt_neox", "nemotron", "bloom", "opt", "fal
 DROPOUT_FAMILIES = frozenset({"gpt2", "opt", "bloom", "gptj"})
 
 MAX_LAYERS = 100_000
+MAX_CONFIG_INT = 10**12
 MAX_WIDTH = 1_000_000
 
 
@@ -203,13 +204,30 @@ def _int(config: dict[str, Any], *keys: str, default: int | None = None) -> int:
     value = _get(config, *keys, default=default)
     if value is None:
         raise InputError(f"model config lacks '{keys[0]}' (nor any of {', '.join(keys[1:]) or 'its aliases'})")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"model config '{keys[0]}' = {value!r} must be a whole number")
-    if float(value) != int(value):
-        raise InputError(f"model config '{keys[0]}' = {value!r} must be a whole number")
+    shown = _short(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"model config '{keys[0]}' = {shown} must be a whole number")
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        raise InputError(f"model config '{keys[0]}' = {shown} must be a whole number")
     if value < 1:
-        raise InputError(f"model config '{keys[0]}' = {value!r} must be at least 1")
+        raise InputError(f"model config '{keys[0]}' = {shown} must be at least 1")
+    if value > MAX_CONFIG_INT:
+        raise InputError(f"model config '{keys[0]}' = {shown} is beyond any model (at most {MAX_CONFIG_INT:.0e})")
     return int(value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:20] + "..." + text[-8:]
+
+
+def _flag(config: dict[str, Any], key: str, default: bool) -> bool:
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise InputError(f"model config '{key}' = {_short(value)} must be true or false")
+    return value
 
 
 def _mlp_kind(config: dict[str, Any]) -> MlpKind:
@@ -257,7 +275,7 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             vocab_size=_int(config, "vocab_size", "padded_vocab_size"),
             max_seq_len=_int(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length", default=2048),
             mlp=mlp,
-            tied_embeddings=bool(_get(config, "tie_word_embeddings", default=gpt2_keys)),
+            tied_embeddings=_flag(config, "tie_word_embeddings", gpt2_keys),
             learned_positions=gpt2_keys or model_type in ("gpt2", "opt"),
             layernorm=gpt2_keys or model_type in PLAIN_FAMILIES,
             linear_bias=gpt2_keys or model_type in ("gpt2", "gpt_neox", "bloom", "opt", "gptj"),

@@ -106,8 +106,9 @@ def daly_interval_s(delta_s: float, mtbf_s: float) -> float:
 
 def goodput_first_order(delta_s: float, interval_s: float, mtbf_s: float, restart_s: float) -> float:
     """1 / (1 + delta/tau + (tau/2 + R)/M): the first-order useful fraction (Young 1974)."""
-    checkpoint_waste = delta_s / interval_s if interval_s > 0 else 0.0
-    return 1.0 / (1.0 + checkpoint_waste + (interval_s / 2.0 + restart_s) / mtbf_s)
+    if interval_s <= 0:
+        return MIN_GOODPUT if delta_s > 0 else 1.0 / (1.0 + restart_s / mtbf_s)
+    return 1.0 / (1.0 + delta_s / interval_s + (interval_s / 2.0 + restart_s) / mtbf_s)
 
 
 def goodput_exponential(delta_s: float, interval_s: float, mtbf_s: float, restart_s: float) -> float:

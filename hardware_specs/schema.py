@@ -1,8 +1,10 @@
 """Typed specifications of GPUs, links and cluster building blocks.
 
 Every figure is in SI base units with the unit in the field name (`_bytes`, `_s`, `_flops`,
-`_bytes_per_s`, `_w`). A preset TOML may write the same fields; the loader converts nothing, so
-a figure read from a data sheet in GB/s is entered as e.g. `300e9`.
+`_bytes_per_s`, `_w`), bounded below by a physical floor (100 GFLOP/s, 1 GB, 10 GB/s of HBM,
+100 MB/s of link) so that a figure in the wrong unit is refused at the edge. A preset TOML
+writes the same fields; the loader converts nothing, so a figure read from a data sheet in GB/s
+is entered as e.g. `300e9`.
 
 The efficiency figures (`Efficiency`) are what software reaches on the hardware, not what the
 data sheet promises. They are the constants that `paraplan calibrate` fits.
@@ -13,6 +15,10 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# Physical floors: a figure below them is a unit mistake (312 for 312e12 FLOP/s, 200 for a
+# 200 Gb/s link) or nonsense, and would make every step time overflow.
+MIN_FLOPS = 1e11
 
 IntraNodeKind = Literal["nvswitch", "xgmi", "nvlink_bridge", "pcie_p2p", "pcie_host"]
 
@@ -25,12 +31,12 @@ class GPU(_Spec):
     """One accelerator. Peaks are dense tensor-core rates (sparsity figures halved)."""
 
     name: str = Field(min_length=1)
-    peak_bf16_flops: float = Field(gt=0, le=1e17)
-    peak_fp16_flops: float = Field(gt=0, le=1e17)
-    peak_fp8_flops: float | None = Field(default=None, gt=0, le=1e17)  # None: no FP8 tensor cores
-    memory_bytes: float = Field(gt=0, le=1e14)  # capacity the driver exposes (nvidia-smi total)
-    mem_bw_bytes_per_s: float = Field(gt=0, le=1e14)
-    tdp_w: float = Field(gt=0, le=1e5)
+    peak_bf16_flops: float = Field(ge=MIN_FLOPS, le=1e17)
+    peak_fp16_flops: float = Field(ge=MIN_FLOPS, le=1e17)
+    peak_fp8_flops: float | None = Field(default=None, ge=MIN_FLOPS, le=1e17)  # None: no FP8 tensor cores
+    memory_bytes: float = Field(ge=1e9, le=1e14)  # capacity the driver exposes (nvidia-smi total)
+    mem_bw_bytes_per_s: float = Field(ge=1e10, le=1e14)
+    tdp_w: float = Field(ge=1, le=1e5)
     ecc: bool
     sources: tuple[str, ...] = ()
 
@@ -39,9 +45,9 @@ class Link(_Spec):
     """A point-to-point path: bandwidth per direction per GPU, latency, achievable fraction."""
 
     name: str = Field(min_length=1)
-    bw_bytes_per_s: float = Field(gt=0, le=1e14)
+    bw_bytes_per_s: float = Field(ge=1e8, le=1e14)
     latency_s: float = Field(ge=0, le=1.0)
-    efficiency: float = Field(gt=0, le=1.0)  # bus bandwidth reached by collectives / nominal
+    efficiency: float = Field(ge=0.01, le=1.0)  # bus bandwidth reached by collectives / nominal
     sources: tuple[str, ...] = ()
 
     @property
@@ -76,37 +82,37 @@ class Efficiency(_Spec):
         (0 = no overlap, 1 = perfect overlap while backward compute lasts).
     """
 
-    gemm_max: float = Field(gt=0, le=1.0)
+    gemm_max: float = Field(ge=0.01, le=1.0)
     gemm_half_dim: float = Field(ge=0, le=1e5)
-    attention: float = Field(gt=0, le=1.0)
-    memory_bound: float = Field(gt=0, le=1.0)
+    attention: float = Field(ge=0.01, le=1.0)
+    memory_bound: float = Field(ge=0.01, le=1.0)
     kernel_overhead_s: float = Field(ge=0, le=1e-2)
     dp_overlap: float = Field(ge=0, le=1.0)
     sources: tuple[str, ...] = ()
 
 
 class Price(_Spec):
-    gpu_usd: float | None = Field(default=None, ge=0)
-    server_share_usd: float | None = Field(default=None, ge=0)  # per GPU: chassis, CPU, RAM, NIC
-    network_share_usd: float | None = Field(default=None, ge=0)  # per GPU: switches, cables
-    cloud_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
-    lifetime_years: float = Field(default=4.0, gt=0, le=50)
+    gpu_usd: float | None = Field(default=None, ge=0, le=1e8)
+    server_share_usd: float | None = Field(default=None, ge=0, le=1e8)  # per GPU: chassis, CPU, RAM, NIC
+    network_share_usd: float | None = Field(default=None, ge=0, le=1e8)  # per GPU: switches, cables
+    cloud_usd_per_gpu_hour: float | None = Field(default=None, ge=0, le=1e5)
+    lifetime_years: float = Field(default=4.0, ge=0.1, le=50)
     sources: tuple[str, ...] = ()
 
 
 class Power(_Spec):
-    node_overhead_w: float = Field(default=0.0, ge=0)  # CPUs, fans, NICs per node
+    node_overhead_w: float = Field(default=0.0, ge=0, le=1e6)  # CPUs, fans, NICs per node
     idle_fraction: float = Field(default=0.25, ge=0, le=1)  # GPU draw when idle / TDP
     pue: float = Field(default=1.3, ge=1.0, le=5.0)
-    usd_per_kwh: float = Field(default=0.10, ge=0)
+    usd_per_kwh: float = Field(default=0.10, ge=0, le=1e3)
     sources: tuple[str, ...] = ()
 
 
 class Reliability(_Spec):
-    gpu_mtbf_hours: float = Field(gt=0)
-    node_mtbf_hours: float = Field(gt=0)  # non-GPU failures of one server
-    storage_write_bytes_per_s: float = Field(default=5e9, gt=0)  # per node checkpoint write
-    restart_s: float = Field(default=600.0, ge=0)
+    gpu_mtbf_hours: float = Field(ge=0.1, le=1e9)
+    node_mtbf_hours: float = Field(ge=0.1, le=1e9)  # non-GPU failures of one server
+    storage_write_bytes_per_s: float = Field(default=5e9, ge=1e6, le=1e15)  # per node checkpoint write
+    restart_s: float = Field(default=600.0, ge=0, le=1e7)
     sources: tuple[str, ...] = ()
 
 

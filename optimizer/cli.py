@@ -6,6 +6,7 @@ Exit codes: 0 feasible / done, 1 infeasible, 2 bad input (one `Error:` line on s
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from collections.abc import Callable
@@ -37,6 +38,17 @@ from optimizer.search import Constraints, build_table, gpu_count_domain, search,
 from optimizer.space import Knobs
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class FiniteRange(click.FloatRange):
+    """A float range that also refuses nan and inf (click's FloatRange lets nan through: every
+    comparison with nan is false)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
 TOKENS_PER_BATCH = 4_194_304
 MAX_GPUS = 10_000_000
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT = 0, 1, 2
@@ -61,7 +73,7 @@ def knob_options(func: F) -> F:
                      help="Interleaved 1F1B model chunks per GPU [default: chosen]."),
         click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True,
                      help="Training precision; fp8 runs projection and MLP GEMMs on FP8 tensor cores."),
-        click.option("--mem-headroom", type=click.FloatRange(0.0, 0.9), default=0.0, show_default=True,
+        click.option("--mem-headroom", type=FiniteRange(0.0, 0.9), default=0.0, show_default=True,
                      help="Fraction of GPU memory to keep free."),
         click.option("--main-grads", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
                      help="Gradient buffer: fp32 (Megatron-LM) or bf16 (DeepSpeed)."),
@@ -217,9 +229,9 @@ def _hardware_items(values: tuple[str, ...]) -> list[tuple[str, str | None]]:
 @click.option("--min-dp", type=click.IntRange(1, MAX_GPUS), default=None, help="Lower bound on DP.")
 @click.option("--max-pp", type=click.IntRange(1, MAX_GPUS), default=None, help="Upper bound on PP.")
 @click.option("--tp-within-node", is_flag=True, help="Keep every TP group inside one server.")
-@click.option("--deadline-days", type=click.FloatRange(0, 1e6, min_open=True), default=None,
+@click.option("--deadline-days", type=FiniteRange(0, 1e6, min_open=True), default=None,
               help="Train --tokens within this many days (with a GPU range: the solver picks the count).")
-@click.option("--tokens", type=click.FloatRange(1, 1e18), default=None, help="Training tokens, for --deadline-days.")
+@click.option("--tokens", type=FiniteRange(1, 1e18), default=None, help="Training tokens, for --deadline-days.")
 @click.option("--top", type=click.IntRange(1, 1000), default=5, show_default=True, help="Layouts per hardware.")
 @click.option("--objective", type=click.Choice(["time", "cost"]), default="time", show_default=True,
               help="Fastest step, or cheapest per token (GPU-hours x price).")
@@ -298,38 +310,38 @@ def calibrate(hardware: str, runs_path: Path, out_path: Path, fit_names: str | N
               help="NAME:COUNT per hardware (e.g. a100-80g:256,rtx4090:2048); comma-separated or repeated.")
 @click.option("--gpus", "default_gpus", type=click.IntRange(1, MAX_GPUS), default=None,
               help="GPU count for a --hardware given without :COUNT.")
-@click.option("--tokens", type=click.FloatRange(1, 1e18), default=2e12, show_default=True,
+@click.option("--tokens", type=FiniteRange(1, 1e18), default=2e12, show_default=True,
               help="Training tokens of the run.")
-@click.option("--budget-usd", type=click.FloatRange(0, None, min_open=True), default=None,
+@click.option("--budget-usd", type=FiniteRange(0, 1e15, min_open=True), default=None,
               help="Budget: COUNT becomes the maximum and the fastest run within budget is picked.")
-@click.option("--deadline-days", type=click.FloatRange(0, 1e6, min_open=True), default=None,
+@click.option("--deadline-days", type=FiniteRange(0, 1e6, min_open=True), default=None,
               help="Deadline: COUNT becomes the maximum and the cheapest run that meets it is picked.")
 @click.option("--pricing", type=click.Choice(PRICINGS), default="own", show_default=True,
               help="own: capex amortized over the lifetime + energy; cloud: price per GPU-hour (energy included).")
-@click.option("--gpu-usd", type=click.FloatRange(0, None), default=None, help="Price of one GPU [preset].")
-@click.option("--server-usd", type=click.FloatRange(0, None), default=None,
+@click.option("--gpu-usd", type=FiniteRange(0, 1e8), default=None, help="Price of one GPU [preset].")
+@click.option("--server-usd", type=FiniteRange(0, 1e8), default=None,
               help="Server share per GPU: chassis, CPUs, RAM, NICs [preset].")
-@click.option("--network-usd", type=click.FloatRange(0, None), default=None,
+@click.option("--network-usd", type=FiniteRange(0, 1e8), default=None,
               help="Network share per GPU: switches, cables [preset].")
-@click.option("--lifetime-years", type=click.FloatRange(0, 50, min_open=True), default=None,
+@click.option("--lifetime-years", type=FiniteRange(0, 50, min_open=True), default=None,
               help="Amortization period [preset].")
-@click.option("--cloud-usd-per-gpu-hour", type=click.FloatRange(0, None), default=None,
+@click.option("--cloud-usd-per-gpu-hour", type=FiniteRange(0, 1e5), default=None,
               help="Rental price per GPU-hour, for --pricing cloud [preset].")
-@click.option("--usd-per-kwh", type=click.FloatRange(0, None), default=None, help="Electricity price [preset].")
-@click.option("--pue", type=click.FloatRange(1.0, 5.0), default=None, help="Power usage effectiveness [preset].")
-@click.option("--idle-fraction", type=click.FloatRange(0.0, 1.0), default=None,
+@click.option("--usd-per-kwh", type=FiniteRange(0, 1e3), default=None, help="Electricity price [preset].")
+@click.option("--pue", type=FiniteRange(1.0, 5.0), default=None, help="Power usage effectiveness [preset].")
+@click.option("--idle-fraction", type=FiniteRange(0.0, 1.0), default=None,
               help="GPU draw while waiting, as a fraction of TDP [preset].")
-@click.option("--node-overhead-w", type=click.FloatRange(0, None), default=None,
+@click.option("--node-overhead-w", type=FiniteRange(0, 1e6), default=None,
               help="Non-GPU power per node: CPUs, fans, NICs [preset].")
-@click.option("--gpu-mtbf-hours", type=click.FloatRange(0, None, min_open=True), default=None,
+@click.option("--gpu-mtbf-hours", type=FiniteRange(0.1, 1e9), default=None,
               help="Mean time between failures of one GPU [preset].")
-@click.option("--node-mtbf-hours", type=click.FloatRange(0, None, min_open=True), default=None,
+@click.option("--node-mtbf-hours", type=FiniteRange(0.1, 1e9), default=None,
               help="Mean time between non-GPU failures of one server [preset].")
-@click.option("--restart-s", type=click.FloatRange(0, None), default=None,
+@click.option("--restart-s", type=FiniteRange(0, 1e7), default=None,
               help="Time to detect a failure, restart and reload the checkpoint [preset].")
-@click.option("--checkpoint-write-gbps", type=click.FloatRange(0, None, min_open=True), default=None,
+@click.option("--checkpoint-write-gbps", type=FiniteRange(0.001, 1e6), default=None,
               help="Checkpoint write bandwidth per node in GB/s (all nodes write at once) [preset].")
-@click.option("--staff-usd-per-day", type=click.FloatRange(0, None), default=0.0, show_default=True,
+@click.option("--staff-usd-per-day", type=FiniteRange(0, 1e9), default=0.0, show_default=True,
               help="People running the job, per day of wall-clock.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write a PNG of the comparison (needs matplotlib: pip install 'paraplan[plot]').")

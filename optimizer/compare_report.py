@@ -10,19 +10,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from cost_models.reliability import CHECKPOINT_BYTES_PER_PARAM
-from optimizer.decision import Account, Outcome, Request
+from optimizer.decision import Account, Outcome, Request, fmt_duration
 from optimizer.output import EvaluatedLayoutOut
 from optimizer.report import layout_json, layout_words
 from optimizer.units import fmt_seconds, fmt_usd
 
 GB = 1e9
-
-
-def fmt_duration(seconds: float) -> str:
-    """Like units.fmt_seconds, with minutes between one minute and one hour."""
-    if 60 <= seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return fmt_seconds(seconds)
 
 
 def _account_json(a: Account) -> dict[str, Any]:
@@ -133,26 +126,40 @@ def _row(table: Table, label: str, values: list[str]) -> None:
     table.add_row(label, *values)
 
 
+def fmt_tokens(tokens: float) -> str:
+    """2e12 -> '2T', 1.5e13 -> '15T', 2e11 -> '200B'."""
+    for scale, unit in ((1e12, "T"), (1e9, "B"), (1e6, "M")):
+        if tokens >= scale:
+            return f"{tokens / scale:.4g}{unit}"
+    return f"{tokens:,.0f}"
+
+
 def render_compare(out: Console, model: str, request: Request, outcomes: list[Outcome], verdict: list[str]) -> None:
-    out.print(f"[bold]compare[/bold]: {model}, {request.tokens:.3g} training tokens")
+    asks = []
+    if request.deadline_days is not None:
+        asks.append(f"deadline {request.deadline_days:g} days")
+    if request.budget_usd is not None:
+        asks.append(f"budget {fmt_usd(request.budget_usd)}")
+    extra = f" ({', '.join(asks)}; each NAME:COUNT is a maximum)" if asks else ""
+    out.print(f"[bold]compare[/bold]: {escape(model)}, {fmt_tokens(request.tokens)} training tokens{extra}")
     for o in outcomes:
         a = o.account
         if a is None:
-            out.print(f"  {o.cluster.name} x {o.max_gpus}: [red]no layout[/red] -- {o.reason}")
+            out.print(f"  {o.cluster.name} x {o.max_gpus}: [red]no layout[/red] -- {escape(o.reason or '')}")
             continue
-        out.print(f"  {o.cluster.name} x {a.gpus}: {layout_words(layout_json(a.choice)['layout'])}")
+        out.print(f"  {o.cluster.name} x {a.gpus}: {escape(layout_words(layout_json(a.choice)['layout']))}")
     done = [o for o in outcomes if o.account is not None]
     if done:
         _account_table(out, done)
         _figures_table(out, done)
     for o in outcomes:
         for note in o.notes:
-            style = "red" if note.isupper() or note.startswith(("OVER", "MISSES")) else ""
-            out.print(f"  {o.cluster.name}: " + (f"[{style}]{note}[/{style}]" if style else note))
+            text = escape(note)
+            out.print(f"  {o.cluster.name}: " + (f"[red]{text}[/red]" if note.startswith(("OVER", "MISSES")) else text))
     if verdict:
         out.print("[bold]Verdict[/bold]")
         for line in verdict:
-            out.print(f"  {line}")
+            out.print(f"  {escape(line)}")
 
 
 def _account_table(out: Console, done: list[Outcome]) -> None:
@@ -187,14 +194,13 @@ def _account_table(out: Console, done: list[Outcome]) -> None:
     row("cost: energy", lambda a: fmt_usd(a.cost.energy))
     row("cost: staff", lambda a: fmt_usd(a.cost.staff))
     row("[bold]cost: total[/bold]", lambda a: f"[bold]{fmt_usd(a.cost.total)}[/bold]")
-    row("$ per billion tokens", lambda a: fmt_usd(a.usd_per_billion_tokens))
+    row("$ per billion tokens", lambda a: f"${a.usd_per_billion_tokens:,.0f}")
     out.print(table)
 
 
 def _figures_table(out: Console, done: list[Outcome]) -> None:
     accounts = [o.account for o in done if o.account is not None]
-    table = Table(title=escape("Figures used (presets' [price] [power] [reliability]; * = set by option)"),
-                  title_justify="left")
+    table = Table(title="Figures used (* = set by option)", title_justify="left")
     table.add_column("")
     for o, a in zip(done, accounts, strict=True):
         table.add_column(f"{o.cluster.name} x {a.gpus}", justify="right")
@@ -232,4 +238,5 @@ def _figures_table(out: Console, done: list[Outcome]) -> None:
     _row(table, "staff $/day", [f"{a.figures.staff_usd_per_day:,.0f}" for a in accounts])
     out.print(table)
     out.print(f"  checkpoint = {CHECKPOINT_BYTES_PER_PARAM} B/param (bf16 weights 2 + fp32 master and Adam 12); "
-              "sources: `paraplan list hardware --json`")
+              + escape("figures from the presets' [price], [power] and [reliability] tables, with sources: ")
+              + "`paraplan list hardware --json`")

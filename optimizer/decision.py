@@ -21,7 +21,9 @@ goodput from `cost_models.reliability`; energy at the predicted busy fraction fr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from typing import Any
 
 from pydantic import ValidationError
@@ -32,10 +34,12 @@ from cost_models.reliability import ReliabilityAccount, assess
 from cost_models.tco import CostBreakdown, Pricing, hardware_usd_per_gpu_hour, run_cost
 from hardware_specs.schema import Cluster, Power, Price, Reliability
 from optimizer.scenario import Choice, Scenario
-from optimizer.search import Constraints, gpu_count_domain, search
+from optimizer.search import Constraints, SearchResult, gpu_count_domain, search
 from optimizer.units import fmt_seconds, fmt_usd
 
 SECONDS_PER_DAY = 86400.0
+LOW_GOODPUT = 0.8  # the verdict warns below this goodput
+SAME_RATE = 1.01  # failure rates within 1% are called the same in the verdict
 DEADLINE_ROUNDS = 4  # re-searches with the deadline tightened by the goodput
 DEADLINE_MARGIN = 0.999  # tighten a little beyond the goodput so rounding does not stall the loop
 
@@ -49,6 +53,21 @@ OPTION_OF = {
     "usd_per_kwh": "--usd-per-kwh", "gpu_mtbf_hours": "--gpu-mtbf-hours", "node_mtbf_hours": "--node-mtbf-hours",
     "storage_write_bytes_per_s": "--checkpoint-write-gbps", "restart_s": "--restart-s",
 }  # fmt: skip
+
+
+def _count(x: float) -> str:
+    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
+
+
+def _mwh(kwh: float) -> str:
+    return f"{kwh / 1000:,.0f} MWh" if kwh >= 100_000 else f"{kwh / 1000:.3g} MWh"
+
+
+def fmt_duration(seconds: float) -> str:
+    """Like units.fmt_seconds, with minutes between one minute and one hour."""
+    if 60 <= seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return fmt_seconds(seconds)
 
 
 @dataclass(frozen=True)
@@ -210,10 +229,6 @@ class Request:
     deadline_days: float | None = None
     scaling: bool = False  # also account the best layout of several counts (the plot's curve)
 
-    @property
-    def picks_count(self) -> bool:
-        return self.budget_usd is not None or self.deadline_days is not None
-
 
 @dataclass(frozen=True)
 class Outcome:
@@ -234,6 +249,16 @@ class Outcome:
         return self.account is not None and self.deadline_met is not False and self.budget_met is not False
 
 
+@lru_cache(maxsize=256)
+def _cached(scenario: Scenario, counts: tuple[int, ...], cons: Constraints) -> SearchResult:
+    return search(scenario, list(counts), cons, 1)
+
+
+def _best(scenario: Scenario, counts: list[int], cons: Constraints) -> SearchResult:
+    """The solver's best layout over `counts` (top 1); repeated questions in one process are answered once."""
+    return _cached(scenario, tuple(counts), cons)
+
+
 def candidate_counts(cluster: Cluster, max_gpus: int) -> list[int]:
     """The counts a budget or deadline may pick: whole nodes of 2^a or 3*2^a GPUs, and N itself."""
     per_node = cluster.gpus_per_node
@@ -244,7 +269,7 @@ def sweep(scenario: Scenario, counts: list[int], tokens: float, figures: Figures
     """The account of the fastest layout of each count (counts where nothing fits are left out)."""
     out = []
     for n in counts:
-        result = search(scenario, [n], Constraints(), 1)
+        result = _best(scenario, [n], Constraints())
         if result.choices:
             out.append(account(result.choices[0], tokens, figures))
     return out
@@ -266,7 +291,7 @@ def decide(scenario: Scenario, max_gpus: int, request: Request, overrides: Overr
     elif request.budget_usd is not None:
         outcome = _with_budget(scenario, max_gpus, request, figures, request.budget_usd)
     else:
-        result = search(scenario, [max_gpus], Constraints(), 1)
+        result = _best(scenario, [max_gpus], Constraints())
         if not result.choices:
             outcome = Outcome(cluster, max_gpus, [max_gpus], None, result.reason)
         else:
@@ -305,7 +330,7 @@ def _with_deadline(scenario: Scenario, max_gpus: int, request: Request, figures:
     reason: str | None = None
     for _ in range(DEADLINE_ROUNDS):
         cons = Constraints(deadline_days=target, tokens=request.tokens, objective="cost")
-        result = search(scenario, counts, cons, 1)
+        result = _best(scenario, counts, cons)
         if not result.choices:
             reason = result.reason
             break
@@ -316,7 +341,7 @@ def _with_deadline(scenario: Scenario, max_gpus: int, request: Request, figures:
             return Outcome(cluster, max_gpus, counts, best, notes=[note], deadline_met=True)
         target = days * best.reliability.goodput * DEADLINE_MARGIN
     if best is None:
-        fastest = search(scenario, [max_gpus], Constraints(), 1)
+        fastest = _best(scenario, [max_gpus], Constraints())
         why = reason or "no layout meets the deadline"
         if fastest.choices:
             quick = account(fastest.choices[0], request.tokens, figures)
@@ -334,7 +359,7 @@ def _with_budget(scenario: Scenario, max_gpus: int, request: Request, figures: F
     counts = candidate_counts(cluster, max_gpus)
     accounts = sweep(scenario, counts, request.tokens, figures)
     if not accounts:
-        result = search(scenario, [max_gpus], Constraints(), 1)
+        result = _best(scenario, [max_gpus], Constraints())
         return Outcome(cluster, max_gpus, counts, None, result.reason or f"no layout fits any of {counts}")
     within = [a for a in accounts if a.cost.total <= budget]
     if within:
@@ -362,8 +387,8 @@ def verdict(outcomes: list[Outcome]) -> list[str]:
     if len(done) == 1:
         name, a = done[0]
         lines.append(f"{name}: {fmt_seconds(a.train_time_s)}, {fmt_usd(a.cost.total)} "
-                     f"({fmt_usd(a.usd_per_billion_tokens)} per billion tokens), goodput {a.reliability.goodput:.1%}")
-        return lines
+                     f"(${a.usd_per_billion_tokens:,.0f} per billion tokens), goodput {a.reliability.goodput:.1%}")
+        return lines + _warnings(outcomes)
     by_time = sorted(done, key=lambda d: d[1].train_time_s)
     by_cost = sorted(done, key=lambda d: d[1].cost.total)
     (fast_name, fast), (cheap_name, cheap) = by_time[0], by_cost[0]
@@ -373,7 +398,7 @@ def verdict(outcomes: list[Outcome]) -> list[str]:
     others_c = ", ".join(f"{1 - cheap.cost.total / a.cost.total:.0%} less than {n} ({fmt_usd(a.cost.total)})"
                          for n, a in by_cost[1:])
     lines.append(f"Cheapest: {cheap_name}, {fmt_usd(cheap.cost.total)} "
-                 f"({fmt_usd(cheap.usd_per_billion_tokens)} per billion tokens) -- {others_c}.")
+                 f"(${cheap.usd_per_billion_tokens:,.0f} per billion tokens) -- {others_c}.")
     if fast_name == cheap_name:
         lines.append(f"{fast_name} wins on both time and cost.")
     else:
@@ -383,21 +408,33 @@ def verdict(outcomes: list[Outcome]) -> list[str]:
                      f"({fmt_usd(extra / (saved / SECONDS_PER_DAY))} per day saved).")
     by_fail = sorted(done, key=lambda d: d[1].reliability.failures_per_hour)
     (calm_name, calm), (rough_name, rough) = by_fail[0], by_fail[-1]
-    if rough_name != calm_name:
-        rf, cf = rough.reliability, calm.reliability
+    rf, cf = rough.reliability, calm.reliability
+    if rf.failures_per_hour > cf.failures_per_hour * SAME_RATE:
         lines.append(
             f"Failures: {rough_name} fails {rf.failures_per_hour / cf.failures_per_hour:.1f}x as often as {calm_name} "
-            f"({rf.failures_per_hour:.3g}/h vs {cf.failures_per_hour:.3g}/h; about {rf.expected_failures:,.0f} vs "
-            f"{cf.expected_failures:,.0f} over the run), goodput {rf.goodput:.1%} vs {cf.goodput:.1%}."
+            f"({rf.failures_per_hour:.3g}/h vs {cf.failures_per_hour:.3g}/h; about {_count(rf.expected_failures)} vs "
+            f"{_count(cf.expected_failures)} over the run), goodput {rf.goodput:.1%} vs {cf.goodput:.1%}."
         )
+    else:
+        counts = ", ".join(f"{n} {_count(a.reliability.expected_failures)}" for n, a in by_time)
+        lines.append(f"Failures: the same rate everywhere ({cf.failures_per_hour:.3g}/h, goodput {cf.goodput:.1%}); "
+                     f"expected over the run, the longer the more: {counts}.")
     by_energy = sorted(done, key=lambda d: d[1].energy_kwh)
     (low_name, low), (high_name, high) = by_energy[0], by_energy[-1]
     if low_name != high_name:
-        lines.append(f"Energy: {low_name} uses {low.energy_kwh / 1000:,.0f} MWh, "
-                     f"{1 - low.energy_kwh / high.energy_kwh:.0%} less than {high_name} "
-                     f"({high.energy_kwh / 1000:,.0f} MWh).")
+        lines.append(f"Energy: {low_name} uses {_mwh(low.energy_kwh)}, "
+                     f"{1 - low.energy_kwh / high.energy_kwh:.0%} less than {high_name} ({_mwh(high.energy_kwh)}).")
+    return lines + _warnings(outcomes)
+
+
+def _warnings(outcomes: list[Outcome]) -> list[str]:
+    out = []
     for o in outcomes:
-        if o.account is not None and o.account.reliability.goodput < 0.5:
-            lines.append(f"Warning: {o.cluster.name} loses more than half its time to failures "
-                         f"(goodput {o.account.reliability.goodput:.1%}); the run is dominated by restarts.")
-    return lines
+        a = o.account
+        if a is not None and a.reliability.goodput < LOW_GOODPUT:
+            r = a.reliability
+            restart_share = 1.0 - math.exp(-r.restart_s / r.mtbf_s)
+            out.append(f"Warning: {o.cluster.name} x {a.gpus} loses {1 - r.goodput:.0%} of its time to failures "
+                       f"(a failure every {fmt_duration(r.mtbf_s)}); restarts alone cost {restart_share:.0%}, "
+                       f"which no checkpoint interval can recover: shorten --restart-s or raise the MTBF.")
+    return out

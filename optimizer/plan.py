@@ -14,7 +14,7 @@ from cost_models.errors import InputError
 
 DIMENSIONS = ("tp", "pp", "dp", "cp", "ep", "vpp")
 _ALIASES = {"vp": "vpp", "v": "vpp"}
-_COMPONENT = re.compile(r"(vpp|vp|tp|pp|dp|cp|ep|v)\s*=?\s*([0-9]+)")
+_COMPONENT = re.compile(r"(vpp|vp|tp|pp|dp|cp|ep|v)\s*(?:=\s*)?([0-9]+)")
 _SEPARATORS = re.compile(r"[\s/,x*]*")
 MAX_DEGREE = 10_000_000
 

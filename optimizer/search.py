@@ -109,6 +109,16 @@ def gpu_count_domain(lo: int, hi: int, per_node: int) -> list[int]:
     return sorted(counts)
 
 
+CP_MAX = 2**62  # CP-SAT integer domains stay within +-2^62
+
+
+def _cp_int(values: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+    """Whole numbers for a CP-SAT column; overflowing or undefined values become the ceiling,
+    which no constraint admits."""
+    clean = np.nan_to_num(values, nan=CP_MAX, posinf=CP_MAX, neginf=0.0)
+    return np.asarray(np.minimum(clean, CP_MAX), dtype=np.float64).astype(np.int64)
+
+
 def _concat(parts: list[Layouts]) -> Layouts:
     return Layouts(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(Layouts)})
 
@@ -134,9 +144,9 @@ def build_table(scenario: Scenario, gpu_counts: list[int], cons: Constraints) ->
         step = ev.step_time_s[keep]
         objective = step if cons.objective == "time" else step * gpus * usd_per_gpu_hour(scenario.cluster)
         keys.append([objective, *[k[keep] for k in order_keys(ev)[1:]]])
-        memory.append(ev.memory.total[keep].astype(np.int64))
+        memory.append(_cp_int(ev.memory.total[keep]))
         steps = tokens / (scenario.knobs.global_batch * scenario.knobs.seq_len) if tokens else 0.0
-        train.append(np.ceil(step * steps * MS).astype(np.int64))
+        train.append(_cp_int(np.ceil(step * steps * MS)))
     if not layouts:
         empty = np.zeros(0, dtype=np.int64)
         return Table(Layouts.empty(), empty, empty, empty, enumerated, closest_choice)
@@ -288,7 +298,8 @@ def _binding_reason(scenario: Scenario, table: Table, cons: Constraints) -> str:
     binding = [c for c in candidates if _solve_top(scenario, table, cons, 1, skip=c)]
     if binding:
         names = ", ".join("--" + c.replace("_", "-") for c in binding)
-        return f"no layout meets all constraints; dropping any one of {names} would admit one"
+        which = f"dropping {names}" if len(binding) == 1 else f"dropping any one of {names}"
+        return f"no layout meets all constraints; {which} would admit one"
     return "no layout meets all the constraints together (" + ", ".join(cons.describe() or ["fixed knobs"]) + ")"
 
 
@@ -296,9 +307,11 @@ def _no_fit_reason(scenario: Scenario, table: Table) -> str:
     if table.closest is None:
         return "no layout of these GPUs meets the structural rules (heads, layers, batch divisibility)"
     ch = table.closest
-    violations = ch.evaluation.violations(ch.index)
     lay = ch.evaluation.layouts.at(ch.index)
+    # The table is evaluated at zero headroom; the message quotes the user's usable memory.
+    ev = evaluate(scenario.model, scenario.cluster, Layouts.of([lay]), scenario.stack, scenario.mem_headroom)
     return (
         f"no layout fits {scenario.model.name} on {lay.gpus} x {scenario.cluster.name}; the closest "
-        f"(TP{lay.tp}/PP{lay.pp}/DP{lay.dp}, recompute {lay.recompute}, ZeRO-{lay.zero}): " + "; ".join(violations)
+        f"(TP{lay.tp}/PP{lay.pp}/DP{lay.dp}, recompute {lay.recompute}, ZeRO-{lay.zero}): "
+        + "; ".join(ev.violations(0))
     )

@@ -29,10 +29,13 @@ def _mape(predicted: np.ndarray, measured: np.ndarray) -> float:
 
 
 def test_fit_on_half_lowers_error_on_the_other_half() -> None:
-    # Leave-out check of the issue: fit on every other public A100 run, predict the rest.
+    # Leave-out check of the issue: fit on every other public A100 run, predict the rest. The
+    # shipped preset's gemm_max was itself fitted to all these runs, so start from the
+    # uncalibrated data-sheet value (MAMF 0.86) for an honest hold-out.
     runs = load_runs(PUBLIC)
     train, held_out = runs[0::2], runs[1::2]
-    preset = load_cluster("a100-80g")
+    shipped = load_cluster("a100-80g")
+    preset = shipped.model_copy(update={"efficiency": shipped.efficiency.model_copy(update={"gemm_max": 0.86})})
     result = fit(train, preset, FAST_FIT)
     measured = np.array([r.measured_s for r in held_out])
     before = predict(held_out, chosen_layouts(held_out, preset), preset)

@@ -24,13 +24,19 @@ from cost_models.traffic import (
     pp_per_micro_batch_s,
     tp_per_layer_s,
 )
+from hardware_specs.loader import load_cluster
 from hardware_specs.schema import Cluster
 
 GB = 1e9
 # DGX A100 (a100-80g preset): NVSwitch 300e9 x 0.80 = 240e9 B/s, 3 us through the hub
-# (1.5 us each edge); InfiniBand per GPU 25e9 x 0.85 = 21.25e9 B/s, 5 us through the network.
-NVLINK_BW, NVLINK_LAT = 240e9, 3e-6
-IB_BW, IB_LAT = 21.25e9, 5e-6
+# (1.5 us each edge); InfiniBand per GPU 25e9 x 0.85 = 21.25e9 B/s, 5 us through the network
+# (2.5 us each NIC edge). Read from the preset so that a recalibration does not break the
+# derivations below, which only rely on the topology rules.
+_A100 = load_cluster("a100-80g")
+NVLINK_BW = _A100.intra_node.link.bw_bytes_per_s * _A100.intra_node.link.efficiency
+NVLINK_LAT = _A100.intra_node.link.latency_s
+IB_BW = _A100.inter_node.bw_bytes_per_s * _A100.inter_node.efficiency
+IB_LAT = _A100.inter_node.latency_s
 
 
 def _f(x: object) -> float:

@@ -5,7 +5,7 @@ and consistency of the vectorized evaluation."""
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -14,10 +14,12 @@ from conftest import one
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cost_models.compute import optimizer_step_s
 from cost_models.evaluate import TIME_TERMS, Evaluation, evaluate
 from cost_models.layout import Layouts
 from cost_models.memory import MEMORY_TERMS, stage_params
 from cost_models.models import ModelSpec, load_model, model_preset_names
+from cost_models.pipeline import bubble_fraction
 from cost_models.stack import Stack
 from cost_models.traffic import dp_exposed_s
 from hardware_specs.loader import load_cluster, preset_names
@@ -34,12 +36,12 @@ PROPERTY = settings(max_examples=60, deadline=None)
 REL = 1e-9
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model(name: str) -> ModelSpec:
     return load_model(name)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _space(model: str, gpus: int, seq_len: int) -> Layouts:
     # Every preset has 8 GPUs per node (tests/test_hardware.py), the only hardware figure the
     # structural rules read, so one space serves all presets.
@@ -253,3 +255,32 @@ def test_batch_evaluation_matches_one_at_a_time(case: Case) -> None:
             assert single[0] == pytest.approx(batch[i], rel=1e-12, abs=1e-300), name
         assert alone.feasible[0] == ev.feasible[i]
         assert alone.violations(0) == ev.violations(i)
+
+
+# ------------------------------------------------------------------ (g) pipeline bubble
+
+
+@PROPERTY
+@given(case=cases())
+def test_bubble_is_the_1f1b_fraction_of_the_micro_batch_work(case: Case) -> None:
+    # Narayanan et al. 2021 Sec 2.2: bubble = (p-1)/(v*m) of the pipelined work, i.e. (p-1)/v
+    # micro-batch slots, a slot being one micro-batch's forward + backward + recompute + exposed
+    # TP/CP/EP/PP communication. The compute term also holds the optimizer step: take it out.
+    lay = case.layouts
+    ev = case.evaluate()
+    params = stage_params(case.model, lay, first=lay.pp == 1, last=True)
+    optimizer = optimizer_step_s(params, lay, case.cluster, case.stack)
+    pipelined = (
+        ev.times["compute"]
+        - optimizer
+        + sum(ev.times[t] for t in ("recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm"))
+    )
+    np.testing.assert_allclose(ev.times["bubble"], bubble_fraction(lay) * pipelined, rtol=1e-9, atol=1e-12)
+    assert (ev.times["bubble"][lay.pp == 1] == 0).all()
+
+
+def test_bubble_fraction_by_hand() -> None:
+    # p=4, m=16: (p-1)/m = 3/16; interleaved v=2: 3/32
+    assert bubble_fraction(one(pp=4, dp=1, micro_batch=1, global_batch=16))[0] == 3 / 16
+    assert bubble_fraction(one(pp=4, dp=1, micro_batch=1, global_batch=16, virtual_stages=2))[0] == 3 / 32
+    assert bubble_fraction(one(pp=1, global_batch=16))[0] == 0.0

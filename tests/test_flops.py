@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 from conftest import gpt_spec, one
 
+from cost_models.compute import gemm_s, optimizer_step_s
 from cost_models.evaluate import evaluate
 from cost_models.flops import forward_flops_per_token, model_flops_per_step, recompute_flops_per_step
+from cost_models.memory import stage_params
 from cost_models.models import load_model
 from cost_models.stack import Stack
 from hardware_specs.schema import Cluster
@@ -124,7 +126,7 @@ def test_mfu_definition_in_evaluate(a100: Cluster) -> None:
     model = load_model("llama2-7b")
     lay = one(tp=2, pp=2, dp=2, micro_batch=2, global_batch=64, recompute="full")
     ev = evaluate(model, a100, lay, NO_FLASH)
-    step, gpus, peak = ev.step_time_s[0], 8, 312e12
+    step, gpus, peak = ev.step_time_s[0], 8, a100.gpu.peak_bf16_flops
     flops = model_flops_per_step(model, lay)[0]
     extra = recompute_flops_per_step(model, lay, NO_FLASH)[0]
     assert ev.mfu[0] == pytest.approx(flops / (step * gpus * peak), rel=1e-12)
@@ -132,3 +134,33 @@ def test_mfu_definition_in_evaluate(a100: Cluster) -> None:
     assert ev.tflops_per_gpu[0] * 1e12 == pytest.approx(flops / (step * gpus), rel=1e-12)
     # full recompute spends FLOPs again: HFU strictly above MFU
     assert ev.hfu[0] > ev.mfu[0]
+
+
+def test_gemm_roofline_by_hand(a100: Cluster) -> None:
+    # 4096^3 GEMM: q(4096) = 4096/(4096 + half); compute 2*4096^3 / (peak * gemm_max * q^3);
+    # memory 2*(3*4096^2) bytes / (HBM bw * memory_bound); plus one kernel launch
+    eff, gpu = a100.efficiency, a100.gpu
+    q = 4096 / (4096 + eff.gemm_half_dim)
+    compute = 2 * 4096**3 / (gpu.peak_bf16_flops * eff.gemm_max * q**3)
+    memory = 2 * 3 * 4096**2 / (gpu.mem_bw_bytes_per_s * eff.memory_bound)
+    x = np.array([4096.0])
+    got = gemm_s(x, x, x, gpu.peak_bf16_flops, a100)[0]
+    assert got == pytest.approx(max(compute, memory) + eff.kernel_overhead_s, rel=1e-12)
+    assert compute > memory  # large square GEMMs are compute-bound
+    # a skinny GEMM (8 tokens) is memory-bound: 2*(8*4096 + 4096^2 + 8*4096) bytes
+    m = np.array([8.0])
+    skinny = 2 * (8 * 4096 + 4096**2 + 8 * 4096) / (gpu.mem_bw_bytes_per_s * eff.memory_bound)
+    assert gemm_s(m, x, x, gpu.peak_bf16_flops, a100)[0] >= skinny + eff.kernel_overhead_s
+
+
+def test_optimizer_step_by_hand(a100: Cluster) -> None:
+    # fused Adam streams per local parameter 24 B (master, m, v read + written) + the gradient
+    # read (4 B fp32) + the bf16 weight written (2 B) = 30 B; ZeRO-1 over DP8 => N/8 parameters
+    model = load_model("llama2-7b")
+    lay = one(dp=8, zero=1)
+    params = stage_params(model, lay, True, True)
+    expected = 6_738_415_616 / 8 * 30 / (a100.gpu.mem_bw_bytes_per_s * a100.efficiency.memory_bound)
+    assert optimizer_step_s(params, lay, a100, Stack())[0] == pytest.approx(expected, rel=1e-12)
+    # bf16 gradients: 28 B per parameter
+    got = optimizer_step_s(params, lay, a100, Stack(main_grads="bf16"))[0]
+    assert got == pytest.approx(expected * 28 / 30, rel=1e-12)

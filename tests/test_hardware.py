@@ -245,7 +245,14 @@ def test_negative_number_names_field_and_value(tmp_path: Path) -> None:
     text = _preset_text("a100-80g").replace("peak_bf16_flops = 312e12", "peak_bf16_flops = -1")
     path = _write(tmp_path, text)
     message = _one_line_error(str(path))
-    assert message == f"hardware file {path}: gpu.peak_bf16_flops = -1 (must be > 0)"
+    assert message == f"hardware file {path}: gpu.peak_bf16_flops = -1 (must be >= 1e+11)"
+
+
+def test_figure_in_the_wrong_unit_is_refused(tmp_path: Path) -> None:
+    # 312 meant as TFLOP/s is 312 FLOP/s: below the physical floor, so refused at the edge.
+    text = _preset_text("a100-80g").replace("peak_bf16_flops = 312e12", "peak_bf16_flops = 312")
+    path = _write(tmp_path, text)
+    assert "gpu.peak_bf16_flops = 312" in _one_line_error(str(path))
 
 
 def test_missing_table(tmp_path: Path) -> None:

@@ -248,7 +248,7 @@ def test_layers_per_stage_rounds_up() -> None:
 
 def test_tied_head_is_copied_on_last_stage() -> None:
     # GPT-style tied embedding: PP1 holds it once; PP2's last stage keeps a V*h copy (Megatron)
-    V, h, L = 50_000, 1024, 4  # noqa: N806
+    V, h, L = 50_000, 1024, 4
     model = gpt_spec(h=h, layers=L, vocab=V, seq=2048)
     layer = model.layer_params
     single = stage_params(model, one(pp=1), True, True)

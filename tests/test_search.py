@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, event, given, settings
-from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 
 from cost_models.evaluate import evaluate
 from cost_models.layout import Layout
@@ -249,6 +249,14 @@ def test_mem_headroom_excludes_layouts_over_the_usable_memory() -> None:
     assert any(c.evaluation.memory.total[c.index] > usable for c in r0.choices)
 
 
+def test_headroom_that_leaves_nothing_is_named_in_the_reason() -> None:
+    """llama2-70b on 16 x a100-80g fits only with (nearly) all of the memory."""
+    assert check_against_enumeration(scenario("llama2-70b", "a100-80g", 16), [16], Constraints(), 1).choices
+    result = check_against_enumeration(scenario("llama2-70b", "a100-80g", 16, mem_headroom=0.2), [16], Constraints(), 1)
+    assert result.status == "INFEASIBLE"
+    assert "--mem-headroom" in (result.reason or "")
+
+
 # ---------------------------------------------------------------------------- random scenarios
 
 SMALL_GPUS = [1, 2, 4, 8, 16, 32, 64, 128]
@@ -269,8 +277,8 @@ def search_cases(draw: st.DrawFn) -> tuple[Scenario, Constraints, int]:
     seq_len = draw(st.sampled_from([4096, 4096, 2048, 8192]))
 
     def maybe(values: list[Any]) -> Any:
-        """Mostly free: each knob or constraint is set one time in three."""
-        return draw(st.one_of(st.none(), st.none(), st.sampled_from(values)))
+        """Mostly free: each knob or constraint is set one time in four."""
+        return draw(st.one_of(st.none(), st.none(), st.none(), st.sampled_from(values)))
 
     knobs = Knobs(
         tp=maybe([1, 2, 4, 8]),
@@ -315,7 +323,6 @@ def test_gpu_count_domain_values() -> None:
     assert gpu_count_domain(12, 12, 8) == [12]  # nothing of the form in range: the bound itself
 
 
-
 @pytest.fixture(scope="module")
 def range_best_steps() -> dict[int, float]:
     """The best step time per GPU count of the 256..2048 range (llama2-70b, a100-80g), by enumeration."""
@@ -342,17 +349,20 @@ def test_gpu_range_with_deadline_matches_enumeration(objective: str, range_best_
         assert free.choices[0].evaluation.layouts.at(free.choices[0].index).gpus < 768
 
 
-def test_gpu_range_deadline_is_inclusive_at_the_millisecond() -> None:
-    """A candidate whose training time equals the deadline to the millisecond is admitted."""
+def test_deadline_is_inclusive_to_the_millisecond() -> None:
+    """The cheapest layout, whose training takes T ms, is admitted by a deadline of T ms and
+    refused by one of T - 1 ms."""
     counts = [256, 512]
     sc = scenario("llama2-7b", "a100-80g", 256)
-    ranked = enumerate_all(sc, counts, Constraints())
+    cheapest = enumerate_all(sc, counts, Constraints(objective="cost")).top(1)[0]
     steps = TOKENS / (sc.knobs.global_batch * sc.knobs.seq_len)
-    (target,) = [r for r in ranked.top(len(ranked) // 3 + 1)][-1:]
-    train_ms = math.ceil(target.step_time_s * steps * 1000)
-    cons = Constraints(deadline_days=(train_ms + 0.25) / MS_PER_DAY, tokens=TOKENS, objective="cost")
-    result = check_against_enumeration(sc, counts, cons, 10)
-    assert result.status == "OPTIMAL"
+    train_ms = math.ceil(cheapest.step_time_s * steps * 1000)
+    for limit_ms, admitted in ((train_ms, True), (train_ms - 1, False)):
+        # a quarter millisecond over the limit, so that floor(days * 86400 * 1000) is exactly the limit
+        cons = Constraints(deadline_days=(limit_ms + 0.25) / MS_PER_DAY, tokens=TOKENS, objective="cost")
+        assert math.floor(cons.deadline_days * MS_PER_DAY) == limit_ms  # type: ignore[operator]
+        result = check_against_enumeration(sc, counts, cons, 3)
+        assert (cheapest.layout in result_layouts(result)) is admitted, (limit_ms, train_ms)
 
 
 def test_deadline_too_short_is_infeasible_naming_the_deadline() -> None:
@@ -519,9 +529,23 @@ def test_cli_deadline_too_short_is_infeasible() -> None:
     assert "--deadline-days" in entry["reason"]
 
 
+def test_cli_one_hardware_without_a_layout_exits_1() -> None:
+    run = invoke("optimize", "--model", "llama3-405b", "--hardware", "a100-80g:256,rtx4090:8", "--top", "2",
+                 "--json")  # fmt: skip
+    assert run.code == 1, (run.code, run.err)
+    obj = run.json()
+    check_optimize_shape(obj)
+    a100, rtx = obj["results"]
+    assert (a100["gpus"], a100["solver"]["status"], len(a100["layouts"])) == (256, "OPTIMAL", 2)
+    assert (rtx["gpus"], rtx["solver"]["status"], rtx["layouts"]) == (8, "INFEASIBLE", [])
+    assert "memory" in rtx["reason"].lower()
+
+
 def test_cli_gpu_range_picks_a_count_in_the_domain() -> None:
-    run = invoke("optimize", "--model", "llama2-70b", "--gpus", "256..2048", "--hardware", "a100-80g",
-                 "--deadline-days", "30", "--tokens", "2e12", "--objective", "cost", "--top", "3", "--json")  # fmt: skip
+    run = invoke(
+        "optimize", "--model", "llama2-70b", "--gpus", "256..2048", "--hardware", "a100-80g",
+        "--deadline-days", "30", "--tokens", "2e12", "--objective", "cost", "--top", "3", "--json",
+    )  # fmt: skip
     assert run.code == 0, run.err
     check_optimize_shape(run.json())
     for lay in layouts_of(run):
