@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from cost_models.layout import Layout, Layouts
 from cost_models.models import ModelSpec
@@ -46,3 +48,10 @@ def gpt_spec(
 @pytest.fixture(scope="session")
 def a100() -> Cluster:
     return load_cluster("a100-80g")
+
+
+
+# Hypothesis profiles: "ci" (set by .ci/run) derandomizes so a CI run is reproducible.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
