@@ -153,7 +153,7 @@ def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 def _header(out: Console, ev: Evaluation, i: int, title: str) -> None:
     lay = ev.layouts.at(i)
-    summary = ev.cluster.description.split(".")[0]
+    summary = ev.cluster.description.split(":")[0].split(";")[0].split(".")[0]
     out.print(f"[bold]{title}[/bold]: {ev.model.name} on {lay.gpus} x {ev.cluster.name} ({summary})")
     out.print(f"  layout    {layout_words(lay.to_json())}")
     out.print(f"  batch     {lay.global_batch} sequences x {lay.seq_len} tokens per step")
