@@ -162,12 +162,18 @@ def render_compare(out: Console, model: str, request: Request, outcomes: list[Ou
             out.print(f"  {escape(line)}")
 
 
-def _account_table(out: Console, done: list[Outcome]) -> None:
+def _per_hardware_table(title: str, done: list[Outcome]) -> tuple[Table, list[Account]]:
+    """A table with one column per hardware that has an account."""
     accounts = [o.account for o in done if o.account is not None]
-    table = Table(title="The run, failures and energy counted", title_justify="left")
+    table = Table(title=title, title_justify="left")
     table.add_column("")
     for o, a in zip(done, accounts, strict=True):
         table.add_column(f"{o.cluster.name} x {a.gpus}", justify="right")
+    return table, accounts
+
+
+def _account_table(out: Console, done: list[Outcome]) -> None:
+    table, accounts = _per_hardware_table("The run, failures and energy counted", done)
 
     def row(label: str, fn: Any) -> None:
         _row(table, label, [fn(a) for a in accounts])
@@ -199,11 +205,7 @@ def _account_table(out: Console, done: list[Outcome]) -> None:
 
 
 def _figures_table(out: Console, done: list[Outcome]) -> None:
-    accounts = [o.account for o in done if o.account is not None]
-    table = Table(title="Figures used (* = set by option)", title_justify="left")
-    table.add_column("")
-    for o, a in zip(done, accounts, strict=True):
-        table.add_column(f"{o.cluster.name} x {a.gpus}", justify="right")
+    table, accounts = _per_hardware_table("Figures used (* = set by option)", done)
 
     def mark(a: Account, name: str, text: str) -> str:
         return text + ("*" if name in a.figures.overridden else "")
