@@ -24,22 +24,21 @@ from hardware_specs.schema import Cluster
 from hardware_specs.topology import group_link, pair_link
 
 Numeric = FloatArray | npt.NDArray[np.int64]
+_KEY_BASE = 1 << 31  # strides and sizes are GPU counts, far below 2^31
 
 
-def links(
-    cluster: Cluster, size: Numeric, stride: Numeric
-) -> tuple[FloatArray, FloatArray]:
+def links(cluster: Cluster, size: Numeric, stride: Numeric) -> tuple[FloatArray, FloatArray]:
     """(bandwidth, latency) arrays for groups of `size` ranks `stride` apart."""
-    size_i = np.asarray(size, dtype=np.int64)
-    stride_i = np.asarray(stride, dtype=np.int64)
-    pairs = np.stack([size_i, stride_i], axis=-1)
-    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    size_i = np.asarray(size, dtype=np.int64).reshape(-1)
+    stride_i = np.asarray(stride, dtype=np.int64).reshape(-1)
+    # One int64 key per (size, stride): a 1-D unique is far cheaper than a row-wise one.
+    keys = size_i * _KEY_BASE + stride_i
+    unique, inverse = np.unique(keys, return_inverse=True)
     bw = np.empty(len(unique))
     lat = np.empty(len(unique))
-    for i, (n, s) in enumerate(unique):
-        link = group_link(cluster, int(n), int(s))
+    for i, key in enumerate(unique):
+        link = group_link(cluster, int(key // _KEY_BASE), int(key % _KEY_BASE))
         bw[i], lat[i] = link.bw_bytes_per_s, link.latency_s
-    inverse = inverse.reshape(-1)
     return bw[inverse], lat[inverse]
 
 
