@@ -243,7 +243,7 @@ def chosen_layouts(runs: list[Run], cluster: Cluster) -> list[Layout]:
     """Each run's layout with its open knobs chosen as validate chooses them."""
     out = []
     for run in runs:
-        choice = best_or_closest(run.scenario(cluster))
+        choice = best_or_closest(run.scenario(cluster).evaluate_space())
         out.append(choice.evaluation.layouts.at(choice.index))
     return out
 

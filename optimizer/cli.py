@@ -148,13 +148,14 @@ def _assess(scenario: Scenario, plan_text: str) -> report.Assessment:
     plan = parse_plan(plan_text, scenario.gpus)
     planned = scenario.with_plan(plan)
     result = search(planned, [scenario.gpus], Constraints(), 1)
-    choice = result.choices[0] if result.choices else best_or_closest(planned)
+    plan_space = planned.evaluate_space()
+    choice = result.choices[0] if result.choices else best_or_closest(plan_space)
     free = scenario.free()
     free_table = build_table(free, [scenario.gpus], Constraints())
     optimum = solve(free, free_table, Constraints(), 1)
     change = best_single_change(free, free_table, plan, choice.step_time_s) if choice.feasible else None
     chosen = [k for k in LAYOUT_KNOBS if getattr(planned.knobs, k) is None]
-    needs = requirements(planned.evaluate_space(), chosen)
+    needs = requirements(plan_space, chosen)
     return report.Assessment(choice, result, optimum.choices[0] if optimum.choices else None, change, chosen, needs)
 
 

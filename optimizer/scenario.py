@@ -62,16 +62,9 @@ class Choice:
         return float(self.evaluation.step_time_s[self.index])
 
 
-def best_choice(scenario: Scenario) -> Choice | None:
-    """The fastest feasible layout, or None if nothing in the space fits."""
-    ev = scenario.evaluate_space()
-    order = ranked(ev)
-    return Choice(ev, int(order[0])) if len(order) else None
-
-
-def best_or_closest(scenario: Scenario) -> Choice:
-    ev = scenario.evaluate_space()
+def best_or_closest(ev: Evaluation) -> Choice:
+    """The fastest feasible candidate of an evaluated space, else the one closest to feasible."""
     if len(ev.layouts) == 0:
-        raise AssertionError("a fixed plan always yields at least one candidate")
+        raise ValueError("an empty candidate space has no best or closest layout")
     order = ranked(ev)
     return Choice(ev, int(order[0]) if len(order) else closest(ev))
