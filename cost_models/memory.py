@@ -57,6 +57,7 @@ class StageParams:
     dense: FloatArray  # replicated over DP*CP
     expert: FloatArray  # replicated over DP*CP/EP
     layer_max: FloatArray  # the largest single layer on this GPU (ZeRO-3 gather buffer)
+    layers: FloatArray  # layers on this GPU (ZeRO-3 gathers them one at a time)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,9 @@ def stage_params(model: ModelSpec, lay: Layouts, first: Stage, last: Stage) -> S
     head_is_separate = (not model.tied_embeddings) | (lay.pp > 1)
     head = np.where(head_is_separate, model.vocab_size * model.hidden_size / tp, 0.0) + model.norm_params
     dense = layers * dense_layer + np.where(first, embedding, 0.0) + np.where(last, head, 0.0)
-    return StageParams(dense=dense, expert=layers * expert_layer, layer_max=dense_layer + expert_layer)
+    return StageParams(
+        dense=dense, expert=layers * expert_layer, layer_max=dense_layer + expert_layer, layers=layers
+    )
 
 
 def model_state_bytes(

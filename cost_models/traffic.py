@@ -18,9 +18,10 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
   DP  once per step the gradients are all-reduced (ZeRO 0) or reduce-scattered with the
       weights all-gathered after the optimizer step (ZeRO 1, Megatron's distributed
       optimizer); ZeRO 2 and 3 reduce-scatter after every micro-batch's backward (DeepSpeed),
-      ZeRO 3 also all-gathers every layer's weights in the forward and backward of every
-      micro-batch. Reduction overlaps the backward pass and gathers the forward pass up to
-      `efficiency.dp_overlap` of their compute time; only the rest is exposed.
+      ZeRO 3 also all-gathers every layer's weights, one collective per layer (FSDP units,
+      DeepSpeed's per-module prefetch), in the forward and backward of every micro-batch.
+      Reductions overlap a micro-batch's backward and gathers its forward, up to
+      `efficiency.dp_overlap` of their wall time (`overlap_windows`); only the rest is exposed.
 """
 
 from __future__ import annotations
@@ -146,10 +147,13 @@ def dp_exposed_s(
     all_reduce = np.zeros(len(lay))
     scatter = np.zeros(len(lay))
     gather = np.zeros(len(lay))
+    layer_gathers = np.zeros(len(lay))
+    layers = np.maximum(params.layers, 1.0)
     for count, n, (bw, lat) in groups:
         all_reduce = all_reduce + all_reduce_s(count * stack.grad_bytes, n, bw, lat)
         scatter = scatter + reduce_scatter_s(count * stack.grad_bytes, n, bw, lat)
         gather = gather + all_gather_s(count * PARAM_BYTES, n, bw, lat)
+        layer_gathers = layer_gathers + layers * all_gather_s(count * PARAM_BYTES / layers, n, bw, lat)
     fwd = overlap * windows[0]
     bwd = overlap * windows[1]
 
@@ -164,6 +168,6 @@ def dp_exposed_s(
                 exposed(scatter, bwd) + exposed(gather, fwd),
                 m * exposed(scatter, bwd) + exposed(gather, fwd),
             ],
-            default=m * exposed(gather, fwd) + m * exposed(gather + scatter, bwd),
+            default=m * exposed(layer_gathers, fwd) + m * exposed(layer_gathers + scatter, bwd),
         )
     )

@@ -228,11 +228,12 @@ def test_dp_traffic_by_hand(a100: Cluster) -> None:
     lay = one(tp=8, dp=2, micro_batch=1, global_batch=8, zero=1)
     got = _f(dp_exposed_s(params, lay, cluster, stack, _no_compute()))
     assert got == pytest.approx(2 * 2 * IB_LAT + (4 * p + 2 * p) / 2 / IB_BW, rel=1e-12)
-    # ZeRO-3, m = 8/(2*1) = 4 micro-batches: 4 reduce-scatters + 2*4 all-gathers
+    # ZeRO-3, m = 8/(2*1) = 4 micro-batches: 4 reduce-scatters + 2*4 weight gathers, each
+    # gather one collective per layer (32 layers, dense and expert buckets): 64 latencies
     lay = one(tp=8, dp=2, micro_batch=1, global_batch=8, zero=3)
     got = _f(dp_exposed_s(params, lay, cluster, stack, _no_compute()))
     rs = 2 * IB_LAT + 4 * p / 2 / IB_BW  # two collectives (dense, expert)
-    ag = 2 * IB_LAT + 2 * p / 2 / IB_BW
+    ag = 2 * 32 * IB_LAT + 2 * p / 2 / IB_BW
     assert got == pytest.approx(4 * rs + 8 * ag, rel=1e-12)
     # no data parallelism: nothing to reduce
     lay = one(tp=8, dp=1, zero=0)
