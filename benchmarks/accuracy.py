@@ -49,9 +49,14 @@ def hardware_column(path: Path) -> list[str]:
 
 
 def assess(runs: list[Run], hardware: list[str], override: str | None = None) -> list[RunResult]:
+    """One prediction per run; a run whose hardware cannot be loaded is reported and skipped."""
     results = []
     for run, name in zip(runs, hardware, strict=True):
-        cluster = load_cluster(override or name)
+        try:
+            cluster = load_cluster(override or name)
+        except ValueError as exc:
+            print(f"skipped {run.label}: {exc}", file=sys.stderr)
+            continue
         layout = chosen_layouts([run], cluster)[0]
         predicted = float(predict([run], [layout], cluster)[0])
         results.append(RunResult(run.label, cluster.name, run.measured_s, predicted, asdict(layout)))
@@ -102,6 +107,9 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     results = assess(load_runs(args.runs), hardware_column(args.runs), args.hardware)
+    if not results:
+        print("no run could be predicted", file=sys.stderr)
+        return 2
     stats = summary(results)
     if args.json:
         print(json.dumps({"summary": stats, "runs": [asdict(r) | {"error": r.error} for r in results]}, indent=2))
