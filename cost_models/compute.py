@@ -156,7 +156,7 @@ def micro_batch_times(
     selective = 0.0 if stack.flash_attention else 1.0
     layer_recompute = np.select(
         [lay.recompute == RECOMPUTE_FULL, lay.recompute == RECOMPUTE_SELECTIVE],
-        [layer_fwd, selective * attention],
+        [lay.full_recompute_share(model.num_layers) * layer_fwd, selective * attention],
         default=0.0,
     )
     head = head_fwd_s(model, lay, cluster)

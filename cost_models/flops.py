@@ -60,6 +60,6 @@ def recompute_flops_per_step(model: ModelSpec, lay: Layouts, stack: Stack) -> Fl
     selective = 0.0 * attention_core if stack.flash_attention else attention_core
     return tokens * np.select(
         [lay.recompute == RECOMPUTE_FULL, lay.recompute == RECOMPUTE_SELECTIVE],
-        [full, selective],
+        [full * lay.full_recompute_share(model.num_layers), selective],
         default=0.0,
     )

@@ -42,6 +42,7 @@ class Layout:
     zero: int = 1
     sequence_parallel: bool = True
     precision: Precision = "bf16"
+    recompute_layers: int = 0  # with full recompute: layers per model chunk recomputed, 0 = all
 
     @property
     def gpus(self) -> int:
@@ -68,6 +69,7 @@ class Layouts:
     zero: IntArray
     sequence_parallel: BoolArray
     precision: IntArray  # index into PRECISIONS
+    recompute_layers: IntArray  # 0 = every layer (see Layout)
 
     @staticmethod
     def of(layouts: list[Layout]) -> Layouts:
@@ -88,6 +90,7 @@ class Layouts:
             zero=ints("zero"),
             sequence_parallel=np.array([lay.sequence_parallel for lay in layouts], dtype=np.bool_),
             precision=np.array([PRECISIONS.index(lay.precision) for lay in layouts], dtype=np.int64),
+            recompute_layers=ints("recompute_layers"),
         )
 
     @staticmethod
@@ -117,6 +120,7 @@ class Layouts:
             zero=int(self.zero[i]),
             sequence_parallel=bool(self.sequence_parallel[i]),
             precision=PRECISIONS[int(self.precision[i])],
+            recompute_layers=int(self.recompute_layers[i]),
         )
 
     def take(self, index: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> Layouts:
@@ -126,6 +130,18 @@ class Layouts:
     def num_micro_batches(self) -> FloatArray:
         """Micro-batches each pipeline runs per step (fractional if the batch does not divide)."""
         return self.global_batch / (self.dp * self.micro_batch)
+
+    def chunk_layers(self, num_layers: int) -> FloatArray:
+        """Layers in one model chunk of the most loaded GPU: ceil(l / (p * v))."""
+        return np.asarray(np.ceil(num_layers / (self.pp * self.virtual_stages).astype(np.float64)))
+
+    def full_recompute_share(self, num_layers: int) -> FloatArray:
+        """Share of a GPU's layers that full recompute covers: all of them, or with Megatron's
+        `--recompute-method block --recompute-num-layers N` the first N of every chunk (the
+        rest keep their activations). 0 without full recompute."""
+        chunk = self.chunk_layers(num_layers)
+        layers = np.where(self.recompute_layers <= 0, chunk, np.minimum(self.recompute_layers, chunk))
+        return np.asarray(np.where(self.recompute == RECOMPUTE_MODES.index("full"), layers / chunk, 0.0))
 
     @property
     def seq_parallel_active(self) -> BoolArray:

@@ -22,7 +22,8 @@ Activations per layer and micro-batch, 16-bit, per token, generalising Korthikan
                   without flash attention the scores: a*s*(2 softmax + 3 dropout mask/output)
 For GPT (f = 4h, g = a, dropout) this is exactly 10h + 24h + 5as: Korthikanti's 34 + 5as/h.
 Selective recompute drops the a*s terms; full recompute keeps only each layer's 2h input (split
-over TP with sequence parallel) plus one layer's full activations while it is recomputed.
+over TP with sequence parallel) plus one layer's full activations while it is recomputed; block
+recompute of N layers per chunk does so for N of them and stores the rest in full.
 Context parallelism divides the tokens per GPU by CP.
 
 Micro-batches in flight: under 1F1B the first stage holds min(p, m) micro-batches; the
@@ -136,7 +137,8 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     replicated_share = np.where(lay.seq_parallel_active, replicated / tp, replicated)
     full_layer = replicated_share + split / tp
     layer_input = np.where(lay.seq_parallel_active, 2.0 * h / tp, 2.0 * h)
-    return np.asarray(np.where(lay.recompute == RECOMPUTE_FULL, layer_input, full_layer))
+    share = lay.full_recompute_share(model.num_layers)
+    return np.asarray(share * layer_input + (1.0 - share) * full_layer)
 
 
 def _full_layer_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:

@@ -40,7 +40,6 @@ from cost_models.comm import (
     reduce_scatter_s,
 )
 from cost_models.compute import MicroBatchTimes
-from cost_models.flops import RECOMPUTE_FULL
 from cost_models.layout import FloatArray, Layouts
 from cost_models.memory import StageParams
 from cost_models.models import ModelSpec
@@ -64,9 +63,10 @@ def _tokens(lay: Layouts) -> FloatArray:
     return (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
 
 
-def _forward_passes(lay: Layouts) -> FloatArray:
-    """Forward passes per micro-batch: 2 with full recompute."""
-    return np.where(lay.recompute == RECOMPUTE_FULL, 2.0, 1.0)
+def _forward_passes(model: ModelSpec, lay: Layouts) -> FloatArray:
+    """Forward passes per micro-batch and layer: 2 with full recompute (1 + the share of layers
+    recomputed, with block recompute)."""
+    return np.asarray(1.0 + lay.full_recompute_share(model.num_layers))
 
 
 def tp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
@@ -77,7 +77,7 @@ def tp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArr
         reduce_scatter_s(nbytes, lay.tp, bw, lat) + all_gather_s(nbytes, lay.tp, bw, lat),
         all_reduce_s(nbytes, lay.tp, bw, lat),
     )
-    return np.asarray(2.0 * (_forward_passes(lay) + 1.0) * one)
+    return np.asarray(2.0 * (_forward_passes(model, lay) + 1.0) * one)
 
 
 def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, times: MicroBatchTimes) -> FloatArray:
@@ -86,7 +86,7 @@ def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, times: Micr
     steps = lay.cp - 1.0
     forward = np.maximum(steps * p2p_s(chunk, bw, lat) - times.attention_fwd_s, 0.0)
     backward = np.maximum(steps * p2p_s(2.0 * chunk, bw, lat) - times.attention_bwd_s, 0.0)
-    return np.asarray(np.where(lay.cp > 1, _forward_passes(lay) * forward + backward, 0.0))
+    return np.asarray(np.where(lay.cp > 1, _forward_passes(model, lay) * forward + backward, 0.0))
 
 
 def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
@@ -95,7 +95,7 @@ def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArr
     bw, lat = links(cluster, lay.ep, lay.tp)
     tokens = np.where(lay.seq_parallel_active, _tokens(lay) / lay.tp, _tokens(lay))
     nbytes = tokens * model.experts_top_k * model.hidden_size * ACTIVATION_BYTES
-    return np.asarray(2.0 * (_forward_passes(lay) + 1.0) * all_to_all_s(nbytes, lay.ep, bw, lat))
+    return np.asarray(2.0 * (_forward_passes(model, lay) + 1.0) * all_to_all_s(nbytes, lay.ep, bw, lat))
 
 
 def pp_per_micro_batch_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:

@@ -64,6 +64,8 @@ def requirements(ev: Evaluation, open_knobs: list[str]) -> list[str]:
     lay = ev.layouts
     out = []
     for knob in open_knobs:
+        if knob == "recompute_layers":  # a refinement of full recompute, not a requirement
+            continue
         values = getattr(lay, knob)
         allowed = set(np.unique(values[feasible]).tolist())
         tried = set(np.unique(values).tolist())

@@ -39,7 +39,9 @@ from optimizer.scenario import Scenario, best_or_closest
 from optimizer.space import Knobs
 
 REQUIRED = ("model", "gpus", "plan", "global_batch", "seq_len", "step_time_s")
-KNOB_COLUMNS = ("micro_batch", "recompute", "zero", "sequence_parallel", "virtual_stages", "precision")
+KNOB_COLUMNS = (
+    "micro_batch", "recompute", "recompute_layers", "zero", "sequence_parallel", "virtual_stages", "precision"
+)
 STACK_COLUMNS = ("flash_attention", "dp_overlap", "main_grads")
 STACK_FLAGS = ("flash_attention", "dp_overlap")
 PRIOR_WEIGHT = 1e-3
@@ -163,8 +165,11 @@ def _row_knobs(row: dict[str, str], where: str) -> tuple[Knobs, Stack]:
     def whole(key: str) -> int | None:
         if extra.get(key) in (None, ""):
             return None
-        value = float(extra[key])
-        if value != int(value) or value < (0 if key == "zero" else 1):
+        try:
+            value = float(extra[key])
+        except (TypeError, ValueError):
+            raise InputError(f"{where}: {key} = {extra[key]!r} is not a number") from None
+        if not math.isfinite(value) or value != int(value) or value < (0 if key in ("zero", "recompute_layers") else 1):
             raise InputError(f"{where}: {key} = {extra[key]!r} must be a whole number")
         return int(value)
 
@@ -175,6 +180,7 @@ def _row_knobs(row: dict[str, str], where: str) -> tuple[Knobs, Stack]:
     knobs = Knobs(
         micro_batch=whole("micro_batch"),
         virtual_stages=whole("virtual_stages"),
+        recompute_layers=whole("recompute_layers"),
         recompute=recompute,
         zero=zero,
         sequence_parallel=None if sp in (None, "") else (sp if isinstance(sp, bool) else _bool(str(sp), where)),

@@ -65,6 +65,9 @@ def knob_options(func: F) -> F:
                      help="Sequences per micro-batch [default: chosen]."),
         click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default=None,
                      help="Activation recompute [default: chosen]."),
+        click.option("--recompute-layers", type=click.IntRange(0, 100_000), default=None,
+                     help="With full recompute, layers per model chunk recomputed (Megatron's block "
+                          "method); 0 = all [default: chosen]."),
         click.option("--zero", type=click.IntRange(0, 3), default=None,
                      help="ZeRO stage: 1 shards optimizer states, 2 + gradients, 3 + weights [default: chosen]."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=None,
@@ -95,6 +98,7 @@ def _knobs(opts: dict[str, Any]) -> Knobs:
         micro_batch=opts["micro_batch"],
         virtual_stages=opts["virtual_stages"],
         recompute=opts["recompute"],
+        recompute_layers=opts["recompute_layers"],
         zero=opts["zero"],
         sequence_parallel=opts["sequence_parallel"],
         precision=opts["precision"],
@@ -155,6 +159,8 @@ def _assess(scenario: Scenario, plan_text: str) -> report.Assessment:
     optimum = solve(free, free_table, Constraints(), 1)
     change = best_single_change(free, free_table, plan, choice.step_time_s) if choice.feasible else None
     chosen = [k for k in LAYOUT_KNOBS if getattr(planned.knobs, k) is None]
+    if planned.knobs.recompute not in (None, "full"):  # blocks only refine full recompute
+        chosen.remove("recompute_layers")
     needs = requirements(plan_space, chosen)
     return report.Assessment(choice, result, optimum.choices[0] if optimum.choices else None, change, chosen, needs)
 

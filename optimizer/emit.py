@@ -49,7 +49,10 @@ def megatron_args(model: ModelSpec, lay: Layout, flash_attention: bool = True) -
     args += _pipeline_split_args(model, lay)
     if lay.sequence_parallel and lay.tp > 1:
         args.append("--sequence-parallel")
-    if lay.recompute == "full":
+    if lay.recompute == "full" and lay.recompute_layers > 0:
+        args += ["--recompute-granularity full", "--recompute-method block",
+                 f"--recompute-num-layers {lay.recompute_layers}"]
+    elif lay.recompute == "full":
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
     elif lay.recompute == "selective":
         args.append("--recompute-granularity selective")

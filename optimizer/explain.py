@@ -58,7 +58,8 @@ def _knob_words(lay: Layout) -> dict[str, str]:
     return {
         "tp": f"TP{lay.tp}", "pp": f"PP{lay.pp}", "dp": f"DP{lay.dp}", "cp": f"CP{lay.cp}", "ep": f"EP{lay.ep}",
         "virtual_stages": f"VPP{lay.virtual_stages}", "micro_batch": f"micro-batch {lay.micro_batch}",
-        "recompute": f"recompute {lay.recompute}", "zero": f"ZeRO-{lay.zero}",
+        "recompute": f"recompute {lay.recompute}" + (f" x{lay.recompute_layers}" if lay.recompute_layers else ""),
+        "zero": f"ZeRO-{lay.zero}",
         "sequence_parallel": "SP" if lay.sequence_parallel else "no SP", "gpus": f"{lay.gpus} GPUs",
     }
 

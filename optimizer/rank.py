@@ -20,7 +20,8 @@ def order_keys(ev: Evaluation) -> list[npt.NDArray[np.generic]]:
     # Step times equal to 1e-12 relative are ties (floating-point noise across layouts).
     step = np.round(ev.step_time_s / np.max(ev.step_time_s[np.isfinite(ev.step_time_s)], initial=1.0), 12)
     return [step, ev.memory.total, lay.tp, lay.pp, lay.cp, lay.ep, lay.virtual_stages,
-            -lay.micro_batch, lay.recompute, lay.zero, lay.sequence_parallel.astype(np.int64)]
+            -lay.micro_batch, lay.recompute, lay.recompute_layers, lay.zero,
+            lay.sequence_parallel.astype(np.int64)]
 
 
 def ranked(ev: Evaluation, mask: npt.NDArray[np.bool_] | None = None) -> IndexArray:

@@ -42,7 +42,7 @@ def layout_words(layout: dict[str, Any]) -> str:
     sp = "SP" if layout["sequence_parallel"] else "no SP"
     vpp = f", VPP{layout['virtual_stages']}" if layout["virtual_stages"] > 1 else ""
     return (
-        f"{dims}{vpp}, micro-batch {layout['micro_batch']}, recompute {layout['recompute']}, "
+        f"{dims}{vpp}, micro-batch {layout['micro_batch']}, recompute {_recompute_words(layout)}, "
         f"ZeRO-{layout['zero']}, {sp}, {layout['precision']}"
     )
 
@@ -81,6 +81,11 @@ def layout_json(choice: Choice) -> dict[str, Any]:
     return obj
 
 
+def _recompute_words(layout: dict[str, Any]) -> str:
+    blocks = layout.get("recompute_layers", 0)
+    return f"{layout['recompute']} ({blocks} layers per chunk)" if blocks else str(layout["recompute"])
+
+
 def layout_short(layout: dict[str, Any]) -> str:
     """Compact form for tables: 'TP8/PP4/DP8 v5 mb4 rc-none Z1 SP'."""
     dims = "/".join(
@@ -89,7 +94,8 @@ def layout_short(layout: dict[str, Any]) -> str:
     vpp = f" v{layout['virtual_stages']}" if layout["virtual_stages"] > 1 else ""
     sp = " SP" if layout["sequence_parallel"] else ""
     precision = f" {layout['precision']}" if layout["precision"] != "bf16" else ""
-    return f"{dims}{vpp} mb{layout['micro_batch']} rc-{layout['recompute']} Z{layout['zero']}{sp}{precision}"
+    blocks = f"{layout['recompute_layers']}" if layout.get("recompute_layers") else ""
+    return f"{dims}{vpp} mb{layout['micro_batch']} rc-{layout['recompute']}{blocks} Z{layout['zero']}{sp}{precision}"
 
 
 def validate_json(a: Assessment) -> dict[str, Any]:

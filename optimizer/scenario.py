@@ -12,7 +12,7 @@ from optimizer.plan import Plan
 from optimizer.rank import closest, ranked
 from optimizer.space import Knobs, candidate_space
 
-LAYOUT_KNOBS = ("micro_batch", "virtual_stages", "recompute", "zero", "sequence_parallel")
+LAYOUT_KNOBS = ("micro_batch", "virtual_stages", "recompute", "recompute_layers", "zero", "sequence_parallel")
 
 
 @dataclass(frozen=True)

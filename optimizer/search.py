@@ -183,7 +183,7 @@ class _Model:
             for name, column in (
                 ("tp", lay.tp), ("pp", lay.pp), ("dp", lay.dp), ("cp", lay.cp), ("ep", lay.ep),
                 ("micro_batch", lay.micro_batch), ("virtual_stages", lay.virtual_stages),
-                ("recompute", lay.recompute), ("zero", lay.zero),
+                ("recompute", lay.recompute), ("recompute_layers", lay.recompute_layers), ("zero", lay.zero),
                 ("sequence_parallel", lay.sequence_parallel.astype(np.int64)),
                 ("gpus", table.gpus), ("memory", table.memory_bytes), ("train_ms", table.train_ms),
             )

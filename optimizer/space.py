@@ -40,6 +40,7 @@ class Knobs:
     recompute: Recompute | None = None
     zero: int | None = None
     sequence_parallel: bool | None = None
+    recompute_layers: int | None = None
     precision: Precision = "bf16"
     global_batch: int = 1024
     seq_len: int = 4096
@@ -105,6 +106,17 @@ def recompute_domain(knobs: Knobs, flash_attention: bool) -> list[int]:
     return [RECOMPUTE_MODES.index(m) for m in modes]
 
 
+def recompute_layers_domain(knobs: Knobs, rc: int, chunk_layers: int) -> list[int]:
+    """Layers per chunk that full recompute covers: all (0), or the block method's N in
+    1, 2, 4, ... below the chunk size, which trades memory for recompute more finely."""
+    if rc != RECOMPUTE_MODES.index("full"):
+        return [0] if not knobs.recompute_layers else []
+    if knobs.recompute_layers is not None:
+        return [knobs.recompute_layers]
+    blocks = [1 << k for k in range(chunk_layers.bit_length()) if (1 << k) < chunk_layers]
+    return [0, *blocks]
+
+
 def candidate_space(
     model: ModelSpec, cluster: Cluster, gpus: int, knobs: Knobs, flash_attention: bool = True
 ) -> Layouts:
@@ -121,8 +133,10 @@ def candidate_space(
         for mb, v, rc, z, sp in itertools.product(mbs, _domain(knobs.virtual_stages, [1, *vs]), recomputes, zeros, sps):
             if z >= 2 and pp > 1 and knobs.zero is None:
                 continue
-            rows.append((tp, pp, dp, cp, ep, mb, v, rc, z, int(sp)))
-    table = np.array(rows, dtype=np.int64).reshape(-1, 10)
+            chunk = -(-model.num_layers // (pp * v))
+            for blocks in recompute_layers_domain(knobs, rc, chunk):
+                rows.append((tp, pp, dp, cp, ep, mb, v, rc, z, int(sp), blocks))
+    table = np.array(rows, dtype=np.int64).reshape(-1, 11)
     n = len(table)
     return Layouts(
         tp=table[:, 0],
@@ -138,4 +152,5 @@ def candidate_space(
         zero=table[:, 8],
         sequence_parallel=table[:, 9].astype(bool),
         precision=np.full(n, precision, dtype=np.int64),
+        recompute_layers=table[:, 10],
     )

@@ -272,7 +272,7 @@ def test_given_knobs_appear_unchanged(all_knobs: Result) -> None:
     assert obj["layout"] == {
         "tp": 8, "pp": 4, "dp": 8, "cp": 1, "ep": 1, "micro_batch": 2, "global_batch": 512,
         "seq_len": 2048, "virtual_stages": 2, "recompute": "selective", "zero": 2,
-        "sequence_parallel": False, "precision": "fp16",
+        "sequence_parallel": False, "precision": "fp16", "recompute_layers": 0,
     }  # fmt: skip
     assert obj["knobs_chosen"] == []
 
@@ -288,13 +288,13 @@ def test_knobs_not_given_are_listed_as_chosen(some_knobs: Result) -> None:
     assert layout["micro_batch"] == 1
     assert layout["zero"] == 1
     chosen = obj["knobs_chosen"]
-    assert set(chosen) == {"recompute", "sequence_parallel"}
+    assert set(chosen) == {"recompute", "recompute_layers", "sequence_parallel"}
     assert "virtual_stages" not in chosen and "micro_batch" not in chosen and "zero" not in chosen
 
 
 def test_all_layout_knobs_chosen_when_none_given(a100_json: dict[str, Any]) -> None:
     chosen = a100_json["knobs_chosen"]
-    assert set(chosen) == {"micro_batch", "virtual_stages", "recompute", "zero", "sequence_parallel"}
+    assert set(chosen) == {"micro_batch", "virtual_stages", "recompute", "recompute_layers", "zero", "sequence_parallel"}
 
 
 def test_seq_len_sets_default_global_batch(a100_json: dict[str, Any]) -> None:

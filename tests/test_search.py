@@ -223,7 +223,7 @@ def test_search_equals_enumeration(model_name: str, hardware: str, gpus: int, co
 
 def test_top_k_larger_than_feasible_set_returns_all() -> None:
     """A plan fixed down to a handful of candidates: k beyond them returns each once, in order."""
-    knobs = Knobs(tp=8, pp=4, micro_batch=1, recompute="full", zero=1, sequence_parallel=True)
+    knobs = Knobs(tp=8, pp=4, micro_batch=1, recompute="full", recompute_layers=0, zero=1, sequence_parallel=True)
     sc = scenario("llama2-70b", "a100-80g", 256, knobs)
     result = check_against_enumeration(sc, [256], Constraints(), 50)
     assert 0 < len(result.choices) < 50
