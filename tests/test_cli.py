@@ -294,7 +294,9 @@ def test_knobs_not_given_are_listed_as_chosen(some_knobs: Result) -> None:
 
 def test_all_layout_knobs_chosen_when_none_given(a100_json: dict[str, Any]) -> None:
     chosen = a100_json["knobs_chosen"]
-    assert set(chosen) == {"micro_batch", "virtual_stages", "recompute", "recompute_layers", "zero", "sequence_parallel"}
+    assert set(chosen) == {
+        "micro_batch", "virtual_stages", "recompute", "recompute_layers", "zero", "sequence_parallel"
+    }
 
 
 def test_seq_len_sets_default_global_batch(a100_json: dict[str, Any]) -> None:
