@@ -159,8 +159,8 @@ def _assess(scenario: Scenario, plan_text: str) -> report.Assessment:
     optimum = solve(free, free_table, Constraints(), 1)
     change = best_single_change(free, free_table, plan, choice.step_time_s) if choice.feasible else None
     chosen = [k for k in LAYOUT_KNOBS if getattr(planned.knobs, k) is None]
-    if planned.knobs.recompute not in (None, "full"):  # blocks only refine full recompute
-        chosen.remove("recompute_layers")
+    if planned.knobs.recompute is not None and "recompute_layers" in chosen:
+        chosen.remove("recompute_layers")  # a given mode fixes it: all layers, or none
     needs = requirements(plan_space, chosen)
     return report.Assessment(choice, result, optimum.choices[0] if optimum.choices else None, change, chosen, needs)
 

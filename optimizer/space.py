@@ -108,11 +108,15 @@ def recompute_domain(knobs: Knobs, flash_attention: bool) -> list[int]:
 
 def recompute_layers_domain(knobs: Knobs, rc: int, chunk_layers: int) -> list[int]:
     """Layers per chunk that full recompute covers: all (0), or the block method's N in
-    1, 2, 4, ... below the chunk size, which trades memory for recompute more finely."""
+    1, 2, 4, ... below the chunk size, which trades memory for recompute more finely. A user
+    who asks for `--recompute full` without `--recompute-layers` means every layer, as
+    Megatron-LM's full recompute does by default."""
     if rc != RECOMPUTE_MODES.index("full"):
         return [0] if not knobs.recompute_layers else []
     if knobs.recompute_layers is not None:
         return [knobs.recompute_layers]
+    if knobs.recompute == "full":
+        return [0]
     blocks = [1 << k for k in range(chunk_layers.bit_length()) if (1 << k) < chunk_layers]
     return [0, *blocks]
 
