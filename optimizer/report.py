@@ -83,7 +83,9 @@ def layout_json(choice: Choice) -> dict[str, Any]:
 
 def _recompute_words(layout: dict[str, Any]) -> str:
     blocks = layout.get("recompute_layers", 0)
-    return f"{layout['recompute']} ({blocks} layers per chunk)" if blocks else str(layout["recompute"])
+    if not blocks:
+        return str(layout["recompute"])
+    return f"{layout['recompute']} ({blocks} layer{'s' if blocks > 1 else ''} per chunk)"
 
 
 def layout_short(layout: dict[str, Any]) -> str:
