@@ -266,7 +266,8 @@ def optimize(model: str, gpus_text: str | None, hardware: tuple[str, ...], top: 
         cluster = load_cluster(name)
         counts = _gpu_counts(count if count is not None else gpus_text, cluster.gpus_per_node)
         scenario = _scenario_for(model_spec, cluster, counts[0], opts, fixed)
-        outcomes.append(report.HardwareOutcome(cluster, counts, search(scenario, counts, cons, top)))
+        result = search(scenario, counts, cons, top)
+        outcomes.append(report.HardwareOutcome(cluster, counts, result, by_cost=objective == "cost"))
     if emit is not None and not as_json:
         report.render_emit(model_spec, outcomes, emit, opts["flash_attention"])
     elif as_json:

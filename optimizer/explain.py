@@ -70,10 +70,19 @@ def layout_difference(a: Layout, b: Layout) -> str:
     return ", ".join(f"{wa[k]} vs {wb[k]}" for k in wa if wa[k] != wb[k])
 
 
-def why_loses(best: Evaluation, b: int, ev: Evaluation, i: int) -> str:
-    """One line: how much slower a runner-up is, which exposed cost grows most, and why."""
+def why_loses(best: Evaluation, b: int, ev: Evaluation, i: int, by_cost: bool = False) -> str:
+    """One line: how much slower (or, ranking by cost, dearer) a runner-up is, which exposed
+    cost grows most, and why."""
     step, best_step = float(ev.step_time_s[i]), float(best.step_time_s[b])
     diff = layout_difference(ev.layouts.at(i), best.layouts.at(b))
+    if by_cost:
+        # One hardware per table, so cost compares as GPU-seconds per step.
+        cost = step * ev.layouts.at(i).gpus
+        best_cost = best_step * best.layouts.at(b).gpus
+        if cost > best_cost * (1 + 1e-9):
+            return f"+{cost / best_cost - 1:.1%} cost per step ({diff})"
+        if step > best_step * (1 + 1e-9):
+            return f"same cost per step, {step / best_step - 1:+.1%} step time ({diff})"
     if step <= best_step * (1 + 1e-9):
         return f"same step time; ranks after on memory or simplicity ({diff})"
     term = max(TIME_TERMS, key=lambda t: float(ev.times[t][i]) - float(best.times[t][b]))

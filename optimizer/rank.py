@@ -24,6 +24,24 @@ def order_keys(ev: Evaluation) -> list[npt.NDArray[np.generic]]:
             lay.sequence_parallel.astype(np.int64)]
 
 
+def ranking_keys(
+    objective: npt.NDArray[np.float64], step: npt.NDArray[np.float64], tiebreak: list[npt.NDArray[np.generic]],
+    by_cost: bool,
+) -> list[npt.NDArray[np.generic]]:
+    """Lexicographic keys over candidates of one or several GPU counts, best first: the
+    objective (values within 1e-12 relative are ties), then for the cost objective the step
+    time (at equal cost, the faster), then the tie-break keys of `order_keys`."""
+
+    def tied(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        finite = values[np.isfinite(values)]
+        return np.asarray(np.round(values / np.max(finite, initial=1.0), 12))
+
+    keys: list[npt.NDArray[np.generic]] = [tied(objective)]
+    if by_cost:
+        keys.append(tied(step))
+    return keys + tiebreak
+
+
 def ranked(ev: Evaluation, mask: npt.NDArray[np.bool_] | None = None) -> IndexArray:
     """Indices of the candidates in `mask` (default: all feasible), best first."""
     keep = ev.feasible if mask is None else mask

@@ -64,6 +64,7 @@ class HardwareOutcome:
     cluster: Cluster
     gpu_counts: list[int]
     result: SearchResult
+    by_cost: bool = False  # ranked by cost rather than step time
 
 
 def solver_json(result: SearchResult) -> dict[str, Any]:
@@ -144,7 +145,7 @@ def optimize_json(model: ModelSpec, outcomes: list[HardwareOutcome], emit_kind: 
             entry["explanation"] = {
                 "best": [bottleneck_sentence(best.evaluation, best.index),
                          *binding_limits(best.evaluation, best.index)],
-                "runners_up": [why_loses(best.evaluation, best.index, c.evaluation, c.index)
+                "runners_up": [why_loses(best.evaluation, best.index, c.evaluation, c.index, o.by_cost)
                                for c in o.result.choices[1:]],
             }
             if emit_kind:
@@ -293,7 +294,7 @@ def _optimize_table(out: Console, model: ModelSpec, o: HardwareOutcome, cons: Co
     for limit in binding_limits(best.evaluation, best.index):
         out.print(f"  limit     {limit}")
     for rank, c in enumerate(r.choices[1:], 2):
-        out.print(f"  #{rank:<8} {why_loses(best.evaluation, best.index, c.evaluation, c.index)}")
+        out.print(f"  #{rank:<8} {why_loses(best.evaluation, best.index, c.evaluation, c.index, o.by_cost)}")
 
 
 def _side_by_side(out: Console, model: ModelSpec, outcomes: list[HardwareOutcome]) -> None:

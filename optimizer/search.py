@@ -38,7 +38,7 @@ from ortools.sat.python import cp_model
 from cost_models.evaluate import Evaluation, evaluate, usable_memory_bytes
 from cost_models.layout import Layouts
 from cost_models.tco import usd_per_gpu_hour
-from optimizer.rank import order_keys
+from optimizer.rank import order_keys, ranking_keys
 from optimizer.scenario import Choice, Scenario
 from optimizer.space import candidate_space, divisors
 
@@ -124,7 +124,7 @@ def _concat(parts: list[Layouts]) -> Layouts:
 
 
 def build_table(scenario: Scenario, gpu_counts: list[int], cons: Constraints) -> Table:
-    layouts, keys, memory, train, enumerated = [], [], [], [], 0
+    layouts, keys, objectives, steps_s, memory, train, enumerated = [], [], [], [], [], [], 0
     closest_choice: Choice | None = None
     tokens = cons.tokens
     for gpus in gpu_counts:
@@ -142,8 +142,9 @@ def build_table(scenario: Scenario, gpu_counts: list[int], cons: Constraints) ->
         sub = space.take(np.nonzero(keep)[0])
         layouts.append(sub)
         step = ev.step_time_s[keep]
-        objective = step if cons.objective == "time" else step * gpus * usd_per_gpu_hour(scenario.cluster)
-        keys.append([objective, *[k[keep] for k in order_keys(ev)[1:]]])
+        objectives.append(step if cons.objective == "time" else step * gpus * usd_per_gpu_hour(scenario.cluster))
+        steps_s.append(step)
+        keys.append([k[keep] for k in order_keys(ev)[1:]])
         memory.append(_cp_int(ev.memory.total[keep]))
         steps = tokens / (scenario.knobs.global_batch * scenario.knobs.seq_len) if tokens else 0.0
         train.append(_cp_int(np.ceil(step * steps * MS)))
@@ -151,7 +152,8 @@ def build_table(scenario: Scenario, gpu_counts: list[int], cons: Constraints) ->
         empty = np.zeros(0, dtype=np.int64)
         return Table(Layouts.empty(), empty, empty, empty, enumerated, closest_choice)
     merged = _concat(layouts)
-    columns = [np.concatenate([k[j] for k in keys]) for j in range(len(keys[0]))]
+    tiebreak = [np.concatenate([k[j] for k in keys]) for j in range(len(keys[0]))]
+    columns = ranking_keys(np.concatenate(objectives), np.concatenate(steps_s), tiebreak, cons.objective == "cost")
     order = np.lexsort(columns[::-1])
     ordered = merged.take(order)
     gpus_col = (ordered.tp * ordered.pp * ordered.dp * ordered.cp).astype(np.int64)

@@ -2,8 +2,8 @@
 
 The reference: evaluate every layout of `candidate_space` for each allowed GPU count with numpy
 (`cost_models.evaluate.evaluate` at the scenario's memory headroom), keep those with no violated
-check that also meet every user constraint, order them by the objective and then the tie-break
-keys of `optimizer.rank.order_keys`, take the first k. The search must return exactly those
+check that also meet every user constraint, order them as `optimizer.rank.ranking_keys` defines (the objective, for cost then the step
+time, then the tie-break keys of `order_keys`), take the first k. The search must return exactly those
 layouts, in that order, with status OPTIMAL iff there is at least one.
 
 The second half drives `optimize` through the CLI against the contract (../shared/contract.md).
@@ -35,7 +35,7 @@ from cost_models.tco import usd_per_gpu_hour
 from hardware_specs.loader import load_cluster, preset_names
 from hardware_specs.schema import Cluster
 from optimizer.cli import main
-from optimizer.rank import order_keys
+from optimizer.rank import order_keys, ranking_keys
 from optimizer.scenario import Scenario
 from optimizer.search import Constraints, SearchResult, gpu_count_domain, search
 from optimizer.space import Knobs, candidate_space
@@ -148,13 +148,14 @@ def enumerate_all(sc: Scenario, gpu_counts: list[int], cons: Constraints) -> Enu
             continue
         step = ev.step_time_s[idx]
         obj = step if cons.objective == "time" else step * gpus * usd_per_gpu_hour(sc.cluster)
-        columns.append([obj, *[k[idx] for k in order_keys(ev)[1:]]])
+        columns.append([obj, step, *[k[idx] for k in order_keys(ev)[1:]]])
         rows += [(ev, int(i)) for i in idx]
     if not rows:
         return Enumeration([], np.zeros(0), enumerated)
-    keys = [np.concatenate([c[j] for c in columns]) for j in range(len(columns[0]))]
+    flat = [np.concatenate([c[j] for c in columns]) for j in range(len(columns[0]))]
+    keys = ranking_keys(flat[0], flat[1], flat[2:], cons.objective == "cost")
     order = np.lexsort(keys[::-1])
-    return Enumeration([rows[int(o)] for o in order], keys[0][order], enumerated)
+    return Enumeration([rows[int(o)] for o in order], flat[0][order], enumerated)
 
 
 def result_layouts(result: SearchResult) -> list[Layout]:
