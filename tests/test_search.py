@@ -2,9 +2,10 @@
 
 The reference: evaluate every layout of `candidate_space` for each allowed GPU count with numpy
 (`cost_models.evaluate.evaluate` at the scenario's memory headroom), keep those with no violated
-check that also meet every user constraint, order them as `optimizer.rank.ranking_keys` defines (the objective, for cost then the step
-time, then the tie-break keys of `order_keys`), take the first k. The search must return exactly those
-layouts, in that order, with status OPTIMAL iff there is at least one.
+check that also meet every user constraint, order them as `optimizer.rank.ranking_keys` defines
+(the objective, for cost then the step time, then the tie-break keys of `order_keys`), take the
+first k. The search must return exactly those layouts, in that order, with status OPTIMAL iff
+there is at least one.
 
 The second half drives `optimize` through the CLI against the contract (../shared/contract.md).
 """
