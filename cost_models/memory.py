@@ -37,7 +37,7 @@ allocator fragmentation), see `memory_reserve_bytes` in the hardware presets.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -142,7 +142,7 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
 
 
 def _full_layer_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
-    no_recompute = Layouts(**{**lay.__dict__, "recompute": np.zeros_like(lay.recompute)})
+    no_recompute = replace(lay, recompute=np.zeros_like(lay.recompute))
     return activation_bytes_per_token_layer(model, no_recompute, stack)
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -350,5 +350,3 @@ def parse_fit_names(text: str | None) -> list[str]:
                          f"accepted: {', '.join(PARAMETERS)}")
     return list(dict.fromkeys(names))
 
-
-__all__ = ["Fit", "Run", "calibrated_cluster", "fit", "load_runs", "parse_fit_names", "replace"]

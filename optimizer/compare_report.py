@@ -10,10 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from cost_models.reliability import CHECKPOINT_BYTES_PER_PARAM
-from optimizer.decision import Account, Outcome, Request, fmt_duration
+from optimizer.decision import Account, Outcome, Request
 from optimizer.output import EvaluatedLayoutOut
 from optimizer.report import layout_json, layout_words
-from optimizer.units import fmt_seconds, fmt_usd
+from optimizer.units import fmt_duration, fmt_seconds, fmt_usd
 
 GB = 1e9
 

@@ -35,7 +35,7 @@ from cost_models.tco import CostBreakdown, Pricing, hardware_usd_per_gpu_hour, r
 from hardware_specs.schema import Cluster, Power, Price, Reliability
 from optimizer.scenario import Choice, Scenario
 from optimizer.search import Constraints, SearchResult, gpu_count_domain, search
-from optimizer.units import fmt_seconds, fmt_usd
+from optimizer.units import fmt_duration, fmt_seconds, fmt_usd
 
 SECONDS_PER_DAY = 86400.0
 LOW_GOODPUT = 0.8  # the verdict warns below this goodput
@@ -61,13 +61,6 @@ def _count(x: float) -> str:
 
 def _mwh(kwh: float) -> str:
     return f"{kwh / 1000:,.0f} MWh" if kwh >= 100_000 else f"{kwh / 1000:.3g} MWh"
-
-
-def fmt_duration(seconds: float) -> str:
-    """Like units.fmt_seconds, with minutes between one minute and one hour."""
-    if 60 <= seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return fmt_seconds(seconds)
 
 
 @dataclass(frozen=True)

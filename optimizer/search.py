@@ -38,7 +38,7 @@ from ortools.sat.python import cp_model
 from cost_models.evaluate import Evaluation, evaluate, usable_memory_bytes
 from cost_models.layout import Layouts
 from cost_models.tco import usd_per_gpu_hour
-from optimizer.rank import order_keys, ranking_keys
+from optimizer.rank import closest, order_keys, ranking_keys
 from optimizer.scenario import Choice, Scenario
 from optimizer.space import candidate_space, divisors
 
@@ -161,8 +161,6 @@ def build_table(scenario: Scenario, gpu_counts: list[int], cons: Constraints) ->
 
 
 def _closer(current: Choice | None, ev: Evaluation) -> Choice:
-    from optimizer.rank import closest
-
     i = closest(ev)
     if current is None:
         return Choice(ev, i)

@@ -15,8 +15,11 @@ def fmt_seconds(seconds: float) -> str:
     return f"{seconds * 1e6:.0f} us"
 
 
-def fmt_gb(nbytes: float) -> str:
-    return f"{nbytes / 1e9:.1f} GB"
+def fmt_duration(seconds: float) -> str:
+    """Like fmt_seconds, with minutes between one minute and one hour."""
+    if 60 <= seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return fmt_seconds(seconds)
 
 
 def fmt_usd(usd: float) -> str:
