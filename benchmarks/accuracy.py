@@ -22,8 +22,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hardware_specs.loader import load_cluster
-from optimizer.calibrate import Run, chosen_layouts, load_runs, predict
+from paraplan.hardware_specs.loader import load_cluster
+from paraplan.calibrate import Run, chosen_layouts, load_runs, predict
 
 DEFAULT_RUNS = Path(__file__).resolve().parent / "data" / "runs_public.csv"
 

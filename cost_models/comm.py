@@ -19,9 +19,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from cost_models.layout import FloatArray
-from hardware_specs.schema import Cluster
-from hardware_specs.topology import group_link, pair_link
+from paraplan.cost_models.layout import FloatArray
+from paraplan.hardware_specs.schema import Cluster
+from paraplan.hardware_specs.topology import group_link, pair_link
 
 Numeric = FloatArray | npt.NDArray[np.int64]
 _KEY_BASE = 1 << 31  # strides and sizes are GPU counts, far below 2^31

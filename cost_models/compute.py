@@ -32,12 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
-from cost_models.layout import FloatArray, Layouts
-from cost_models.memory import StageParams
-from cost_models.models import ModelSpec
-from cost_models.stack import Stack
-from hardware_specs.schema import Cluster
+from paraplan.cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from paraplan.cost_models.layout import FloatArray, Layouts
+from paraplan.cost_models.memory import StageParams
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import Stack
+from paraplan.hardware_specs.schema import Cluster
 
 PRECISION_FP16 = 1
 PRECISION_FP8 = 2

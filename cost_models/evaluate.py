@@ -16,16 +16,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cost_models.compute import micro_batch_times, optimizer_step_s
-from cost_models.flops import model_flops_per_step, recompute_flops_per_step
-from cost_models.layout import BoolArray, FloatArray, Layouts
-from cost_models.limits import MESSAGES, limit_checks
-from cost_models.memory import MEMORY_TERMS, MemoryBreakdown, layers_per_stage, peak_memory, stage_params
-from cost_models.models import ModelSpec
-from cost_models.pipeline import bubble_s
-from cost_models.stack import DEFAULT_STACK, Stack
-from cost_models.traffic import dp_exposed_s, micro_batch_comm, overlap_windows
-from hardware_specs.schema import Cluster
+from paraplan.cost_models.compute import micro_batch_times, optimizer_step_s
+from paraplan.cost_models.flops import model_flops_per_step, recompute_flops_per_step
+from paraplan.cost_models.layout import BoolArray, FloatArray, Layouts
+from paraplan.cost_models.limits import MESSAGES, limit_checks
+from paraplan.cost_models.memory import MEMORY_TERMS, MemoryBreakdown, layers_per_stage, peak_memory, stage_params
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.pipeline import bubble_s
+from paraplan.cost_models.stack import DEFAULT_STACK, Stack
+from paraplan.cost_models.traffic import dp_exposed_s, micro_batch_comm, overlap_windows
+from paraplan.hardware_specs.schema import Cluster
 
 TIME_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble")
 

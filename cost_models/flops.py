@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.layout import FloatArray, Layouts
-from cost_models.models import ModelSpec
-from cost_models.stack import Stack
+from paraplan.cost_models.layout import FloatArray, Layouts
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import Stack
 
 RECOMPUTE_SELECTIVE = 1
 RECOMPUTE_FULL = 2

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from cost_models.layout import PRECISIONS, BoolArray, Layout, Layouts
-from cost_models.memory import MEMORY_TERMS, MemoryBreakdown
-from cost_models.models import ModelSpec
-from hardware_specs.schema import Cluster
+from paraplan.cost_models.layout import PRECISIONS, BoolArray, Layout, Layouts
+from paraplan.cost_models.memory import MEMORY_TERMS, MemoryBreakdown
+from paraplan.cost_models.models import ModelSpec
+from paraplan.hardware_specs.schema import Cluster
 
 if TYPE_CHECKING:
-    from cost_models.evaluate import Evaluation
+    from paraplan.cost_models.evaluate import Evaluation
 
 GB = 1e9
 Message = Callable[["Evaluation", int, Layout], str]

@@ -41,10 +41,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
-from cost_models.layout import BoolArray, FloatArray, Layouts
-from cost_models.models import ModelSpec
-from cost_models.stack import OPTIMIZER_BYTES, PARAM_BYTES, Stack
+from paraplan.cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
+from paraplan.cost_models.layout import BoolArray, FloatArray, Layouts
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import OPTIMIZER_BYTES, PARAM_BYTES, Stack
 
 MEMORY_TERMS = ("params", "grads", "optimizer", "activations", "other")
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from cost_models.errors import InputError
+from paraplan.cost_models.errors import InputError
 
 MlpKind = Literal["gated", "plain"]
 
@@ -154,7 +154,7 @@ _PRESETS_DIR = "presets"
 def _preset_files() -> dict[str, Any]:
     from importlib import resources
 
-    root = resources.files("cost_models").joinpath(_PRESETS_DIR)
+    root = resources.files("paraplan.cost_models").joinpath(_PRESETS_DIR)
     return {p.name[: -len(".json")]: p for p in root.iterdir() if p.name.endswith(".json")}
 
 

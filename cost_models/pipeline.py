@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cost_models.layout import FloatArray, Layouts
+from paraplan.cost_models.layout import FloatArray, Layouts
 
 
 def bubble_fraction(lay: Layouts) -> FloatArray:

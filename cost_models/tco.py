@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from cost_models.energy import wall_power_per_gpu_w
-from hardware_specs.schema import Cluster, Price
+from paraplan.cost_models.energy import wall_power_per_gpu_w
+from paraplan.hardware_specs.schema import Cluster, Price
 
 HOURS_PER_YEAR = 8760.0
 SECONDS_PER_HOUR = 3600.0

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.comm import (
+from paraplan.cost_models.comm import (
     all_gather_s,
     all_reduce_s,
     all_to_all_s,
@@ -39,12 +39,12 @@ from cost_models.comm import (
     pair_links,
     reduce_scatter_s,
 )
-from cost_models.compute import MicroBatchTimes
-from cost_models.layout import FloatArray, Layouts
-from cost_models.memory import StageParams
-from cost_models.models import ModelSpec
-from cost_models.stack import PARAM_BYTES, Stack
-from hardware_specs.schema import Cluster
+from paraplan.cost_models.compute import MicroBatchTimes
+from paraplan.cost_models.layout import FloatArray, Layouts
+from paraplan.cost_models.memory import StageParams
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import PARAM_BYTES, Stack
+from paraplan.hardware_specs.schema import Cluster
 
 ACTIVATION_BYTES = 2.0
 

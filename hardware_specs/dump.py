@@ -10,7 +10,7 @@ import json
 import math
 from typing import Any
 
-from hardware_specs.schema import Cluster
+from paraplan.hardware_specs.schema import Cluster
 
 
 def _value(v: Any) -> str:

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from hardware_specs.schema import Cluster
+from paraplan.hardware_specs.schema import Cluster
 
 _PRESET_SUFFIX = ".toml"
 
@@ -36,7 +36,7 @@ class SpecError(ValueError):
 
 
 def _preset_dir() -> Traversable:
-    return resources.files("hardware_specs").joinpath("presets")
+    return resources.files("paraplan.hardware_specs").joinpath("presets")
 
 
 @lru_cache(maxsize=1)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import networkx as nx  # type: ignore[import-untyped,unused-ignore]
 
-from hardware_specs.schema import Cluster, Link
+from paraplan.hardware_specs.schema import Cluster, Link
 
 NETWORK = "network"
 

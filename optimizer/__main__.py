@@ -1,3 +1,5 @@
-from optimizer.cli import main
+"""`python -m paraplan` (installed) and `python -m optimizer` (from a checkout): the CLI."""
+
+from paraplan.cli import main
 
 main()

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_models.evaluate import Evaluation, evaluate, usable_memory_bytes
-from cost_models.layout import RECOMPUTE_MODES
-from optimizer.plan import Plan
-from optimizer.scenario import Choice, Scenario
-from optimizer.search import Table
+from paraplan.cost_models.evaluate import Evaluation, evaluate, usable_memory_bytes
+from paraplan.cost_models.layout import RECOMPUTE_MODES
+from paraplan.plan import Plan
+from paraplan.scenario import Choice, Scenario
+from paraplan.search import Table
 
 DIMS = ("tp", "pp", "dp", "cp")
 

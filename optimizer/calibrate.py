@@ -28,15 +28,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from cost_models.errors import InputError
-from cost_models.evaluate import evaluate
-from cost_models.layout import Layout, Layouts
-from cost_models.models import ModelSpec, load_model, model_from_config
-from cost_models.stack import Stack
-from hardware_specs.schema import Cluster
-from optimizer.plan import parse_plan
-from optimizer.scenario import Scenario, best_or_closest
-from optimizer.space import Knobs
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.evaluate import evaluate
+from paraplan.cost_models.layout import Layout, Layouts
+from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
+from paraplan.cost_models.stack import Stack
+from paraplan.hardware_specs.schema import Cluster
+from paraplan.plan import parse_plan
+from paraplan.scenario import Scenario, best_or_closest
+from paraplan.space import Knobs
 
 REQUIRED = ("model", "gpus", "plan", "global_batch", "seq_len", "step_time_s")
 KNOB_COLUMNS = (

@@ -17,25 +17,25 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from cost_models.errors import InputError
-from cost_models.models import ModelSpec, load_model, model_preset_names
-from cost_models.stack import Stack
-from cost_models.tco import PRICINGS
-from hardware_specs.dump import cluster_to_toml
-from hardware_specs.loader import SpecError, load_cluster, preset_names
-from hardware_specs.schema import Cluster
-from optimizer import report
-from optimizer.advice import best_single_change, requirements
-from optimizer.calibrate import PARAMETERS, calibrated_cluster, fit, load_runs, parse_fit_names
-from optimizer.compare_report import compare_stdout, render_compare
-from optimizer.decision import Overrides, Request, decide, verdict
-from optimizer.emit import EMITTERS
-from optimizer.output import EvaluatedLayoutOut, OptimizeOut, render_json
-from optimizer.plan import parse_plan
-from optimizer.plot import check_available, write_plot
-from optimizer.scenario import LAYOUT_KNOBS, Scenario, best_or_closest
-from optimizer.search import Constraints, build_table, gpu_count_domain, search, solve
-from optimizer.space import Knobs
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.models import ModelSpec, load_model, model_preset_names
+from paraplan.cost_models.stack import Stack
+from paraplan.cost_models.tco import PRICINGS
+from paraplan.hardware_specs.dump import cluster_to_toml
+from paraplan.hardware_specs.loader import SpecError, load_cluster, preset_names
+from paraplan.hardware_specs.schema import Cluster
+from paraplan import report
+from paraplan.advice import best_single_change, requirements
+from paraplan.calibrate import PARAMETERS, calibrated_cluster, fit, load_runs, parse_fit_names
+from paraplan.compare_report import compare_stdout, render_compare
+from paraplan.decision import Overrides, Request, decide, verdict
+from paraplan.emit import EMITTERS
+from paraplan.output import EvaluatedLayoutOut, OptimizeOut, render_json
+from paraplan.plan import parse_plan
+from paraplan.plot import check_available, write_plot
+from paraplan.scenario import LAYOUT_KNOBS, Scenario, best_or_closest
+from paraplan.search import Constraints, build_table, gpu_count_domain, search, solve
+from paraplan.space import Knobs
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -9,11 +9,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cost_models.reliability import CHECKPOINT_BYTES_PER_PARAM
-from optimizer.decision import Account, Outcome, Request
-from optimizer.output import EvaluatedLayoutOut
-from optimizer.report import layout_json, layout_words
-from optimizer.units import fmt_duration, fmt_seconds, fmt_usd
+from paraplan.cost_models.reliability import CHECKPOINT_BYTES_PER_PARAM
+from paraplan.decision import Account, Outcome, Request
+from paraplan.output import EvaluatedLayoutOut
+from paraplan.report import layout_json, layout_words
+from paraplan.units import fmt_duration, fmt_seconds, fmt_usd
 
 GB = 1e9
 

@@ -28,14 +28,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from cost_models.energy import busy_fraction, energy_kwh, wall_power_per_gpu_w
-from cost_models.errors import InputError
-from cost_models.reliability import ReliabilityAccount, assess
-from cost_models.tco import CostBreakdown, Pricing, hardware_usd_per_gpu_hour, run_cost
-from hardware_specs.schema import Cluster, Power, Price, Reliability
-from optimizer.scenario import Choice, Scenario
-from optimizer.search import Constraints, SearchResult, gpu_count_domain, search
-from optimizer.units import fmt_duration, fmt_seconds, fmt_usd
+from paraplan.cost_models.energy import busy_fraction, energy_kwh, wall_power_per_gpu_w
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.reliability import ReliabilityAccount, assess
+from paraplan.cost_models.tco import CostBreakdown, Pricing, hardware_usd_per_gpu_hour, run_cost
+from paraplan.hardware_specs.schema import Cluster, Power, Price, Reliability
+from paraplan.scenario import Choice, Scenario
+from paraplan.search import Constraints, SearchResult, gpu_count_domain, search
+from paraplan.units import fmt_duration, fmt_seconds, fmt_usd
 
 SECONDS_PER_DAY = 86400.0
 LOW_GOODPUT = 0.8  # the verdict warns below this goodput

@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import math
 
-from cost_models.layout import Layout
-from cost_models.models import ModelSpec
+from paraplan.cost_models.layout import Layout
+from paraplan.cost_models.models import ModelSpec
 
 EMITTERS = ("megatron", "deepspeed", "torchtitan")
 

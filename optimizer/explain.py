@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from cost_models.evaluate import TIME_TERMS, Evaluation
-from cost_models.layout import Layout
-from cost_models.pipeline import bubble_fraction
-from hardware_specs.topology import group_link
-from optimizer.units import fmt_seconds
+from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation
+from paraplan.cost_models.layout import Layout
+from paraplan.cost_models.pipeline import bubble_fraction
+from paraplan.hardware_specs.topology import group_link
+from paraplan.units import fmt_seconds
 
 _TERM_WORDS = {
     "compute": "GEMMs, attention and memory-bound kernels",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cost_models.errors import InputError
+from paraplan.cost_models.errors import InputError
 
 DIMENSIONS = ("tp", "pp", "dp", "cp", "ep", "vpp")
 _ALIASES = {"vp": "vpp", "v": "vpp"}

@@ -17,10 +17,10 @@ import importlib
 from pathlib import Path
 from typing import Any
 
-from cost_models.errors import InputError
-from cost_models.evaluate import TIME_TERMS
-from cost_models.memory import MEMORY_TERMS
-from optimizer.decision import Account, Outcome
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.evaluate import TIME_TERMS
+from paraplan.cost_models.memory import MEMORY_TERMS
+from paraplan.decision import Account, Outcome
 
 DAY = 86400.0
 GB = 1e9

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from cost_models.evaluate import Evaluation
+from paraplan.cost_models.evaluate import Evaluation
 
 IndexArray = npt.NDArray[np.int64]
 

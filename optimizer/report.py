@@ -12,18 +12,18 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from cost_models.evaluate import TIME_TERMS, Evaluation
-from cost_models.memory import MEMORY_TERMS
-from cost_models.models import ModelSpec
-from cost_models.tco import usd_per_gpu_hour
-from hardware_specs.schema import Cluster
-from optimizer.advice import Change
-from optimizer.calibrate import Fit, Run, relative_errors
-from optimizer.emit import emit
-from optimizer.explain import binding_limits, bottleneck_sentence, dominant_term, link_words, why_loses
-from optimizer.scenario import Choice
-from optimizer.search import Constraints, SearchResult
-from optimizer.units import fmt_seconds, fmt_usd
+from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation
+from paraplan.cost_models.memory import MEMORY_TERMS
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.tco import usd_per_gpu_hour
+from paraplan.hardware_specs.schema import Cluster
+from paraplan.advice import Change
+from paraplan.calibrate import Fit, Run, relative_errors
+from paraplan.emit import emit
+from paraplan.explain import binding_limits, bottleneck_sentence, dominant_term, link_words, why_loses
+from paraplan.scenario import Choice
+from paraplan.search import Constraints, SearchResult
+from paraplan.units import fmt_seconds, fmt_usd
 
 GB = 1e9
 BAR_WIDTH = 30

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from cost_models.evaluate import Evaluation, evaluate
-from cost_models.models import ModelSpec
-from cost_models.stack import DEFAULT_STACK, Stack
-from hardware_specs.schema import Cluster
-from optimizer.plan import Plan
-from optimizer.rank import closest, ranked
-from optimizer.space import Knobs, candidate_space
+from paraplan.cost_models.evaluate import Evaluation, evaluate
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import DEFAULT_STACK, Stack
+from paraplan.hardware_specs.schema import Cluster
+from paraplan.plan import Plan
+from paraplan.rank import closest, ranked
+from paraplan.space import Knobs, candidate_space
 
 LAYOUT_KNOBS = ("micro_batch", "virtual_stages", "recompute", "recompute_layers", "zero", "sequence_parallel")
 

@@ -35,12 +35,12 @@ import numpy as np
 import numpy.typing as npt
 from ortools.sat.python import cp_model
 
-from cost_models.evaluate import Evaluation, evaluate, usable_memory_bytes
-from cost_models.layout import Layouts
-from cost_models.tco import usd_per_gpu_hour
-from optimizer.rank import closest, order_keys, ranking_keys
-from optimizer.scenario import Choice, Scenario
-from optimizer.space import candidate_space, divisors
+from paraplan.cost_models.evaluate import Evaluation, evaluate, usable_memory_bytes
+from paraplan.cost_models.layout import Layouts
+from paraplan.cost_models.tco import usd_per_gpu_hour
+from paraplan.rank import closest, order_keys, ranking_keys
+from paraplan.scenario import Choice, Scenario
+from paraplan.space import candidate_space, divisors
 
 PREFIX_PER_ANSWER = 4
 GROWTH = 4

@@ -17,9 +17,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from cost_models.layout import PRECISIONS, RECOMPUTE_MODES, Layouts, Precision, Recompute
-from cost_models.models import ModelSpec
-from hardware_specs.schema import Cluster
+from paraplan.cost_models.layout import PRECISIONS, RECOMPUTE_MODES, Layouts, Precision, Recompute
+from paraplan.cost_models.models import ModelSpec
+from paraplan.hardware_specs.schema import Cluster
 
 MAX_MICRO_BATCH_TOKENS = 65_536
 MAX_VIRTUAL_STAGES = 8

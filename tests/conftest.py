@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
-from cost_models.layout import Layout, Layouts
-from cost_models.models import ModelSpec
-from hardware_specs.loader import load_cluster
-from hardware_specs.schema import Cluster
+from paraplan.cost_models.layout import Layout, Layouts
+from paraplan.cost_models.models import ModelSpec
+from paraplan.hardware_specs.loader import load_cluster
+from paraplan.hardware_specs.schema import Cluster
 
 
 def one(**knobs: Any) -> Layouts:

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 from conftest import gpt_spec, one
 
-from cost_models.compute import micro_batch_times
-from cost_models.flops import recompute_flops_per_step
-from cost_models.memory import activation_bytes, layers_per_stage
-from cost_models.stack import Stack
-from hardware_specs.loader import load_cluster
-from optimizer.emit import megatron_args
+from paraplan.cost_models.compute import micro_batch_times
+from paraplan.cost_models.flops import recompute_flops_per_step
+from paraplan.cost_models.memory import activation_bytes, layers_per_stage
+from paraplan.cost_models.stack import Stack
+from paraplan.hardware_specs.loader import load_cluster
+from paraplan.emit import megatron_args
 
 STACK = Stack(flash_attention=True)
 
@@ -51,7 +51,7 @@ def test_blocks_beyond_the_chunk_mean_all_layers() -> None:
 
 
 def test_megatron_args_name_the_block_method() -> None:
-    from cost_models.layout import Layout
+    from paraplan.cost_models.layout import Layout
 
     args = megatron_args(gpt_spec(layers=8), Layout(recompute="full", recompute_layers=2))
     assert "--recompute-method block" in args and "--recompute-num-layers 2" in args

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hardware_specs.loader import load_cluster
-from optimizer.calibrate import chosen_layouts, fit, load_runs, predict, relative_errors
-from optimizer.cli import main
+from paraplan.hardware_specs.loader import load_cluster
+from paraplan.calibrate import chosen_layouts, fit, load_runs, predict, relative_errors
+from paraplan.cli import main
 
 PUBLIC = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "runs_public.csv"
 FAST_FIT = ["gemm_max", "gemm_half_dim", "intra_node", "inter_node"]

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from optimizer.cli import main
+from paraplan.cli import main
 
 MODEL_PRESETS = [
     "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b",
@@ -79,7 +79,7 @@ def invoke(*args: str) -> Result:
 
 def run_module(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "optimizer", *args],
+        [sys.executable, "-m", "paraplan", *args],
         capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
     )  # fmt: skip
 
@@ -393,7 +393,7 @@ def test_human_infeasible_lists_violations() -> None:
 
 
 def _toml_preset(name: str) -> str:
-    return resources.files("hardware_specs").joinpath("presets", f"{name}.toml").read_text()
+    return resources.files("paraplan.hardware_specs").joinpath("presets", f"{name}.toml").read_text()
 
 
 def test_unknown_model_preset() -> None:

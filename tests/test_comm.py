@@ -11,12 +11,12 @@ from conftest import one
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models.comm import all_gather_s, all_reduce_s, all_to_all_s, links, p2p_s, pair_links, reduce_scatter_s
-from cost_models.compute import MicroBatchTimes
-from cost_models.memory import stage_params
-from cost_models.models import load_model
-from cost_models.stack import Stack
-from cost_models.traffic import (
+from paraplan.cost_models.comm import all_gather_s, all_reduce_s, all_to_all_s, links, p2p_s, pair_links, reduce_scatter_s
+from paraplan.cost_models.compute import MicroBatchTimes
+from paraplan.cost_models.memory import stage_params
+from paraplan.cost_models.models import load_model
+from paraplan.cost_models.stack import Stack
+from paraplan.cost_models.traffic import (
     cp_per_layer_s,
     dp_exposed_s,
     ep_per_layer_s,
@@ -24,8 +24,8 @@ from cost_models.traffic import (
     pp_per_micro_batch_s,
     tp_per_layer_s,
 )
-from hardware_specs.loader import load_cluster
-from hardware_specs.schema import Cluster
+from paraplan.hardware_specs.loader import load_cluster
+from paraplan.hardware_specs.schema import Cluster
 
 GB = 1e9
 # DGX A100 (a100-80g preset): NVSwitch 300e9 x 0.80 = 240e9 B/s, 3 us through the hub

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-import optimizer.plot
-from optimizer.cli import main
+import paraplan.plot
+from paraplan.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -267,7 +267,7 @@ def test_plot_without_matplotlib_is_an_error(monkeypatch: pytest.MonkeyPatch, tm
     def no_matplotlib(name: str) -> Any:
         raise ImportError(name)
 
-    monkeypatch.setattr(optimizer.plot, "importlib", types.SimpleNamespace(import_module=no_matplotlib))
+    monkeypatch.setattr(paraplan.plot, "importlib", types.SimpleNamespace(import_module=no_matplotlib))
     result = invoke(["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--plot",
                      str(tmp_path / "x.png")])
     assert result.code == 2

@@ -14,17 +14,17 @@ from conftest import one
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models.compute import optimizer_step_s
-from cost_models.evaluate import TIME_TERMS, Evaluation, evaluate
-from cost_models.layout import Layouts
-from cost_models.memory import MEMORY_TERMS, stage_params
-from cost_models.models import ModelSpec, load_model, model_preset_names
-from cost_models.pipeline import bubble_fraction
-from cost_models.stack import Stack
-from cost_models.traffic import dp_exposed_s
-from hardware_specs.loader import load_cluster, preset_names
-from hardware_specs.schema import Cluster
-from optimizer.space import Knobs, candidate_space
+from paraplan.cost_models.compute import optimizer_step_s
+from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation, evaluate
+from paraplan.cost_models.layout import Layouts
+from paraplan.cost_models.memory import MEMORY_TERMS, stage_params
+from paraplan.cost_models.models import ModelSpec, load_model, model_preset_names
+from paraplan.cost_models.pipeline import bubble_fraction
+from paraplan.cost_models.stack import Stack
+from paraplan.cost_models.traffic import dp_exposed_s
+from paraplan.hardware_specs.loader import load_cluster, preset_names
+from paraplan.hardware_specs.schema import Cluster
+from paraplan.space import Knobs, candidate_space
 
 MODELS = model_preset_names()
 HARDWARE = preset_names()

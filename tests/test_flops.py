@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from conftest import gpt_spec, one
 
-from cost_models.compute import gemm_s, optimizer_step_s
-from cost_models.evaluate import evaluate
-from cost_models.flops import forward_flops_per_token, model_flops_per_step, recompute_flops_per_step
-from cost_models.memory import stage_params
-from cost_models.models import load_model
-from cost_models.stack import Stack
-from hardware_specs.schema import Cluster
+from paraplan.cost_models.compute import gemm_s, optimizer_step_s
+from paraplan.cost_models.evaluate import evaluate
+from paraplan.cost_models.flops import forward_flops_per_token, model_flops_per_step, recompute_flops_per_step
+from paraplan.cost_models.memory import stage_params
+from paraplan.cost_models.models import load_model
+from paraplan.cost_models.stack import Stack
+from paraplan.hardware_specs.schema import Cluster
 
 NO_FLASH = Stack(flash_attention=False)
 FLASH = Stack(flash_attention=True)

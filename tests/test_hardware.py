@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hardware_specs.loader import SpecError, load_cluster, preset_names
-from hardware_specs.schema import Cluster
-from hardware_specs.topology import GroupLink, group_link, node_graph, pair_link
+from paraplan.hardware_specs.loader import SpecError, load_cluster, preset_names
+from paraplan.hardware_specs.schema import Cluster
+from paraplan.hardware_specs.topology import GroupLink, group_link, node_graph, pair_link
 
 MIB = 1048576
 EXPECTED_PRESETS = [
@@ -21,7 +21,7 @@ EXPECTED_PRESETS = [
 
 
 def _preset_text(name: str) -> str:
-    return resources.files("hardware_specs").joinpath("presets", f"{name}.toml").read_text()
+    return resources.files("paraplan.hardware_specs").joinpath("presets", f"{name}.toml").read_text()
 
 
 # ---------------------------------------------------------------------------- presets

@@ -34,8 +34,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import hardware_specs
-from optimizer.cli import main
+import paraplan.hardware_specs as hardware_specs
+from paraplan.cli import main
 
 PRESET_TOML = (Path(hardware_specs.__file__).parent / "presets" / "a100-80g.toml").read_text()
 

@@ -14,15 +14,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cost_models.evaluate import evaluate
-from cost_models.models import load_model
-from hardware_specs.loader import load_cluster
-from hardware_specs.schema import Cluster
-from optimizer.cli import main
-from optimizer.output import EvaluatedLayoutOut, OptimizeOut
-from optimizer.scenario import Scenario
-from optimizer.search import Constraints, search
-from optimizer.space import Knobs, candidate_space
+from paraplan.cost_models.evaluate import evaluate
+from paraplan.cost_models.models import load_model
+from paraplan.hardware_specs.loader import load_cluster
+from paraplan.hardware_specs.schema import Cluster
+from paraplan.cli import main
+from paraplan.output import EvaluatedLayoutOut, OptimizeOut
+from paraplan.scenario import Scenario
+from paraplan.search import Constraints, search
+from paraplan.space import Knobs, candidate_space
 
 MODELS = ["llama2-7b", "llama2-13b", "llama3-8b", "llama2-70b", "mixtral-8x7b"]
 HARDWARE = ["a100-80g", "h100-sxm", "rtx4090", "l40s", "mi300x", "a100-80g-pcie"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import gpt_spec, one
 
-from cost_models.memory import (
+from paraplan.cost_models.memory import (
     MEMORY_TERMS,
     activation_bytes,
     activation_bytes_per_token_layer,
@@ -17,8 +17,8 @@ from cost_models.memory import (
     stage_memory,
     stage_params,
 )
-from cost_models.models import load_model
-from cost_models.stack import Stack
+from paraplan.cost_models.models import load_model
+from paraplan.cost_models.stack import Stack
 
 NO_FLASH = Stack(flash_attention=False)
 FLASH = Stack()

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from cost_models.errors import InputError
-from cost_models.models import ModelSpec, load_model, model_from_config, model_preset_names
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.models import ModelSpec, load_model, model_from_config, model_preset_names
 
 # ------------------------------------------------------------------ presets vs published totals
 

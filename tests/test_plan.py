@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_models.errors import InputError
-from optimizer.plan import Plan, parse_plan
+from paraplan.cost_models.errors import InputError
+from paraplan.plan import Plan, parse_plan
 
 # ---------------------------------------------------------------------------- accepted shapes
 

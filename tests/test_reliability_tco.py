@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cost_models.energy import busy_fraction, energy_kwh, gpu_power_w, wall_power_per_gpu_w
-from cost_models.errors import InputError
-from cost_models.reliability import (
+from paraplan.cost_models.energy import busy_fraction, energy_kwh, gpu_power_w, wall_power_per_gpu_w
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.reliability import (
     CHECKPOINT_BYTES_PER_PARAM,
     assess,
     checkpoint_bytes,
@@ -25,16 +25,16 @@ from cost_models.reliability import (
     nodes_for,
     young_interval_s,
 )
-from cost_models.tco import (
+from paraplan.cost_models.tco import (
     amortized_usd_per_gpu_hour,
     capex_per_gpu_usd,
     hardware_usd_per_gpu_hour,
     run_cost,
     usd_per_gpu_hour,
 )
-from hardware_specs.loader import load_cluster
-from hardware_specs.schema import Price
-from optimizer.decision import Overrides, resolve
+from paraplan.hardware_specs.loader import load_cluster
+from paraplan.hardware_specs.schema import Price
+from paraplan.decision import Overrides, resolve
 
 HOUR = 3600.0
 

@@ -28,18 +28,18 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from cost_models.evaluate import evaluate
-from cost_models.layout import Layout
-from cost_models.models import ModelSpec, load_model, model_preset_names
-from cost_models.stack import DEFAULT_STACK
-from cost_models.tco import usd_per_gpu_hour
-from hardware_specs.loader import load_cluster, preset_names
-from hardware_specs.schema import Cluster
-from optimizer.cli import main
-from optimizer.rank import order_keys, ranking_keys
-from optimizer.scenario import Scenario
-from optimizer.search import Constraints, SearchResult, gpu_count_domain, search
-from optimizer.space import Knobs, candidate_space
+from paraplan.cost_models.evaluate import evaluate
+from paraplan.cost_models.layout import Layout
+from paraplan.cost_models.models import ModelSpec, load_model, model_preset_names
+from paraplan.cost_models.stack import DEFAULT_STACK
+from paraplan.cost_models.tco import usd_per_gpu_hour
+from paraplan.hardware_specs.loader import load_cluster, preset_names
+from paraplan.hardware_specs.schema import Cluster
+from paraplan.cli import main
+from paraplan.rank import order_keys, ranking_keys
+from paraplan.scenario import Scenario
+from paraplan.search import Constraints, SearchResult, gpu_count_domain, search
+from paraplan.space import Knobs, candidate_space
 
 REPO = Path(__file__).resolve().parent.parent
 MS_PER_DAY = 86_400 * 1000
@@ -556,7 +556,7 @@ def test_cli_gpu_range_picks_a_count_in_the_domain() -> None:
 
 def test_cli_405b_on_eight_rtx4090_exits_1_with_reason() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "optimizer", "optimize", "--model", "llama3-405b", "--gpus", "8",
+        [sys.executable, "-m", "paraplan", "optimize", "--model", "llama3-405b", "--gpus", "8",
          "--hardware", "rtx4090", "--json"],
         capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
     )  # fmt: skip
