@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from paraplan.cost_models.layout import FloatArray
+from paraplan.cost_models.candidates import FloatArray
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.hardware_specs.topology import group_link, pair_link
 

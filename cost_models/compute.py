@@ -32,15 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
-from paraplan.cost_models.layout import FloatArray, Layouts
+from paraplan.cost_models.candidates import FloatArray, Layouts
+from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
 from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import Stack
+from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.hardware_specs.schema import Cluster
 
-PRECISION_FP16 = 1
-PRECISION_FP8 = 2
 FLASH_BACKWARD_RATIO = 2.5
 ELEMENTWISE_KERNELS_PER_LAYER = 8
 
@@ -54,11 +52,11 @@ class MicroBatchTimes:
     recompute_s: FloatArray
     attention_fwd_s: FloatArray  # core attention of one layer, forward (CP overlaps with it)
     attention_bwd_s: FloatArray  # ... and backward
+    wgrad_s: FloatArray  # the stage's weight-gradient GEMMs (half the backward GEMMs): the window
+    #                      that hides the backward TP collectives (`Stack.tp_overlap`)
 
 
-def gemm_s(
-    m: FloatArray, n: FloatArray, k: FloatArray, peak_flops: FloatArray | float, cluster: Cluster
-) -> FloatArray:
+def gemm_s(m: FloatArray, n: FloatArray, k: FloatArray, peak_flops: FloatArray | float, cluster: Cluster) -> FloatArray:
     eff = cluster.efficiency
     half = eff.gemm_half_dim
 
@@ -71,13 +69,16 @@ def gemm_s(
 
 
 def matmul_peak_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
-    """Peak for the projection and MLP GEMMs; FP8 runs them on FP8 tensor cores when present."""
+    """Peak for the projection and MLP GEMMs; FP8 runs them on FP8 tensor cores when present.
+    Also the peak that MFU and HFU are ratios of (see `flops`)."""
     gpu = cluster.gpu
     fp8 = gpu.peak_fp8_flops if gpu.peak_fp8_flops is not None else gpu.peak_bf16_flops
-    return np.select(
-        [lay.precision == PRECISION_FP8, lay.precision == PRECISION_FP16],
-        [fp8, gpu.peak_fp16_flops],
-        default=gpu.peak_bf16_flops,
+    return np.asarray(
+        np.select(
+            [lay.precision == Precision.FP8, lay.precision == Precision.FP16],
+            [fp8, gpu.peak_fp16_flops],
+            default=gpu.peak_bf16_flops,
+        )
     )
 
 
@@ -145,7 +146,13 @@ def micro_batch_times(
     model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, layers: FloatArray
 ) -> MicroBatchTimes:
     """The slowest stage: the last, whose layers are followed by the LM head. (The first stage's
-    extra work, the embedding lookup, moves T*h*2 bytes: negligible next to the head's GEMM.)"""
+    extra work, the embedding lookup, moves T*h*2 bytes: negligible next to the head's GEMM.)
+
+    Recompute, per micro-batch: full recompute runs the forward of the recomputed layers again;
+    Megatron's selective recompute runs core attention again (flash or not: Megatron-Core
+    checkpoints core attention whatever the backend); torchtitan's op-level policy recomputes
+    every other matmul and all elementwise work (about half the GEMM time plus the memory-bound
+    kernels; the attention output is saved)."""
     tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
     gemms = _layer_gemms_fwd_s(model, lay, cluster, tokens)
     attention = _attention_fwd_s(model, lay, cluster, stack)
@@ -153,28 +160,71 @@ def micro_batch_times(
     layer_fwd = gemms + attention + elementwise
     attention_bwd = attention * (FLASH_BACKWARD_RATIO if stack.flash_attention else 2.0)
     layer_bwd = 2.0 * (gemms + elementwise) + attention_bwd
-    selective = 0.0 if stack.flash_attention else 1.0
+    selective = np.where(lay.framework == Framework.TORCHTITAN, 0.5 * gemms + elementwise, attention)
     layer_recompute = np.select(
-        [lay.recompute == RECOMPUTE_FULL, lay.recompute == RECOMPUTE_SELECTIVE],
-        [lay.full_recompute_share(model.num_layers) * layer_fwd, selective * attention],
+        [lay.recompute == Recompute.FULL, lay.recompute == Recompute.SELECTIVE],
+        [lay.full_recompute_share(model.num_layers) * layer_fwd, selective],
         default=0.0,
     )
     head = head_fwd_s(model, lay, cluster)
     return MicroBatchTimes(
-        forward_s=layers * layer_fwd + head,
-        backward_s=layers * layer_bwd + 2.0 * head,
+        forward_s=np.asarray(layers * layer_fwd + head),
+        backward_s=np.asarray(layers * layer_bwd + 2.0 * head),
         recompute_s=np.asarray(layers * layer_recompute),
         attention_fwd_s=attention,
-        attention_bwd_s=attention_bwd,
+        attention_bwd_s=np.asarray(attention_bwd),
+        wgrad_s=np.asarray(layers * gemms),
+    )
+
+
+def local_params(params: StageParams, lay: Layouts, from_stage: int) -> FloatArray:
+    """Parameters of one GPU's shard: divided over DP*CP (experts DP*CP/EP) from that ZeRO stage on."""
+    dp_dense = (lay.dp * lay.cp).astype(np.float64)
+    dp_expert = np.maximum(dp_dense / lay.ep, 1.0)
+    sharded = lay.zero >= from_stage
+    return np.asarray(
+        np.where(sharded, params.dense / dp_dense, params.dense)
+        + np.where(sharded, params.expert / dp_expert, params.expert)
     )
 
 
 def optimizer_step_s(params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
-    dp_dense = (lay.dp * lay.cp).astype(np.float64)
-    dp_expert = np.maximum(dp_dense / lay.ep, 1.0)
-    sharded = lay.zero >= 1
-    local = np.where(sharded, params.dense / dp_dense, params.dense) + np.where(
-        sharded, params.expert / dp_expert, params.expert
-    )
-    loss_scale_check = np.where(lay.precision == PRECISION_FP16, stack.grad_bytes, 0.0)
-    return _memory_s(local * (26.0 + stack.grad_bytes + loss_scale_check), cluster)
+    """Once per step, memory-bound over the GPU's share of the parameters:
+    - fused Adam on the optimizer's shard: fp32 master, m and v read and written (24 B), the
+      gradient read, the bf16 weight written (2 B); FP16 adds the inf/NaN check of the gradients
+      (dynamic loss scaling, Micikevicius et al. 2018);
+    - the gradient-norm for clipping reads the gradient buffer once, and zeroing it for the next
+      step writes it once (Megatron's `clip_grad_norm_fp32` and `zero_grad_buffer`; FSDP2 and
+      DeepSpeed do the same over their gradient shards).
+    With the optimizer offloaded, the Adam step runs on the host instead (`offload_step_s`)."""
+    on_gpu = np.where(lay.offload == Offload.NONE, 1.0, 0.0)
+    shard = local_params(params, lay, 1)
+    grads = local_params(params, lay, 2)
+    loss_scale_check = np.where(lay.precision == Precision.FP16, stack.grad_bytes, 0.0)
+    adam = on_gpu * shard * (26.0 + stack.grad_bytes + loss_scale_check)
+    return _memory_s(np.asarray(adam + 2.0 * stack.grad_bytes * grads), cluster)
+
+
+def offload_s(params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
+    """Exposed time of offloading, per step (0 without offload).
+
+    Optimizer offload (ZeRO-Offload, Ren et al. 2021 Sec 4; Megatron's --optimizer-cpu-offload):
+    each GPU sends its gradient shard to the host (`Stack.grad_bytes` per parameter), the host
+    CPUs run Adam over the node's shards (`host.cpu_adam_params_per_s`, per node), and each GPU
+    receives its updated bf16 weights (2 B per parameter), over its PCIe link
+    (`intra_node.pcie`). ZeRO-Offload's optional one-step delayed update is not assumed: the
+    step waits for the update. Offloading the parameters too (ZeRO-Infinity, FSDP2 CPU offload)
+    also brings every layer's weight shard from the host in each micro-batch's forward and
+    backward (2 x 2 B per parameter of the shard). Without a `[host]` table offload is not
+    possible (the `host` limit), and this term is 0.
+    """
+    host = cluster.host
+    if host is None:
+        return np.zeros(len(lay))
+    shard = local_params(params, lay, 1)
+    pcie = cluster.intra_node.pcie.effective_bw_bytes_per_s
+    adam = shard * cluster.gpus_per_node / host.cpu_adam_params_per_s
+    transfers = shard * (stack.grad_bytes + BF16_BYTES) / pcie
+    per_micro_batch = np.where(lay.offload == Offload.ALL, 2.0 * BF16_BYTES * shard / pcie, 0.0)
+    total = adam + transfers + np.maximum(lay.num_micro_batches, 1.0) * per_micro_batch
+    return np.asarray(np.where(lay.offload == Offload.NONE, 0.0, total))

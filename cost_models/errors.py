@@ -1,5 +1,6 @@
-"""The one exception type that carries a user-facing message about bad input."""
+"""The one exception type that carries a user-facing message about bad input (see
+`paraplan.hardware_specs.errors`, where it is defined so the lowest layer can raise it too)."""
 
+from paraplan.hardware_specs.errors import InputError
 
-class InputError(ValueError):
-    """Bad input: the message is one line that names the bad value and what is accepted."""
+__all__ = ["InputError"]

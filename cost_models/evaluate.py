@@ -4,10 +4,13 @@ Works on arrays of candidates (`Layouts`), so the search evaluates thousands at 
 layout is an array of one. Step time (one optimizer step of the global batch):
     step = m * (fwd + bwd + recompute + tp + cp + ep + pp)_slowest stage        [compute, comms]
          + (p-1)/v * slot                                                      [bubble]
-         + exposed DP time + optimizer step                                    [dp, compute]
+         + exposed DP time + per-step work (optimizer, gradient norm)          [dp, compute]
 with m micro-batches per pipeline and `slot` the slowest stage's time per micro-batch (the last
 stage, which adds the LM head, or the first). Each `time_s` entry is exposed time, so they sum
 to the step time.
+
+An `Evaluation` is computed once per question and then sliced (`take`) and joined (`concat`);
+nothing downstream evaluates a layout again.
 """
 
 from __future__ import annotations
@@ -15,36 +18,52 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
-from paraplan.cost_models.compute import micro_batch_times, optimizer_step_s
+from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
+from paraplan.cost_models.compute import matmul_peak_flops, micro_batch_times, offload_s, optimizer_step_s
 from paraplan.cost_models.flops import model_flops_per_step, recompute_flops_per_step
-from paraplan.cost_models.layout import BoolArray, FloatArray, Layouts
-from paraplan.cost_models.limits import MESSAGES, limit_checks
-from paraplan.cost_models.memory import MEMORY_TERMS, MemoryBreakdown, layers_per_stage, peak_memory, stage_params
+from paraplan.cost_models.limits import Target, limit_checks
+from paraplan.cost_models.memory import (
+    MemoryBreakdown,
+    host_state_bytes,
+    layers_per_stage,
+    peak_memory,
+    stage_params,
+)
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.pipeline import bubble_s
-from paraplan.cost_models.stack import DEFAULT_STACK, Stack
+from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.traffic import dp_exposed_s, micro_batch_comm, overlap_windows
 from paraplan.hardware_specs.schema import Cluster
 
-TIME_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble")
+TIME_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "offload")
+Index = npt.NDArray[np.int64] | BoolArray
 
 
 @dataclass(frozen=True)
 class Evaluation:
     model: ModelSpec
     cluster: Cluster
+    stack: Stack
     layouts: Layouts
     memory: MemoryBreakdown
     capacity_bytes: float
-    usable_bytes: float
+    usable_bytes: float  # capacity less the user's headroom (the reserve is a memory term)
     times: dict[str, FloatArray]
     step_time_s: FloatArray
-    mfu: FloatArray
-    hfu: FloatArray
-    tflops_per_gpu: FloatArray
-    tokens_per_s: FloatArray
+    model_flops: FloatArray  # per step, causal-aware
+    model_flops_palm: FloatArray  # per step, PaLM convention (full attention)
+    recompute_flops: FloatArray  # per step, spent again by recompute
+    peak_flops: FloatArray  # per GPU, the peak MFU and HFU are ratios of
     checks: dict[str, BoolArray] = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.layouts)
+
+    @property
+    def gpus(self) -> FloatArray:
+        return np.asarray(self.layouts.gpus, dtype=np.float64)
 
     @property
     def feasible(self) -> BoolArray:
@@ -54,33 +73,75 @@ class Evaluation:
         return ~bad
 
     @property
+    def memory_margin_bytes(self) -> FloatArray:
+        """Usable memory left after the model, its activations and the reserve (negative: over)."""
+        return np.asarray(self.usable_bytes - self.memory.total)
+
+    @property
     def memory_overflow_bytes(self) -> FloatArray:
-        return np.asarray(np.maximum(self.memory.total - self.usable_bytes, 0.0))
+        return np.asarray(np.maximum(-self.memory_margin_bytes, 0.0))
 
-    def violations(self, i: int) -> list[str]:
-        lay = self.layouts.at(i)
-        return [MESSAGES[name](self, i, lay) for name, mask in self.checks.items() if mask[i]]
+    def _ratio(self, flops: FloatArray) -> FloatArray:
+        return np.asarray(flops / (self.step_time_s * self.gpus * self.peak_flops))
 
-    def to_json(self, i: int) -> dict[str, object]:
-        lay = self.layouts.at(i)
-        memory = {t: float(getattr(self.memory, t)[i]) for t in MEMORY_TERMS}
-        memory["total"] = float(self.memory.total[i])
-        memory["capacity"] = self.capacity_bytes
-        return {
-            "model": self.model.name,
-            "hardware": self.cluster.name,
-            "gpus": lay.gpus,
-            "layout": lay.to_json(),
-            "feasible": bool(self.feasible[i]),
-            "violations": self.violations(i),
-            "memory_bytes": memory,
-            "step_time_s": float(self.step_time_s[i]),
-            "time_s": {t: float(self.times[t][i]) for t in TIME_TERMS},
-            "mfu": float(self.mfu[i]),
-            "hfu": float(self.hfu[i]),
-            "tflops_per_gpu": float(self.tflops_per_gpu[i]),
-            "tokens_per_s": float(self.tokens_per_s[i]),
-        }
+    @property
+    def mfu(self) -> FloatArray:
+        return self._ratio(self.model_flops)
+
+    @property
+    def mfu_palm(self) -> FloatArray:
+        return self._ratio(self.model_flops_palm)
+
+    @property
+    def hfu(self) -> FloatArray:
+        return self._ratio(self.model_flops + self.recompute_flops)
+
+    @property
+    def tflops_per_gpu(self) -> FloatArray:
+        return np.asarray(self.model_flops / (self.step_time_s * self.gpus) / 1e12)
+
+    @property
+    def tokens_per_s(self) -> FloatArray:
+        return np.asarray(self.layouts.global_batch * self.layouts.seq_len / self.step_time_s)
+
+    def take(self, index: Index) -> Evaluation:
+        """The candidates at `index`, without evaluating anything again."""
+        return Evaluation(
+            model=self.model, cluster=self.cluster, stack=self.stack, layouts=self.layouts.take(index),
+            memory=self.memory.take(np.asarray(index)), capacity_bytes=self.capacity_bytes,
+            usable_bytes=self.usable_bytes, times={k: v[index] for k, v in self.times.items()},
+            step_time_s=self.step_time_s[index], model_flops=self.model_flops[index],
+            model_flops_palm=self.model_flops_palm[index], recompute_flops=self.recompute_flops[index],
+            peak_flops=self.peak_flops[index], checks={k: v[index] for k, v in self.checks.items()},
+        )  # fmt: skip
+
+    @staticmethod
+    def concat(parts: list[Evaluation]) -> Evaluation:
+        """Evaluations of the same question (model, cluster, stack, headroom) joined."""
+        first = parts[0]
+        if len(parts) == 1:
+            return first
+
+        def join(name: str) -> FloatArray:
+            return np.concatenate([getattr(p, name) for p in parts])
+
+        return Evaluation(
+            model=first.model, cluster=first.cluster, stack=first.stack,
+            layouts=Layouts.concat([p.layouts for p in parts]),
+            memory=MemoryBreakdown.concat([p.memory for p in parts]), capacity_bytes=first.capacity_bytes,
+            usable_bytes=first.usable_bytes, times={k: np.concatenate([p.times[k] for p in parts]) for k in TIME_TERMS},
+            step_time_s=join("step_time_s"), model_flops=join("model_flops"), model_flops_palm=join("model_flops_palm"),
+            recompute_flops=join("recompute_flops"), peak_flops=join("peak_flops"),
+            checks={k: np.concatenate([p.checks[k] for p in parts]) for k in first.checks},
+        )  # fmt: skip
+
+
+def host_exceeded(cluster: Cluster, lay: Layouts, host_bytes_per_gpu: FloatArray) -> BoolArray:
+    """Offload needs a `[host]` table, and the node's GPUs' offloaded state must fit its memory."""
+    offloading = host_bytes_per_gpu > 0
+    if cluster.host is None:
+        return np.asarray(offloading | (lay.offload != 0))
+    return np.asarray(offloading & (host_bytes_per_gpu * cluster.gpus_per_node > cluster.host.memory_bytes))
 
 
 def usable_memory_bytes(cluster: Cluster, mem_headroom: float) -> float:
@@ -88,12 +149,10 @@ def usable_memory_bytes(cluster: Cluster, mem_headroom: float) -> float:
     return float(np.floor(cluster.gpu.memory_bytes * (1.0 - mem_headroom)))
 
 
-def evaluate(
-    model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack = DEFAULT_STACK, mem_headroom: float = 0.0
-) -> Evaluation:
+def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem_headroom: float = 0.0) -> Evaluation:
     layers = layers_per_stage(model, lay)
     times = micro_batch_times(model, lay, cluster, stack, layers)
-    comm = micro_batch_comm(model, lay, cluster, layers, times)
+    comm = micro_batch_comm(model, lay, cluster, stack, layers, times)
     m = lay.num_micro_batches
     slot = times.forward_s + times.backward_s + times.recompute_s + comm.tp_s + comm.cp_s + comm.ep_s + comm.pp_s
     # DP traffic and the optimizer step scale with the stage holding the most weights: the last
@@ -108,25 +167,27 @@ def evaluate(
         "pp_comm": m * comm.pp_s,
         "dp_comm": dp_exposed_s(params, lay, cluster, stack, overlap_windows(slot)),
         "bubble": bubble_s(lay, slot),
+        "offload": offload_s(params, lay, cluster, stack),
     }
     step = np.asarray(np.sum([breakdown[t] for t in TIME_TERMS], axis=0))
-    gpus = (lay.tp * lay.pp * lay.dp * lay.cp).astype(np.float64)
-    flops = model_flops_per_step(model, lay)
-    peak = cluster.gpu.peak_bf16_flops
     memory = peak_memory(model, lay, stack, cluster.memory_reserve_bytes)
     usable = usable_memory_bytes(cluster, mem_headroom)
+    checks = limit_checks(Target(model, cluster), lay)
+    checks["memory"] = np.asarray(memory.total > usable)
+    checks["host"] = host_exceeded(cluster, lay, host_state_bytes(params, lay, stack))
     return Evaluation(
         model=model,
         cluster=cluster,
+        stack=stack,
         layouts=lay,
         memory=memory,
         capacity_bytes=cluster.gpu.memory_bytes,
         usable_bytes=usable,
-        times=breakdown,
+        times={k: np.asarray(v, dtype=np.float64) for k, v in breakdown.items()},
         step_time_s=step,
-        mfu=flops / (step * gpus * peak),
-        hfu=(flops + recompute_flops_per_step(model, lay, stack)) / (step * gpus * peak),
-        tflops_per_gpu=flops / (step * gpus) / 1e12,
-        tokens_per_s=lay.global_batch * lay.seq_len / step,
-        checks=limit_checks(model, cluster, lay, memory, usable),
+        model_flops=model_flops_per_step(model, lay, causal=True),
+        model_flops_palm=model_flops_per_step(model, lay, causal=False),
+        recompute_flops=recompute_flops_per_step(model, lay),
+        peak_flops=matmul_peak_flops(cluster, lay),
+        checks=checks,
     )

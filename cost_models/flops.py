@@ -1,35 +1,38 @@
-"""FLOPs of one training step, and the MFU/HFU definitions.
+"""FLOPs of one training step, and the MFU/HFU definitions, in both attention conventions.
 
 Every matmul counts 2*m*n*k FLOPs. Per token, the forward pass of one layer costs
     2 * (matmul weights of the layer that the token touches)      [QKV, O, MLP or top-k experts,
                                                                      router]
-  + 4 * s * (a*d)                                                  [Q K^T and softmax(.) V]
+  + 4 * s_eff * (a*d)                                              [Q K^T and softmax(.) V]
 and the LM head 2*V*h per token. Backward costs twice the forward (Narayanan et al. 2021,
 Sec 5.1), so model FLOPs per step are 3x the forward:
-    F_model = B*s * [6*N_matmul + 12*l*s*(a*d)] ,  N_matmul = l*N_layer_matmul + V*h.
-For a GPT with a 4h MLP and full attention this is Megatron-LM's
-72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) (Korthikanti et al. 2022, eq. 7) and PaLM's
-6N + 12*L*H*Q*T (Chowdhery et al. 2022, App. B). As in both, attention is counted without
-halving for the causal mask; the time model does halve it.
+    F_model = B*s * [6*N_matmul + 12*l*s_eff*(a*d)] ,  N_matmul = l*N_layer_matmul + V*h.
 
-MFU = F_model / (step time * GPUs * peak); HFU adds the FLOPs that recompute spends again:
-full recompute runs every layer's forward once more (Narayanan eq. 3: 96 instead of 72),
-selective recompute the attention core (Korthikanti Sec 4.2) -- unless the stack uses flash
-attention, whose backward already recomputes the scores (counted in the time model, not as
-extra FLOPs here), so selective recompute adds nothing on top of it. The peak is the dense BF16
-peak for every precision, so MFU is comparable across precisions.
+Two conventions for s_eff, the keys each token attends to on average:
+  * PaLM's (Chowdhery et al. 2022, App. B: 6N + 12*L*H*Q*T) and Megatron-LM's (Korthikanti et al.
+    2022, eq. 7: 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) for a GPT) count every query against
+    every key: s_eff = s. `mfu_palm` uses it.
+  * Causal-aware: under the causal mask token i attends to i + 1 keys, (s + 1)/2 on average,
+    and fused attention kernels skip the masked blocks (FlashAttention-2, Dao 2023): this is the
+    work a GPU must do, and the time model prices it. `mfu` (the default) uses it, as
+    Megatron-Bridge's performance tables do. At 4K tokens the two differ by a few percent; at
+    128K the PaLM count exceeds the work done by ~1.6x for Llama-3-8B.
+
+MFU = F_model / (step time * GPUs * peak); HFU adds the FLOPs that recompute spends again: full
+recompute runs every recomputed layer's forward once more (Narayanan eq. 3: 96 instead of 72),
+Megatron's selective recompute the attention core (Korthikanti Sec 4.2). The peak is the dense
+tensor-core peak of the precision the projection and MLP GEMMs run in (`compute.matmul_peak_flops`:
+FP8 runs against the FP8 peak), so the ratios stay within 0..1; `peak_flops` in the JSON says
+which peak it was.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from paraplan.cost_models.layout import FloatArray, Layouts
+from paraplan.cost_models.candidates import FloatArray, Layouts
+from paraplan.cost_models.layout import Framework, Recompute
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import Stack
-
-RECOMPUTE_SELECTIVE = 1
-RECOMPUTE_FULL = 2
 
 
 def layer_matmul_weights_active(model: ModelSpec) -> int:
@@ -40,26 +43,36 @@ def layer_matmul_weights_active(model: ModelSpec) -> int:
     return attention + mlp + (h * model.num_experts if model.is_moe else 0)
 
 
-def forward_flops_per_token(model: ModelSpec, seq_len: FloatArray) -> FloatArray:
-    layers = model.num_layers * (
-        2.0 * layer_matmul_weights_active(model) + 4.0 * seq_len * model.q_dim
-    )
-    return layers + 2.0 * model.vocab_size * model.hidden_size
+def causal_keys(seq_len: FloatArray) -> FloatArray:
+    """Keys a query attends to on average under the causal mask: (s + 1) / 2."""
+    return np.asarray((seq_len + 1.0) / 2.0)
 
 
-def model_flops_per_step(model: ModelSpec, lay: Layouts) -> FloatArray:
-    tokens = lay.global_batch * lay.seq_len
-    return 3.0 * tokens * forward_flops_per_token(model, lay.seq_len.astype(np.float64))
+def forward_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
+    """Forward FLOPs per token with `keys` attended keys per query."""
+    layers = model.num_layers * (2.0 * layer_matmul_weights_active(model) + 4.0 * keys * model.q_dim)
+    return np.asarray(layers + 2.0 * model.vocab_size * model.hidden_size)
 
 
-def recompute_flops_per_step(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
-    """FLOPs spent again by activation recompute (the HFU - MFU numerator)."""
+def model_flops_per_step(model: ModelSpec, lay: Layouts, causal: bool = True) -> FloatArray:
+    seq = lay.seq_len.astype(np.float64)
+    keys = causal_keys(seq) if causal else seq
+    return np.asarray(3.0 * lay.global_batch * seq * forward_flops_per_token(model, keys))
+
+
+def recompute_flops_per_step(model: ModelSpec, lay: Layouts) -> FloatArray:
+    """FLOPs spent again by activation recompute (the HFU - MFU numerator), causal-aware."""
     tokens = (lay.global_batch * lay.seq_len).astype(np.float64)
-    attention_core = 4.0 * lay.seq_len * model.q_dim * model.num_layers
-    full = model.num_layers * 2.0 * layer_matmul_weights_active(model) + attention_core
-    selective = 0.0 * attention_core if stack.flash_attention else attention_core
-    return tokens * np.select(
-        [lay.recompute == RECOMPUTE_FULL, lay.recompute == RECOMPUTE_SELECTIVE],
-        [full * lay.full_recompute_share(model.num_layers), selective],
-        default=0.0,
+    attention_core = 4.0 * causal_keys(lay.seq_len.astype(np.float64)) * model.q_dim * model.num_layers
+    matmuls = model.num_layers * 2.0 * layer_matmul_weights_active(model)
+    full = matmuls + attention_core
+    # torchtitan's op-level policy recomputes every other matmul; Megatron's the attention core.
+    selective = np.where(lay.framework == Framework.TORCHTITAN, 0.5 * matmuls, attention_core)
+    return np.asarray(
+        tokens
+        * np.select(
+            [lay.recompute == Recompute.FULL, lay.recompute == Recompute.SELECTIVE],
+            [full * lay.full_recompute_share(model.num_layers), selective],
+            default=0.0,
+        )
     )

@@ -1,27 +1,32 @@
-"""The hard limits a layout must meet, each as a vectorized check and a sentence with figures.
+"""The hard limits a layout must meet, each a vectorized check with a sentence that has figures.
 
-Divisibility rules are Megatron-LM's (`megatron/training/arguments.py`, `parallel_state.py`):
-TP divides the attention heads and the KV groups; every pipeline chunk (PP x virtual stages of
-them) holds at least one layer -- uneven splits are allowed, see `memory.layers_per_stage` --
-and the interleaved schedule needs the micro-batch count to be a multiple of PP; the global
-batch is DP x micro-batch x an integer; context parallelism splits the sequence into 2*CP
-chunks for load balance under the causal mask; EP divides the experts and the DP x CP ranks it
-is carved from. TP is kept inside one server: its per-layer collectives sit on the
-critical path and would otherwise cross the network. FP8 needs FP8 tensor cores. ZeRO-2 or 3 with
-pipeline parallelism is supported by neither Megatron-LM nor DeepSpeed (ZeRO-2 and 3
-reduce gradients every micro-batch, which DeepSpeed's pipeline engine forbids; Megatron-LM's
-distributed optimizer is stage 1).
+Divisibility rules are Megatron-LM's (`megatron/training/arguments.py`, `parallel_state.py`),
+which the other frameworks share: TP divides the attention heads and the KV groups; every
+pipeline chunk (PP x virtual stages of them) holds at least one layer (uneven splits are
+allowed, see `memory.layers_per_stage`); the interleaved schedule needs the micro-batch count to
+be a multiple of PP; the global batch is DP x micro-batch x an integer; context parallelism
+splits the sequence into 2*CP chunks for load balance under the causal mask; EP divides the
+experts and the DP x CP ranks it is carved from. FP8 needs FP8 tensor cores. The framework's own
+rules come from `frameworks` (one limit, "framework", naming what it cannot run).
+
+Each limit names the knobs it reads: the search applies it as soon as those are enumerated, and
+drops the candidates that break it, unless every candidate does (then they are kept and the
+violation reported, which is how `validate` explains a plan it cannot run). `REDUNDANT` lists
+values of a free knob that change nothing (ZeRO without data parallelism, sequence parallelism
+without TP, ...): the search leaves them out; a user who gives one is not wrong.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from paraplan.cost_models.layout import PRECISIONS, BoolArray, Layout, Layouts
-from paraplan.cost_models.memory import MEMORY_TERMS, MemoryBreakdown
+from paraplan.cost_models import frameworks
+from paraplan.cost_models.candidates import BoolArray, Layouts
+from paraplan.cost_models.layout import CpComm, Layout, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.hardware_specs.schema import Cluster
 
@@ -29,84 +34,145 @@ if TYPE_CHECKING:
     from paraplan.cost_models.evaluate import Evaluation
 
 GB = 1e9
-Message = Callable[["Evaluation", int, Layout], str]
 
 
-def limit_checks(
-    model: ModelSpec, cluster: Cluster, lay: Layouts, memory: MemoryBreakdown, usable_bytes: float
-) -> dict[str, BoolArray]:
-    """Name -> mask of candidates that violate that limit."""
-    per_node = cluster.gpus_per_node
+@dataclass(frozen=True)
+class Target:
+    """What the limits depend on besides the layout."""
+
+    model: ModelSpec
+    cluster: Cluster
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str
+    knobs: tuple[str, ...]  # the layout fields it reads
+    violated: Callable[[Target, Layouts], BoolArray]
+    message: Callable[[Target, Layout], str]
+
+
+def _micro_batches(lay: Layouts) -> np.ndarray:
+    return np.asarray(lay.global_batch // np.maximum(lay.dp * lay.micro_batch, 1))
+
+
+def _virtual(t: Target, lay: Layouts) -> BoolArray:
     v = lay.virtual_stages
-    m = lay.global_batch // np.maximum(lay.dp * lay.micro_batch, 1)
-    return {
-        "heads": model.num_heads % lay.tp != 0,
-        "kv_heads": model.num_kv_heads % lay.tp != 0,
-        "node": (lay.tp > per_node) | (per_node % lay.tp != 0),
-        "layers": lay.pp > model.num_layers,
-        "virtual": (v > 1) & ((lay.pp == 1) | (lay.pp * v > model.num_layers) | (m % lay.pp != 0)),
-        "batch": lay.global_batch % (lay.dp * lay.micro_batch) != 0,
-        "sequence": (lay.cp > 1) & (lay.seq_len % (2 * lay.cp) != 0),
-        "experts": (model.num_experts % lay.ep != 0) | ((lay.dp * lay.cp) % lay.ep != 0),
-        "fp8": (lay.precision == PRECISIONS.index("fp8")) & (cluster.gpu.peak_fp8_flops is None),
-        "zero_pp": (lay.zero >= 2) & (lay.pp > 1),
-        "memory": memory.total > usable_bytes,
-    }
+    return np.asarray(
+        (v > 1) & ((lay.pp == 1) | (lay.pp * v > t.model.num_layers) | (_micro_batches(lay) % lay.pp != 0))
+    )
 
 
-def _memory(ev: Evaluation, i: int, lay: Layout) -> str:
+def _virtual_words(t: Target, lay: Layout) -> str:
+    if lay.pp == 1:
+        return f"virtual stages {lay.virtual_stages} need pipeline parallelism (PP > 1)"
+    if lay.pp * lay.virtual_stages > t.model.num_layers:
+        return (
+            f"PP {lay.pp} x {lay.virtual_stages} virtual stages = {lay.pp * lay.virtual_stages} chunks "
+            f"exceed the {t.model.num_layers} layers"
+        )
+    return f"the interleaved schedule needs the micro-batch count ({lay.micro_batches}) to be a multiple of PP {lay.pp}"
+
+
+def _experts_words(t: Target, lay: Layout) -> str:
+    if not t.model.is_moe:
+        return f"EP {lay.ep} needs a mixture-of-experts model; {t.model.name} is dense"
+    if t.model.num_experts % lay.ep:
+        return f"EP {lay.ep} does not divide the {t.model.num_experts} experts"
+    return f"EP {lay.ep} does not divide DP x CP = {lay.dp * lay.cp}, the ranks it is carved from"
+
+
+def _framework(t: Target, lay: Layouts) -> BoolArray:
+    return np.asarray(
+        frameworks.zero_unsupported(lay)
+        | frameworks.zero_with_pp(lay)
+        | frameworks.interleaved_unsupported(lay)
+        | frameworks.cp_unsupported(lay)
+        | frameworks.offload_unsupported(lay)
+        | frameworks.fp8_unsupported(lay)
+        | frameworks.block_recompute_unsupported(lay)
+    )
+
+
+LIMITS: tuple[Limit, ...] = (
+    Limit("heads", ("tp",), lambda t, x: np.asarray(t.model.num_heads % x.tp != 0),
+          lambda t, lay: f"TP {lay.tp} does not divide the {t.model.num_heads} attention heads"),
+    Limit("kv_heads", ("tp",), lambda t, x: np.asarray(t.model.num_kv_heads % x.tp != 0),
+          lambda t, lay: f"TP {lay.tp} does not divide the {t.model.num_kv_heads} KV heads"),
+    Limit("layers", ("pp",), lambda t, x: np.asarray(x.pp > t.model.num_layers),
+          lambda t, lay: f"PP {lay.pp} exceeds the {t.model.num_layers} layers"),
+    Limit("sequence", ("cp", "seq_len"), lambda t, x: np.asarray((x.cp > 1) & (x.seq_len % (2 * x.cp) != 0)),
+          lambda t, lay: f"sequence length {lay.seq_len} is not divisible by 2 x CP = {2 * lay.cp} "
+                         "(load-balanced causal chunks)"),
+    Limit("experts", ("ep", "dp", "cp"),
+          lambda t, x: np.asarray((t.model.num_experts % x.ep != 0) | ((x.dp * x.cp) % x.ep != 0)), _experts_words),
+    Limit("batch", ("global_batch", "dp", "micro_batch"),
+          lambda t, x: np.asarray(x.global_batch % (x.dp * x.micro_batch) != 0),
+          lambda t, lay: f"global batch {lay.global_batch} is not divisible by DP {lay.dp} x micro-batch "
+                         f"{lay.micro_batch}"),
+    Limit("virtual", ("pp", "virtual_stages", "global_batch", "dp", "micro_batch"), _virtual, _virtual_words),
+    Limit("recompute_layers", ("recompute", "recompute_layers"),
+          lambda t, x: np.asarray((x.recompute_layers > 0) & (x.recompute != Recompute.FULL)),
+          lambda t, lay: f"recompute_layers {lay.recompute_layers} needs full recompute, not {lay.recompute}"),
+    Limit("fp8", ("precision",),
+          lambda t, x: np.asarray((x.precision == Precision.FP8) & (t.cluster.gpu.peak_fp8_flops is None)),
+          lambda t, lay: f"{t.cluster.gpu.name} has no FP8 tensor cores"),
+    Limit("framework", ("framework", "zero", "pp", "virtual_stages", "cp", "cp_comm", "offload", "precision",
+                        "recompute", "recompute_layers"), _framework,
+          lambda t, lay: frameworks.unsupported_words(lay)),
+)  # fmt: skip
+
+LIMIT_NAMES = (*(lim.name for lim in LIMITS), "memory", "host")
+BY_NAME = {lim.name: lim for lim in LIMITS}
+
+
+def _chunk(t: Target, lay: Layouts) -> np.ndarray:
+    return np.asarray(-(-t.model.num_layers // (lay.pp * lay.virtual_stages)))
+
+
+# knob -> (the knobs the test reads, rows where a free knob's value is a redundant variant)
+REDUNDANT: dict[str, tuple[tuple[str, ...], Callable[[Target, Layouts], BoolArray]]] = {
+    "zero": (("dp", "cp"), lambda t, x: np.asarray((x.zero > 0) & (x.dp * x.cp == 1))),
+    "sequence_parallel": (("tp",), lambda t, x: np.asarray((x.sequence_parallel == 1) & (x.tp == 1))),
+    "virtual_stages": (("pp",), lambda t, x: np.asarray((x.virtual_stages > 1) & (x.pp == 1))),
+    "recompute_layers": (("recompute", "pp", "virtual_stages"),
+                         lambda t, x: np.asarray(((x.recompute != Recompute.FULL) & (x.recompute_layers > 0))
+                                                 | (x.recompute_layers >= _chunk(t, x)))),
+    "cp_comm": (("cp",), lambda t, x: np.asarray((x.cp == 1) & (x.cp_comm != CpComm.RING))),
+}  # fmt: skip
+
+
+def limit_checks(target: Target, lay: Layouts) -> dict[str, BoolArray]:
+    """Name -> mask of the candidates that violate that limit (all but memory)."""
+    return {lim.name: lim.violated(target, lay) for lim in LIMITS}
+
+
+def host_message(ev: Evaluation, i: int) -> str:
+    cluster = ev.cluster
+    if cluster.host is None:
+        return f"offload needs host figures: hardware {cluster.name} has no [host] table (memory, CPU Adam rate)"
+    from paraplan.cost_models.memory import host_state_bytes, stage_params
+
+    one = ev.layouts.take(np.array([i]))
+    lay = one.at(0)
+    per_gpu = float(host_state_bytes(stage_params(ev.model, one, first=lay.pp == 1, last=True), one, ev.stack)[0])
+    need = per_gpu * cluster.gpus_per_node
+    return (
+        f"offloaded state {need / GB:.0f} GB per node exceeds the host's {cluster.host.memory_bytes / GB:.0f} GB "
+        f"({per_gpu / GB:.1f} GB per GPU x {cluster.gpus_per_node})"
+    )
+
+
+def memory_message(ev: Evaluation, i: int) -> str:
+    from paraplan.cost_models.memory import MEMORY_TERMS
+
     total = float(ev.memory.total[i])
     largest = max(MEMORY_TERMS, key=lambda t: float(getattr(ev.memory, t)[i]))
     headroom = ""
-    if ev.usable_bytes < ev.capacity_bytes:
-        headroom = f" (capacity {ev.capacity_bytes / GB:.1f} GB less the headroom)"
+    if ev.usable_bytes < ev.capacity_bytes - float(ev.memory.other[i]):
+        headroom = " (less the requested headroom)"
     return (
         f"memory {total / GB:.1f} GB on the most loaded GPU exceeds the usable "
         f"{ev.usable_bytes / GB:.1f} GB{headroom} by {(total - ev.usable_bytes) / GB:.1f} GB; "
         f"largest term: {largest} {float(getattr(ev.memory, largest)[i]) / GB:.1f} GB"
     )
-
-
-def _virtual(ev: Evaluation, i: int, lay: Layout) -> str:
-    if lay.pp == 1:
-        return f"virtual stages {lay.virtual_stages} need pipeline parallelism (PP > 1)"
-    m = lay.global_batch // (lay.dp * lay.micro_batch)
-    if lay.pp * lay.virtual_stages > ev.model.num_layers:
-        return (
-            f"PP {lay.pp} x {lay.virtual_stages} virtual stages = {lay.pp * lay.virtual_stages} chunks "
-            f"exceed the {ev.model.num_layers} layers"
-        )
-    return (
-        f"the interleaved schedule needs the micro-batch count ({m}) to be a multiple of "
-        f"PP {lay.pp}"
-    )
-
-
-def _experts(ev: Evaluation, i: int, lay: Layout) -> str:
-    if ev.model.num_experts % lay.ep:
-        return f"EP {lay.ep} does not divide the {ev.model.num_experts} experts"
-    return f"EP {lay.ep} does not divide DP x CP = {lay.dp * lay.cp}, the ranks it is carved from"
-
-
-MESSAGES: dict[str, Message] = {
-    "heads": lambda ev, i, lay: f"TP {lay.tp} does not divide the {ev.model.num_heads} attention heads",
-    "kv_heads": lambda ev, i, lay: f"TP {lay.tp} does not divide the {ev.model.num_kv_heads} KV heads",
-    "node": lambda ev, i, lay: (
-        f"TP {lay.tp} does not fit the {ev.cluster.gpus_per_node}-GPU node: its per-layer "
-        "collectives would cross the network"
-    ),
-    "layers": lambda ev, i, lay: f"PP {lay.pp} exceeds the {ev.model.num_layers} layers",
-    "virtual": _virtual,
-    "batch": lambda ev, i, lay: (
-        f"global batch {lay.global_batch} is not divisible by DP {lay.dp} x micro-batch {lay.micro_batch}"
-    ),
-    "sequence": lambda ev, i, lay: (
-        f"sequence length {lay.seq_len} is not divisible by 2 x CP = {2 * lay.cp} (load-balanced causal chunks)"
-    ),
-    "experts": _experts,
-    "fp8": lambda ev, i, lay: f"{ev.cluster.gpu.name} has no FP8 tensor cores",
-    "zero_pp": lambda ev, i, lay: (
-        f"ZeRO-{lay.zero} with pipeline parallelism is supported by neither Megatron-LM nor DeepSpeed"
-    ),
-    "memory": _memory,
-}

@@ -1,14 +1,21 @@
 """Memory of the most loaded GPU: weights, gradients, optimizer states, activations, reserve.
 
-Model states (mixed-precision Adam, Rajbhandari et al. 2020 "ZeRO", Sec 3.1): per parameter
-2 bytes of bf16/fp16 weights, `Stack.grad_bytes` of gradients (4 with Megatron's fp32 main
-grads, 2 with DeepSpeed's bf16 grads) and 12 bytes of optimizer state (fp32 master copy, Adam
-m and v). ZeRO stage 1 divides the optimizer states over the data-parallel group, stage 2 also
-the gradients, stage 3 also the weights (plus a two-layer buffer of gathered weights, the
-prefetch of the next layer). The data-parallel group of dense weights is DP*CP (context-parallel
-ranks hold the same weights); expert weights are replicated over DP*CP/EP ranks.
+Model states (mixed-precision Adam, Rajbhandari et al. 2020 "ZeRO", Sec 3.1), per parameter, as
+each framework stores them (`frameworks.FrameworkSpec`): Megatron-LM and DeepSpeed keep bf16
+weights (2 B), gradients of `Stack.grad_bytes` (Megatron's fp32 main grads 4 B, DeepSpeed's
+bf16 2 B) and 12 B of optimizer state (fp32 master copy, Adam m and v); torchtitan's FSDP2 keeps
+the fp32 parameters themselves (4 B, the master copy), fp32 gradients and Adam's m and v (8 B).
+ZeRO stage 1 shards the optimizer states over the data-parallel group, stage 2 also the
+gradients, stage 3 also the parameters, plus a two-layer buffer of gathered bf16 weights (the
+prefetch of the next layer). FSDP2 shards the fp32 parameters from stage 2 on; at stage 2
+("reshard never") it keeps the gathered bf16 copy of the whole stage between forward and
+backward. Offloading the optimizer (ZeRO-Offload, Megatron's --optimizer-cpu-offload) moves the
+optimizer states to host memory; offloading everything (ZeRO-Infinity, FSDP2 CPU offload)
+moves the sharded parameters and gradients there too, leaving the gather buffers on the GPU.
+The data-parallel group of dense weights is DP*CP (context-parallel ranks hold the same
+weights); expert weights are replicated over DP*CP/EP ranks.
 
-Weights per stage: l/p layers, each with its dense part / TP and E/EP experts / TP, plus the
+Weights per stage: its layers, each with its dense part / TP and E/EP experts / TP, plus the
 vocab-parallel embedding (V*h/TP, and learned positions) on the first stage and the LM head
 (V*h/TP, also when tied and p > 1: Megatron keeps a copy there) with the final norm on the last.
 
@@ -21,32 +28,40 @@ Activations per layer and micro-batch, 16-bit, per token, generalising Korthikan
                   times top-k for MoE (+ 2h for the dispatched copy of each token),
                   without flash attention the scores: a*s*(2 softmax + 3 dropout mask/output)
 For GPT (f = 4h, g = a, dropout) this is exactly 10h + 24h + 5as: Korthikanti's 34 + 5as/h.
-Selective recompute drops the a*s terms; full recompute keeps only each layer's 2h input (split
-over TP with sequence parallel) plus one layer's full activations while it is recomputed; block
-recompute of N layers per chunk does so for N of them and stores the rest in full.
+Selective recompute: Megatron's (core attention) drops the a*s score terms, which flash attention
+never stores anyway; torchtitan's op-level policy (`_apply_op_sac`: save every other matmul's
+output and the attention output, recompute the rest) keeps the layer input 2h, Q 2ad, V 2gd, the
+MLP's first projection 2f, the second's output 2h and the attention output 2ad. Full recompute
+keeps only each layer's 2h input (split over TP with sequence parallelism) plus one layer's full
+activations while it is recomputed; block recompute of N layers per chunk does so for N of them.
 Context parallelism divides the tokens per GPU by CP.
 
-Micro-batches in flight: under 1F1B the first stage holds min(p, m) micro-batches; the
-interleaved schedule multiplies that by 1 + (p-1)/(p*v) (Korthikanti Sec 4.2.3). The last
-stage holds one micro-batch plus the fp32 logits of the vocab-parallel cross entropy, 4*V/TP
-bytes per token.
+Micro-batches in flight: under 1F1B stage r of p holds min(p - r, m) micro-batches. Megatron's
+interleaved schedule warms up 2(p - r - 1) + (v - 1)p chunk-micro-batches before its first
+backward (`get_pipeline_model_parallel_warmup_microbatches`, schedules.py), so stage r holds
+(2(p - r - 1) + (v - 1)p + 1) chunks of l/(p v) layers at its peak: the first stage
+p(1 + (p - 1)/(p v)) micro-batches' worth (Korthikanti Sec 4.2.3), the last ((v - 1)p + 1)/v.
+The first stage holds the most; the last adds the fp32 logits of the vocab-parallel cross
+entropy, 4*V/TP bytes per token.
 
-`other` is the cluster's documented reserve (CUDA context, cuBLAS workspace, NCCL buffers,
-allocator fragmentation), see `memory_reserve_bytes` in the hardware presets.
+`other` is the cluster's reserve (CUDA context, cuBLAS workspace, NCCL buffers, allocator
+fragmentation), see `memory_reserve_bytes` in the hardware presets.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost_models.flops import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE
-from paraplan.cost_models.layout import BoolArray, FloatArray, Layouts
+from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
+from paraplan.cost_models.frameworks import FRAMEWORKS
+from paraplan.cost_models.layout import Framework, Offload, Recompute
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import OPTIMIZER_BYTES, PARAM_BYTES, Stack
+from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
 
 MEMORY_TERMS = ("params", "grads", "optimizer", "activations", "other")
+ZERO3_PREFETCH_LAYERS = 2  # the layer being computed and the next one, gathered ahead
 
 Stage = bool | BoolArray
 
@@ -71,7 +86,14 @@ class MemoryBreakdown:
 
     @property
     def total(self) -> FloatArray:
-        return self.params + self.grads + self.optimizer + self.activations + self.other
+        return np.asarray(self.params + self.grads + self.optimizer + self.activations + self.other)
+
+    def take(self, index: np.ndarray) -> MemoryBreakdown:
+        return MemoryBreakdown(*(getattr(self, t)[index] for t in MEMORY_TERMS))
+
+    @staticmethod
+    def concat(parts: list[MemoryBreakdown]) -> MemoryBreakdown:
+        return MemoryBreakdown(*(np.concatenate([getattr(p, t) for p in parts]) for t in MEMORY_TERMS))
 
 
 def layers_per_stage(model: ModelSpec, lay: Layouts) -> FloatArray:
@@ -98,27 +120,56 @@ def stage_params(model: ModelSpec, lay: Layouts, first: Stage, last: Stage) -> S
     head = np.where(head_is_separate, model.vocab_size * model.hidden_size / tp, 0.0) + model.norm_params
     dense = layers * dense_layer + np.where(first, embedding, 0.0) + np.where(last, head, 0.0)
     return StageParams(
-        dense=dense, expert=layers * expert_layer, layer_max=dense_layer + expert_layer, layers=layers
-    )
+        dense=np.asarray(dense), expert=np.asarray(layers * expert_layer),
+        layer_max=np.asarray(dense_layer + expert_layer), layers=layers,
+    )  # fmt: skip
 
 
-def model_state_bytes(
-    params: StageParams, lay: Layouts, stack: Stack
-) -> tuple[FloatArray, FloatArray, FloatArray]:
-    """(weights, gradients, optimizer states) in bytes under the layout's ZeRO stage."""
+def _per_framework(lay: Layouts, attribute: str) -> FloatArray:
+    values = np.zeros(len(lay))
+    for fw, fs in FRAMEWORKS.items():
+        values = np.where(lay.framework == fw, float(getattr(fs, attribute)), values)
+    return values
+
+
+def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(weights, gradients, optimizer states) in bytes on the GPU under the ZeRO stage."""
     dp_dense = (lay.dp * lay.cp).astype(np.float64)
     dp_expert = np.maximum(dp_dense / lay.ep, 1.0)
 
-    def sharded(per_param_bytes: float, from_stage: int) -> FloatArray:
-        dense = np.where(lay.zero >= from_stage, params.dense / dp_dense, params.dense)
-        expert = np.where(lay.zero >= from_stage, params.expert / dp_expert, params.expert)
-        return np.asarray(per_param_bytes * (dense + expert), dtype=np.float64)
+    def count(sharded: BoolArray) -> FloatArray:
+        dense = np.where(sharded, params.dense / dp_dense, params.dense)
+        return np.asarray(dense + np.where(sharded, params.expert / dp_expert, params.expert))
 
-    gather_buffer = np.where(lay.zero >= 3, 2.0 * PARAM_BYTES * params.layer_max, 0.0)
-    weights = sharded(PARAM_BYTES, 3) + gather_buffer
-    grads = sharded(stack.grad_bytes, 2)
-    optimizer = sharded(OPTIMIZER_BYTES, 1)
-    return weights, grads, optimizer
+    params_sharded = lay.zero >= _per_framework(lay, "params_sharded_from")
+    on_host_all = lay.offload == Offload.ALL
+    gathered = np.where(
+        lay.zero >= 3,
+        ZERO3_PREFETCH_LAYERS * BF16_BYTES * params.layer_max,
+        np.where(params_sharded, BF16_BYTES * (params.dense + params.expert), 0.0),
+    )
+    stored = _per_framework(lay, "param_bytes") * count(params_sharded)
+    weights = np.where(on_host_all, 0.0, stored) + gathered
+    grads = np.where(on_host_all, 0.0, stack.grad_bytes * count(lay.zero >= 2))
+    optimizer = np.where(
+        lay.offload != Offload.NONE, 0.0, _per_framework(lay, "optimizer_bytes") * count(lay.zero >= 1)
+    )
+    return np.asarray(weights), np.asarray(grads), np.asarray(optimizer)
+
+
+def host_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> FloatArray:
+    """Bytes per GPU that offload keeps in host memory: the optimizer states (and the master
+    copy), plus the sharded parameters and gradients when everything is offloaded."""
+    dp_dense = (lay.dp * lay.cp).astype(np.float64)
+    local = params.dense / dp_dense + params.expert / np.maximum(dp_dense / lay.ep, 1.0)
+    optimizer = np.where(lay.offload != Offload.NONE, (_per_framework(lay, "optimizer_bytes")) * local, 0.0)
+    rest = np.where(lay.offload == Offload.ALL, (_per_framework(lay, "param_bytes") + stack.grad_bytes) * local, 0.0)
+    return np.asarray(optimizer + rest)
+
+
+def _selective_op(lay: Layouts) -> BoolArray:
+    """torchtitan's "selective" is its op-level policy (see the module docstring)."""
+    return np.asarray((lay.recompute == Recompute.SELECTIVE) & (lay.framework == Framework.TORCHTITAN))
 
 
 def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
@@ -133,37 +184,45 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     split: float | FloatArray = 4.0 * model.q_dim + 4.0 * model.kv_dim + mlp_inner
     if not stack.flash_attention:
         scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout)
-        split = split + np.where(lay.recompute >= RECOMPUTE_SELECTIVE, 0.0, scores)
+        split = split + np.where(lay.recompute == Recompute.NONE, scores, 0.0)
     replicated_share = np.where(lay.seq_parallel_active, replicated / tp, replicated)
     full_layer = replicated_share + split / tp
     layer_input = np.where(lay.seq_parallel_active, 2.0 * h / tp, 2.0 * h)
+    op_policy = (
+        np.where(lay.seq_parallel_active, 4.0 * h / tp, 4.0 * h)
+        + (4.0 * model.q_dim + 2.0 * model.kv_dim + 2.0 * f * model.experts_top_k) / tp
+    )
     share = lay.full_recompute_share(model.num_layers)
-    return np.asarray(share * layer_input + (1.0 - share) * full_layer)
+    stored = share * layer_input + (1.0 - share) * full_layer
+    return np.asarray(np.where(_selective_op(lay), op_policy, stored))
 
 
 def _full_layer_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
-    no_recompute = replace(lay, recompute=np.zeros_like(lay.recompute))
-    return activation_bytes_per_token_layer(model, no_recompute, stack)
+    return activation_bytes_per_token_layer(model, lay.replace(recompute=int(Recompute.NONE)), stack)
 
 
-def in_flight_micro_batches(lay: Layouts) -> FloatArray:
-    """Micro-batches whose activations the first stage holds at its peak (1F1B / interleaved)."""
+def in_flight_micro_batches(lay: Layouts, stage: FloatArray | int) -> FloatArray:
+    """Micro-batches' worth of activations stage `stage` (0 = first) holds at its peak."""
     pp = lay.pp.astype(np.float64)
-    base = np.minimum(pp, np.maximum(lay.num_micro_batches, 1.0))
-    interleave = np.where(lay.virtual_stages > 1, 1.0 + (pp - 1.0) / (pp * lay.virtual_stages), 1.0)
-    return np.asarray(base * interleave)
+    v = lay.virtual_stages.astype(np.float64)
+    m = np.maximum(lay.num_micro_batches, 1.0)
+    one_f_one_b = np.minimum(pp - stage, m)
+    warmup = np.minimum(2.0 * (pp - stage - 1.0) + (v - 1.0) * pp, m * v - 1.0)
+    interleaved = (warmup + 1.0) / v
+    return np.asarray(np.where(lay.virtual_stages > 1, interleaved, one_f_one_b))
 
 
 def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, first: Stage, last: Stage) -> FloatArray:
     tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
     per_layer = activation_bytes_per_token_layer(model, lay, stack) * tokens
-    in_flight = np.where(first, in_flight_micro_batches(lay), 1.0)
+    stage_index = np.where(first, 0.0, lay.pp - 1.0)
+    in_flight = in_flight_micro_batches(lay, stage_index)
     stored = per_layer * layers_per_stage(model, lay) * in_flight
     recompute_peak = np.where(
-        lay.recompute == RECOMPUTE_FULL, _full_layer_bytes_per_token(model, lay, stack) * tokens, 0.0
+        lay.recompute == Recompute.FULL, _full_layer_bytes_per_token(model, lay, stack) * tokens, 0.0
     )
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
-    logits = 4.0 * model.vocab_size / lay.tp * tokens  # fp32, vocab-parallel cross entropy
+    logits = FP32_BYTES * model.vocab_size / lay.tp * tokens  # fp32, vocab-parallel cross entropy
     total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0)
     return np.asarray(total)
 
@@ -193,4 +252,4 @@ def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: flo
 
 
 def _where(mask: np.ndarray, a: MemoryBreakdown, b: MemoryBreakdown) -> MemoryBreakdown:
-    return MemoryBreakdown(**{t: np.where(mask, getattr(a, t), getattr(b, t)) for t in MEMORY_TERMS})
+    return MemoryBreakdown(*(np.where(mask, getattr(a, t), getattr(b, t)) for t in MEMORY_TERMS))

@@ -1,31 +1,104 @@
-"""Transformer architectures: presets, the Hugging Face `config.json` loader, parameter counts.
+"""Transformer decoders: presets, the Hugging Face `config.json` loader, exact parameter counts.
 
-Parameter count of one decoder layer (h hidden, d head dim, a heads, g KV heads, f FFN width):
-    attention  h*(a*d) [Q] + 2*h*(g*d) [K, V] + (a*d)*h [O]  (+ biases a*d + 2*g*d + h)
-    MLP gated  3*h*f (gate, up, down; SwiGLU, Shazeer 2020);  plain  2*h*f (+ biases f + h)
-    MoE        E experts of the MLP above + a router h*E
-    norms      2*h (RMSNorm) or 4*h (LayerNorm, with bias)
-Embeddings V*h, plus n_positions*h for learned positions (GPT-2/3), plus an untied LM head V*h,
-plus the final norm. This reproduces the published totals (Llama 2 paper Table 1 sizes: 6.74B,
-13.0B, 68.98B; Llama 3: 8.03B, 70.55B, 405.9B; GPT-3 175B: 174.6B; Mixtral 8x7B: 46.7B total,
-12.9B active), checked in tests/test_models.py.
+Parameter counts (h hidden, a heads, g KV heads, d head dim, f MLP width, V vocabulary, E routed
+experts, k experts per token). Every formula follows the module tree that the reference
+implementation (transformers `models/<type>/modeling_<type>.py`) builds from the config:
+
+    attention (GQA/MQA/MHA)  h*(a*d) [q_proj] + 2*h*(g*d) [k_proj, v_proj] + (a*d)*h [o_proj]
+                             (+ a*d + 2*g*d biases when qkv_bias, + h when out_bias)
+                             (+ 2*d for per-head q_norm/k_norm: Qwen3, Gemma 3;
+                              + a*d + g*d for full-width q_norm/k_norm: OLMo 2)
+    MLA (DeepSeek-V2/V3)     q_a_proj h*r_q + q_a_layernorm r_q + q_b_proj r_q*a*(d_nope+d_rope)
+                             [or q_proj h*a*(d_nope+d_rope) when q_lora_rank is null]
+                             + kv_a_proj_with_mqa h*(r_kv+d_rope) + kv_a_layernorm r_kv
+                             + kv_b_proj r_kv*a*(d_nope+d_v) + o_proj a*d_v*h
+                             (DeepSeek-V2, arXiv:2405.04434 Sec 2.1, eqs. 9-19: W^DQ, W^UQ, W^QR,
+                             W^DKV, W^UK, W^UV, W^KR, W^O; transformers deepseek_v2/v3 modeling)
+    MLP gated                3*h*f (gate, up, down: SwiGLU/GeGLU, Shazeer 2020)
+    MLP plain                2*h*f (fc_in, fc_out)            (+ f*(m-1) + h biases when mlp_bias)
+    MoE layer                E routed experts of width f + router h*E
+                             (+ E for DeepSeek-V3's e_score_correction_bias, the aux-loss-free
+                             balancing bias b_i of arXiv:2412.19437 Sec 2.1.2)
+                             + n_s shared experts of width f_s (DeepSeekMoE, arXiv:2405.04434 Sec 2.2:
+                             N_s shared + N_r routed; V3: 1 shared + 256 routed, 8 active, Sec 4.2)
+                             (+ h for Qwen's sigmoid shared_expert_gate Linear(h, 1): Qwen1.5-MoE,
+                             https://qwenlm.github.io/blog/qwen-moe/, transformers qwen2_moe)
+    dense layers in MoE      layers that use the dense MLP of width `dense_ffn_hidden_size`
+                             (DeepSeek `first_k_dense_replace` / `moe_layer_freq`, Qwen-MoE
+                             `decoder_sparse_step` / `mlp_only_layers`)
+    norms per layer          `norms_per_layer` x h (RMSNorm) or x 2h (LayerNorm with bias);
+                             2 for most, 4 for Gemma 2/3 (pre+post norms around attention and MLP,
+                             arXiv:2408.00118), 1 for GPT-J and Falcon-7B (parallel attention + MLP),
+                             0 parameters for OLMo's non-parametric LayerNorm
+    embeddings               V*e (+ e*h project_in when the word embedding width e differs from h:
+                             OPT-350m) (+ (P+2)*h learned positions: OPT offsets them by 2;
+                             P*h for GPT-2) (+ 2h embedding LayerNorm: BLOOM)
+    LM head                  V*e unless tied (+ V bias: GPT-J) (+ h*e project_out: OPT-350m)
+    final norm               one norm unless the architecture has none (OPT post-LN variants)
+
+Published totals reproduced in tests/test_models.py (with the real config.json files under
+tests/data/hf_configs/): DeepSeek-V3 671B total / 37B active, DeepSeek-V2 236B / 21B,
+Qwen1.5-MoE-A2.7B 14.3B / 2.7B, Mixtral 8x7B 46.7B / 12.9B, Llama 3.1 405B, Gemma 2 2B and 9B
+(paper Table 2 non-embedding counts exactly), OPT-125m, Falcon-7B; Llama 2 (Touvron et al. 2023
+Table 1), Llama 3 (Dubey et al. 2024), GPT-3 175B, BLOOM-176B (model card: 176,247,271,424) and
+GPT-NeoX-20B (model card: 20,554,567,680).
+
+The loader (`model_from_config`) follows each model_type's own config class (transformers
+`configuration_<type>.py`) for defaults: tied embeddings (Gemma, GPT-2, OPT, Falcon, BLOOM,
+StarCoder2 tie by default; Llama, Mistral, Qwen, DeepSeek, GPT-NeoX, GPT-J, Nemotron, OLMo do not),
+head_dim (Gemma 256, Qwen3 128, otherwise hidden/heads), KV heads, biases, norms, MoE and
+sliding-window layouts. It never returns a silently wrong model:
+
+* refused (InputError naming the key or model_type): non-transformer or hybrid architectures
+  (mamba, mamba2, rwkv, jamba, zamba, bamba, falcon_h1, nemotron_h, xlstm, recurrent_gemma,
+  minimax, qwen3_next, ... and any config carrying state-space or hybrid-layout keys such as
+  `state_size`, `hybrid_override_pattern`, `layers_block_type`, `attn_type_list`), encoder-only
+  and encoder-decoder models (`is_encoder_decoder`, `add_cross_attention`, bert/t5/whisper/...),
+  multimodal wrappers (`text_config` with no top-level hidden size), `layer_types` entries other
+  than full/sliding attention, MoE layouts paraplan does not model (`interleave_moe_layer_step`,
+  `intermediate_size_mlp`, `shared_intermediate_size`, `moe_shared_expert_intermediate_size`,
+  a list-valued `moe_layer_freq`), per-layer tricks that change the count (`num_kv_shared_layers`,
+  AltUp/Laurel keys, `hidden_size_per_layer_input`, `o_lora_rank`, `global_head_dim`,
+  `attention_k_eq_v`, `moe_latent_size`), non-positive or non-integer sizes (the message names
+  the key present in the file), missing core sizes (hidden size, layers, heads, vocabulary);
+* warned (`ModelSpec.warnings`, each naming the key and what was assumed): an unknown model_type
+  (read with the llama-style or gpt2-style rules), a missing model_type, a math-changing key the
+  model_type's reference implementation ignores (e.g. `sliding_window` in a Llama config,
+  `num_key_value_heads` in a GPT-2 or pre-40B Falcon config), a size given only under a key the
+  config class does not read (the value is then used: `intermediate_size` in a BLOOM, OPT or
+  Falcon config, whose classes read 4*hidden / `ffn_dim` / `ffn_hidden_size`), a size absent
+  from the file and taken from the config class default (e.g. Mixtral's 8 experts), DeepSeek's
+  multi-token-prediction module (`num_nextn_predict_layers`: not counted, as transformers drops
+  it and the published 671B excludes it), DeepSeek-V3.2's sparse-attention indexer
+  (`index_topk`, ...), Llama 4 chunked attention (`attention_chunk_size`), and any key paraplan
+  does not know at all (assumed to change neither parameters nor FLOPs);
+* ignored silently: keys known not to change parameter count or FLOPs (token ids, dtypes, rope
+  settings incl. `rope_scaling`, softcapping, initialisation, dropout rates, router loss
+  coefficients, quantisation metadata, generation defaults, ...), and keys starting with "_".
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from paraplan.cost_models.errors import InputError
+from paraplan.hardware_specs.files import read_text_file
 
 MlpKind = Literal["gated", "plain"]
+QkNorm = Literal["none", "head", "full"]
+LayerKind = Literal["dense", "moe"]
 
-GATED_FAMILIES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "gemma"})
-PLAIN_FAMILIES = frozenset({"gpt2", "gpt_neox", "nemotron", "bloom", "opt", "falcon", "gptj"})
+GATED_FAMILIES = frozenset(
+    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
+     "phi3", "deepseek_v2", "deepseek_v3", "olmo", "olmo2", "granite"}
+)  # fmt: skip
+PLAIN_FAMILIES = frozenset({"gpt2", "gpt_neox", "nemotron", "bloom", "opt", "falcon", "gptj", "starcoder2"})
 # Families whose reference implementations train with dropout on attention and residuals.
 DROPOUT_FAMILIES = frozenset({"gpt2", "opt", "bloom", "gptj"})
 
@@ -35,7 +108,14 @@ MAX_WIDTH = 1_000_000
 
 
 class ModelSpec(BaseModel):
-    """A decoder-only transformer, exactly enough to count its parameters, FLOPs and memory."""
+    """A decoder-only transformer, exactly enough to count its parameters, FLOPs and memory.
+
+    Fields beyond the classic dense decoder all default to "absent", so a spec built by hand for
+    a Llama- or GPT-style model needs none of them. For MoE models `ffn_hidden_size` is the width
+    of one routed expert; the dense layers of an MoE model (`dense_layer_ids`) use
+    `dense_ffn_hidden_size`. For MLA models `head_dim` is the query/key head dim
+    (qk_nope_head_dim + qk_rope_head_dim), `v_head_dim` the value head dim.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -52,23 +132,72 @@ class ModelSpec(BaseModel):
     tied_embeddings: bool
     learned_positions: bool = False
     layernorm: bool = False  # LayerNorm (weight + bias) instead of RMSNorm (weight)
-    linear_bias: bool = False
+    linear_bias: bool = False  # every linear layer has a bias (overridden per kind below)
     dropout: bool = False
     num_experts: int = Field(default=1, ge=1, le=100_000)  # 1 = dense MLP
     experts_top_k: int = Field(default=1, ge=1, le=100_000)
+
+    # --- biases, norms, embeddings (None: follow linear_bias) ----------------------------------
+    qkv_bias: bool | None = None
+    out_bias: bool | None = None
+    mlp_bias: bool | None = None
+    lm_head_bias: bool = False  # GPT-J
+    norms_per_layer: int = Field(default=2, ge=0, le=8)
+    norm_affine: bool = True  # False: OLMo's LayerNorm without weight or bias
+    qk_norm: QkNorm = "none"  # "head": RMSNorm(head_dim) on q and k; "full": on the whole q and k
+    final_norm: bool = True
+    embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
+    embed_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)  # OPT word_embed_proj_dim
+    position_offset: int = Field(default=0, ge=0, le=1_000)  # OPT learned positions have 2 extra rows
+
+    # --- mixture of experts -------------------------------------------------------------------
+    num_shared_experts: int = Field(default=0, ge=0, le=100_000)
+    shared_expert_ffn: int | None = Field(default=None, ge=1, le=10 * MAX_WIDTH)  # width of each
+    shared_expert_gate: bool = False  # Qwen-MoE: sigmoid gate Linear(h, 1) on the shared expert
+    router_bias: bool = False  # DeepSeek-V3 e_score_correction_bias (E per MoE layer)
+    dense_layer_ids: tuple[int, ...] = ()  # layers of an MoE model that use the dense MLP
+    dense_ffn_hidden_size: int | None = Field(default=None, ge=1, le=10 * MAX_WIDTH)
+
+    # --- multi-head latent attention (DeepSeek-V2/V3) -------------------------------------------
+    q_lora_rank: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    kv_lora_rank: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+    qk_rope_head_dim: int = Field(default=0, ge=0, le=MAX_WIDTH)
+    v_head_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)
+
+    # --- sliding-window attention (no parameter change; attention FLOPs and KV) --------------------
+    sliding_window: int | None = Field(default=None, ge=1, le=100_000_000)
+    sliding_layer_ids: tuple[int, ...] | None = None  # None with a window: every layer slides
+
+    warnings: tuple[str, ...] = ()  # what the loader assumed; see the module docstring
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(
-                f"num_attention_heads {self.num_heads} is not a multiple of "
-                f"num_key_value_heads {self.num_kv_heads}"
+                f"num_attention_heads {self.num_heads} is not a multiple of num_key_value_heads {self.num_kv_heads}"
             )
         if self.experts_top_k > self.num_experts:
-            raise ValueError(
-                f"experts per token {self.experts_top_k} exceeds the number of experts "
-                f"{self.num_experts}"
-            )
+            raise ValueError(f"experts per token {self.experts_top_k} exceeds the number of experts {self.num_experts}")
+        _check_layer_ids("dense_layer_ids", self.dense_layer_ids, self.num_layers)
+        if self.dense_layer_ids and not self.is_moe:
+            raise ValueError("dense_layer_ids only apply to a mixture-of-experts model")
+        if (self.num_shared_experts or self.shared_expert_gate) and not self.is_moe:
+            raise ValueError("shared experts only apply to a mixture-of-experts model")
+        if self.shared_expert_gate and not self.num_shared_experts:
+            raise ValueError("shared_expert_gate needs a shared expert")
+        if self.q_lora_rank is not None and self.kv_lora_rank is None:
+            raise ValueError("q_lora_rank is part of multi-head latent attention: kv_lora_rank is missing")
+        if self.is_mla:
+            if self.qk_rope_head_dim >= self.head_dim:
+                raise ValueError(f"qk_rope_head_dim {self.qk_rope_head_dim} must be below head_dim {self.head_dim}")
+            if self.num_kv_heads != self.num_heads:
+                raise ValueError("multi-head latent attention decompresses one key/value per head")
+        elif self.qk_rope_head_dim or self.v_head_dim is not None:
+            raise ValueError("qk_rope_head_dim and v_head_dim apply to multi-head latent attention only")
+        if self.sliding_layer_ids is not None:
+            if self.sliding_window is None:
+                raise ValueError("sliding_layer_ids needs a sliding_window")
+            _check_layer_ids("sliding_layer_ids", self.sliding_layer_ids, self.num_layers)
         return self
 
     # --- shapes -------------------------------------------------------------------------------
@@ -78,72 +207,251 @@ class ModelSpec(BaseModel):
 
     @property
     def kv_dim(self) -> int:
+        """Width of K (and of V, except for MLA: see `v_dim`)."""
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def v_dim(self) -> int:
+        return self.num_kv_heads * (self.v_head_dim or self.head_dim)
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 1
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
     def mlp_matrices(self) -> int:
         return 3 if self.mlp == "gated" else 2
 
+    @property
+    def word_embed_dim(self) -> int:
+        return self.embed_dim or self.hidden_size
+
+    @property
+    def has_qkv_bias(self) -> bool:
+        return self.linear_bias if self.qkv_bias is None else self.qkv_bias
+
+    @property
+    def has_out_bias(self) -> bool:
+        return self.linear_bias if self.out_bias is None else self.out_bias
+
+    @property
+    def has_mlp_bias(self) -> bool:
+        return self.linear_bias if self.mlp_bias is None else self.mlp_bias
+
+    # --- per-layer view -------------------------------------------------------------------------
+    def layer_kinds(self) -> tuple[LayerKind, ...]:
+        """Per layer: "moe" (routed experts) or "dense" (one MLP). Dense models are all "dense"."""
+        dense = set(range(self.num_layers)) if not self.is_moe else set(self.dense_layer_ids)
+        kinds: list[LayerKind] = ["dense" if i in dense else "moe" for i in range(self.num_layers)]
+        return tuple(kinds)
+
+    @property
+    def dense_layers(self) -> int:
+        """Leading dense layers of an MoE model (DeepSeek's `first_k_dense_replace`); 0 for dense models."""
+        if not self.is_moe:
+            return 0
+        count = 0
+        while count < len(self.dense_layer_ids) and self.dense_layer_ids[count] == count:
+            count += 1
+        return count
+
+    @property
+    def num_dense_layers(self) -> int:
+        """All layers with a dense MLP (every layer of a dense model)."""
+        return self.num_layers if not self.is_moe else len(self.dense_layer_ids)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers
+
+    def layer_is_sliding(self) -> tuple[bool, ...]:
+        if self.sliding_window is None:
+            return (False,) * self.num_layers
+        if self.sliding_layer_ids is None:
+            return (True,) * self.num_layers
+        ids = set(self.sliding_layer_ids)
+        return tuple(i in ids for i in range(self.num_layers))
+
+    def attention_spans(self, seq_len: int) -> tuple[int, ...]:
+        """Keys each query attends to (at most), per layer: min(s, window) on sliding layers."""
+        return tuple(
+            min(seq_len, self.sliding_window) if sliding and self.sliding_window else seq_len
+            for sliding in self.layer_is_sliding()
+        )
+
+    def mean_attention_span(self, seq_len: int) -> float:
+        return sum(self.attention_spans(seq_len)) / self.num_layers
+
     # --- parameter counts ---------------------------------------------------------------------
+    def mlp_params(self, width: int) -> int:
+        """One MLP (dense, routed expert or shared expert) of the given width."""
+        h = self.hidden_size
+        biases = (width * (self.mlp_matrices - 1) + h) if self.has_mlp_bias else 0
+        return self.mlp_matrices * h * width + biases
+
+    @property
+    def qk_norm_params(self) -> int:
+        if self.qk_norm == "head":
+            return 2 * self.head_dim
+        if self.qk_norm == "full":
+            return self.q_dim + self.kv_dim
+        return 0
+
     @property
     def attention_params(self) -> int:
-        h = self.hidden_size
+        """One layer's attention block, including its q/k norms and MLA's latent norms."""
+        h, a = self.hidden_size, self.num_heads
+        if self.kv_lora_rank is not None:
+            rope, d_v, r_kv = self.qk_rope_head_dim, self.v_head_dim or self.head_dim, self.kv_lora_rank
+            nope = self.head_dim - rope
+            if self.q_lora_rank is None:
+                q = h * a * self.head_dim
+            else:
+                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * self.head_dim
+                q += self.q_lora_rank if self.has_qkv_bias else 0  # q_a_proj bias
+            kv = h * (r_kv + rope) + r_kv + r_kv * a * (nope + d_v)
+            kv += (r_kv + rope) if self.has_qkv_bias else 0  # kv_a_proj_with_mqa bias
+            out = a * d_v * h + (h if self.has_out_bias else 0)
+            return q + kv + out + self.qk_norm_params
         weights = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
-        biases = (self.q_dim + 2 * self.kv_dim + h) if self.linear_bias else 0
-        return weights + biases
+        biases = (self.q_dim + 2 * self.kv_dim if self.has_qkv_bias else 0) + (h if self.has_out_bias else 0)
+        return weights + biases + self.qk_norm_params
 
     @property
     def expert_params(self) -> int:
-        """One expert (or the dense MLP)."""
-        h, f = self.hidden_size, self.ffn_hidden_size
-        biases = (f * (self.mlp_matrices - 1) + h) if self.linear_bias else 0
-        return self.mlp_matrices * h * f + biases
+        """One routed expert (or the dense MLP of a dense model)."""
+        return self.mlp_params(self.ffn_hidden_size)
+
+    @property
+    def dense_mlp_params(self) -> int:
+        """The MLP of a dense layer (all layers of a dense model; `dense_layer_ids` of an MoE)."""
+        return self.mlp_params(self.dense_ffn_hidden_size or self.ffn_hidden_size)
+
+    @property
+    def shared_expert_params(self) -> int:
+        """All shared experts of one MoE layer, with Qwen's shared-expert gate."""
+        if not self.num_shared_experts:
+            return 0
+        width = self.shared_expert_ffn or self.ffn_hidden_size
+        gate = self.hidden_size if self.shared_expert_gate else 0
+        return self.num_shared_experts * self.mlp_params(width) + gate
 
     @property
     def router_params(self) -> int:
-        return self.hidden_size * self.num_experts if self.is_moe else 0
+        if not self.is_moe:
+            return 0
+        return self.hidden_size * self.num_experts + (self.num_experts if self.router_bias else 0)
 
     @property
     def norm_params(self) -> int:
+        """One hidden-width norm."""
+        if not self.norm_affine:
+            return 0
         return (2 if self.layernorm else 1) * self.hidden_size
 
     @property
+    def layer_norm_params(self) -> int:
+        """All hidden-width norms of one layer (q/k norms are in `attention_params`)."""
+        return self.norms_per_layer * self.norm_params
+
+    @property
     def layer_dense_params(self) -> int:
-        """Per layer, everything except the experts: replicated over expert parallelism."""
-        return self.attention_params + self.router_params + 2 * self.norm_params
+        """Per MoE layer, everything except the routed experts (attention, router, shared
+        experts, norms): replicated over expert parallelism. For a dense model: all but the MLP."""
+        return self.attention_params + self.router_params + self.shared_expert_params + self.layer_norm_params
 
     @property
     def layer_params(self) -> int:
+        """An MoE layer (every layer of a dense model). See `dense_layer_params`, `layer_param_counts`."""
         return self.layer_dense_params + self.num_experts * self.expert_params
 
     @property
+    def dense_layer_params(self) -> int:
+        """A dense layer: attention + norms + the dense MLP (equals `layer_params` for dense models)."""
+        return self.attention_params + self.layer_norm_params + self.dense_mlp_params
+
+    @property
+    def moe_layer_active_params(self) -> int:
+        """Parameters one token touches in an MoE layer: top-k routed experts, not all E."""
+        return self.layer_dense_params + self.experts_top_k * self.expert_params
+
+    def layer_param_counts(self) -> tuple[int, ...]:
+        """Parameters of each layer, in order."""
+        if not self.is_moe:
+            return (self.layer_params,) * self.num_layers
+        dense, moe = self.dense_layer_params, self.layer_params
+        return tuple(dense if kind == "dense" else moe for kind in self.layer_kinds())
+
+    def layer_matmul_params_active(self) -> tuple[int, ...]:
+        """Per layer, the matrix weights one token is multiplied by (no biases, no norms):
+        forward FLOPs per token are twice this, plus the attention scores."""
+        h, a = self.hidden_size, self.num_heads
+        if self.kv_lora_rank is not None:
+            d_v, r_kv, rope = self.v_head_dim or self.head_dim, self.kv_lora_rank, self.qk_rope_head_dim
+            q_lora = self.q_lora_rank
+            q = h * a * self.head_dim if q_lora is None else h * q_lora + q_lora * a * self.head_dim
+            attention = q + h * (r_kv + rope) + r_kv * a * (self.head_dim - rope + d_v) + a * d_v * h
+        else:
+            attention = 2 * h * self.q_dim + 2 * h * self.kv_dim
+        m = self.mlp_matrices
+        dense = attention + m * h * (self.dense_ffn_hidden_size or self.ffn_hidden_size)
+        if not self.is_moe:
+            return (dense,) * self.num_layers
+        shared = self.num_shared_experts * m * h * (self.shared_expert_ffn or self.ffn_hidden_size)
+        shared += h if self.shared_expert_gate else 0
+        moe = attention + h * self.num_experts + shared + self.experts_top_k * m * h * self.ffn_hidden_size
+        return tuple(dense if kind == "dense" else moe for kind in self.layer_kinds())
+
+    @property
     def embedding_params(self) -> int:
-        positions = self.max_seq_len * self.hidden_size if self.learned_positions else 0
-        return self.vocab_size * self.hidden_size + positions
+        """Token embedding (+ OPT's project_in) + learned positions (+ BLOOM's embedding norm)."""
+        h, e = self.hidden_size, self.word_embed_dim
+        positions = (self.max_seq_len + self.position_offset) * h if self.learned_positions else 0
+        project_in = e * h if e != h else 0
+        return self.vocab_size * e + positions + project_in + (self.norm_params if self.embedding_norm else 0)
 
     @property
     def head_params(self) -> int:
-        """The LM head: zero when tied to the input embedding."""
-        return 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        """The LM head: zero weights when tied to the input embedding (+ OPT's project_out)."""
+        h, e = self.hidden_size, self.word_embed_dim
+        weights = 0 if self.tied_embeddings else self.vocab_size * e
+        return weights + (self.vocab_size if self.lm_head_bias else 0) + (h * e if e != h else 0)
+
+    @property
+    def final_norm_params(self) -> int:
+        return self.norm_params if self.final_norm else 0
 
     @property
     def total_params(self) -> int:
-        return (
-            self.num_layers * self.layer_params
-            + self.embedding_params
-            + self.head_params
-            + self.norm_params
-        )
+        if self.is_moe:
+            layers = self.num_moe_layers * self.layer_params + self.num_dense_layers * self.dense_layer_params
+        else:
+            layers = self.num_layers * self.layer_params
+        return layers + self.embedding_params + self.head_params + self.final_norm_params
+
+    @property
+    def non_embedding_params(self) -> int:
+        """Total less the input embedding and the LM head (the convention of Gemma 2 Table 2)."""
+        return self.total_params - self.embedding_params - self.head_params
 
     @property
     def active_params(self) -> int:
-        """Parameters touched by one token (top-k experts of each MoE layer)."""
+        """Parameters touched by one token (top-k experts of each MoE layer), input embedding
+        included (Mixtral's and Qwen's convention; DeepSeek's published figures leave the input
+        embedding out: subtract `embedding_params`)."""
         inactive = (self.num_experts - self.experts_top_k) * self.expert_params
-        return self.total_params - self.num_layers * inactive
+        return self.total_params - self.num_moe_layers * inactive
+
+
+def _check_layer_ids(what: str, ids: tuple[int, ...], num_layers: int) -> None:
+    if list(ids) != sorted(set(ids)):
+        raise ValueError(f"{what} must be increasing and distinct")
+    if ids and (ids[0] < 0 or ids[-1] >= num_layers):
+        raise ValueError(f"{what} must lie in 0..{num_layers - 1}")
 
 
 # --- presets -----------------------------------------------------------------------------------
@@ -172,16 +480,12 @@ def load_model(name_or_path: str) -> ModelSpec:
     if path.suffix.lower() == ".json" or path.exists() or "/" in name_or_path:
         return load_hf_config(path)
     raise InputError(
-        f"unknown model '{name_or_path}'; accepted: a path to a config.json or one of "
-        + ", ".join(sorted(presets))
+        f"unknown model '{name_or_path}'; accepted: a path to a config.json or one of " + ", ".join(sorted(presets))
     )
 
 
 def load_hf_config(path: Path) -> ModelSpec:
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read model config '{path}': {exc.__class__.__name__}") from None
+    text = read_text_file(path, "model config")
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -193,26 +497,302 @@ def load_hf_config(path: Path) -> ModelSpec:
     return model_from_config(config, path.stem if path.stem != "config" else path.parent.name or "model")
 
 
-def _get(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
-    for key in keys:
-        if key in config and config[key] is not None:
-            return config[key]
-    return default
+# --- the loader: what each model_type's config class and modeling code do ----------------------
+
+BiasSpec = tuple[str | None, bool]  # (config key that sets it, or None for fixed; default)
+
+_H = ("hidden_size",)
+_L = ("num_hidden_layers",)
+_A = ("num_attention_heads",)
+_KV = ("num_key_value_heads",)
+_FFN = ("intermediate_size",)
+_POS = ("max_position_embeddings",)
+_ATTN_BIAS: BiasSpec = ("attention_bias", False)
+_NO_BIAS: BiasSpec = (None, False)
+_BIAS: BiasSpec = (None, True)
 
 
-def _int(config: dict[str, Any], *keys: str, default: int | None = None) -> int:
-    value = _get(config, *keys, default=default)
-    if value is None:
-        raise InputError(f"model config lacks '{keys[0]}' (nor any of {', '.join(keys[1:]) or 'its aliases'})")
+@dataclass(frozen=True)
+class _Family:
+    """One model_type, as its transformers config class defaults it and its modeling code builds it."""
+
+    cls: str  # the config class, for messages
+    mlp: MlpKind
+    norm: Literal["rms", "layernorm", "none"]
+    tie: bool  # default of tie_word_embeddings
+    hidden: tuple[str, ...] = _H  # keys the config class reads (attribute_map aliases included)
+    layers: tuple[str, ...] = _L
+    heads: tuple[str, ...] = _A
+    kv: tuple[str, ...] = _KV  # () = multi-head attention only
+    kv_default: int | None = None  # None: num_attention_heads
+    ffn: tuple[str, ...] = _FFN
+    ffn_default: int | Literal["4h"] | None = None  # int: absolute (warned), "4h": relative
+    head_dim_key: bool = True  # whether the attention reads config.head_dim
+    head_dim_default: int | None = None  # None: hidden // heads
+    max_pos: tuple[str, ...] = _POS
+    max_pos_default: int = 2048
+    learned_positions: bool = False
+    qkv_bias: BiasSpec = _ATTN_BIAS
+    out_bias: BiasSpec = _ATTN_BIAS
+    mlp_bias: BiasSpec = _NO_BIAS
+    lm_head_bias: bool = False
+    norms_per_layer: int = 2
+    qk_norm: QkNorm = "none"
+    moe: Literal["mixtral", "qwen2_moe", "qwen3_moe", "deepseek", "generic"] | None = None
+    moe_defaults: dict[str, int] = field(default_factory=dict)
+    mla: Literal["deepseek", "generic"] | None = None
+    sliding: Literal["all", "qwen2", "qwen2_moe", "gemma2", "gemma3", "qwen3_moe"] | None = None
+    sliding_default: int | None = None
+    layer_types: bool = False  # whether the config class reads an explicit `layer_types` list
+    dropout: bool = False
+
+
+_MLP_BIAS_KEY: BiasSpec = ("mlp_bias", False)
+_GPT2_HIDDEN = ("n_embd", "hidden_size")
+_GPT2_LAYERS = ("n_layer", "num_hidden_layers")
+_GPT2_HEADS = ("n_head", "num_attention_heads")
+
+FAMILIES: dict[str, _Family] = {
+    # transformers models/llama: LlamaConfig (tie False, head_dim default hidden/heads, biases off)
+    "llama": _Family("LlamaConfig", "gated", "rms", tie=False, ffn_default=11008, mlp_bias=_MLP_BIAS_KEY),
+    "granite": _Family("GraniteConfig", "gated", "rms", tie=False, ffn_default=11008, mlp_bias=_MLP_BIAS_KEY),
+    # MistralConfig: 8 KV heads and a 4096 sliding window on every layer by default
+    "mistral": _Family("MistralConfig", "gated", "rms", tie=False, kv_default=8, ffn_default=14336,
+                       qkv_bias=_NO_BIAS, out_bias=_NO_BIAS, sliding="all", sliding_default=4096),
+    "mixtral": _Family("MixtralConfig", "gated", "rms", tie=False, kv_default=8, ffn_default=14336,
+                       qkv_bias=_NO_BIAS, out_bias=_NO_BIAS, moe="mixtral",
+                       moe_defaults={"experts": 8, "top_k": 2}, sliding="all"),
+    # Qwen2: q/k/v biases hard-wired on, o_proj without
+    "qwen2": _Family("Qwen2Config", "gated", "rms", tie=False, kv_default=32, ffn_default=22016,
+                     qkv_bias=_BIAS, out_bias=_NO_BIAS, sliding="qwen2", layer_types=True),
+    "qwen2_moe": _Family("Qwen2MoeConfig", "gated", "rms", tie=False, kv_default=16, ffn_default=5632,
+                         qkv_bias=("qkv_bias", True), out_bias=_NO_BIAS, moe="qwen2_moe",
+                         moe_defaults={"experts": 60, "top_k": 4, "width": 1408, "shared_width": 5632},
+                         sliding="qwen2_moe", layer_types=True),
+    "qwen3": _Family("Qwen3Config", "gated", "rms", tie=False, kv_default=32, ffn_default=22016,
+                     head_dim_default=128, qk_norm="head", sliding="qwen2", layer_types=True),
+    "qwen3_moe": _Family("Qwen3MoeConfig", "gated", "rms", tie=False, kv_default=4, ffn_default=6144,
+                         qk_norm="head", moe="qwen3_moe", moe_defaults={"experts": 128, "top_k": 8, "width": 768},
+                         sliding="qwen3_moe"),
+    # Gemma: tied, head_dim 256; Gemma 2/3: four norms a layer, local/global sliding layers
+    "gemma": _Family("GemmaConfig", "gated", "rms", tie=True, kv_default=16, ffn_default=24576, head_dim_default=256,
+                     out_bias=_ATTN_BIAS),
+    "gemma2": _Family("Gemma2Config", "gated", "rms", tie=True, kv_default=4, ffn_default=9216, head_dim_default=256,
+                      norms_per_layer=4, sliding="gemma2", sliding_default=4096, layer_types=True),
+    "gemma3_text": _Family("Gemma3TextConfig", "gated", "rms", tie=True, kv_default=4, ffn_default=9216,
+                           head_dim_default=256, norms_per_layer=4, qk_norm="head", sliding="gemma3",
+                           sliding_default=4096, layer_types=True),
+    "phi3": _Family("Phi3Config", "gated", "rms", tie=False, ffn_default=8192, qkv_bias=_NO_BIAS, out_bias=_NO_BIAS,
+                    sliding="all"),
+    # DeepSeek: MLA + DeepSeekMoE (shared experts, leading dense layers)
+    "deepseek_v2": _Family("DeepseekV2Config", "gated", "rms", tie=False, ffn_default=11008, moe="deepseek",
+                           moe_defaults={"experts": 64, "width": 1407, "shared": 2, "first_dense": 0},
+                           mla="deepseek"),
+    "deepseek_v3": _Family("DeepseekV3Config", "gated", "rms", tie=False, ffn_default=18432, moe="deepseek",
+                           moe_defaults={"experts": 256, "top_k": 8, "width": 2048, "shared": 1, "first_dense": 3},
+                           mla="deepseek"),
+    # GPT-2 family keys; tied; learned positions; biases everywhere
+    "gpt2": _Family("GPT2Config", "plain", "layernorm", tie=True, kv=(), ffn=("n_inner",), ffn_default="4h",
+                    head_dim_key=False, max_pos=("n_positions", "max_position_embeddings", "n_ctx"),
+                    max_pos_default=1024, learned_positions=True, qkv_bias=_BIAS, out_bias=_BIAS, mlp_bias=_BIAS,
+                    dropout=True,
+                    hidden=_GPT2_HIDDEN, layers=_GPT2_LAYERS, heads=_GPT2_HEADS),
+    "gpt_neox": _Family("GPTNeoXConfig", "plain", "layernorm", tie=False, kv=(), ffn_default=24576,
+                        head_dim_key=False, qkv_bias=("attention_bias", True), out_bias=("attention_bias", True),
+                        mlp_bias=_BIAS),
+    "opt": _Family("OPTConfig", "plain", "layernorm", tie=True, hidden=("hidden_size", "d_model"), kv=(),
+                   ffn=("ffn_dim",), ffn_default=3072, head_dim_key=False, learned_positions=True,
+                   qkv_bias=("enable_bias", True), out_bias=("enable_bias", True), mlp_bias=("enable_bias", True),
+                   dropout=True),
+    "falcon": _Family("FalconConfig", "plain", "layernorm", tie=True, hidden=("hidden_size", "n_embed"),
+                      layers=("num_hidden_layers", "n_layer"), heads=("num_attention_heads", "n_head"),
+                      kv=("num_kv_heads", "n_head_kv"), ffn=("ffn_hidden_size",), ffn_default="4h",
+                      head_dim_key=False, qkv_bias=("bias", False), out_bias=("bias", False),
+                      mlp_bias=("bias", False)),
+    "bloom": _Family("BloomConfig", "plain", "layernorm", tie=True, hidden=("hidden_size", "n_embed"),
+                     layers=("n_layer", "num_hidden_layers"), heads=("n_head", "num_attention_heads"), kv=(),
+                     ffn=(), ffn_default="4h", head_dim_key=False, qkv_bias=_BIAS, out_bias=_BIAS, mlp_bias=_BIAS,
+                     dropout=True),
+    "gptj": _Family("GPTJConfig", "plain", "layernorm", tie=False, kv=(), ffn=("n_inner",), ffn_default="4h",
+                    head_dim_key=False, max_pos=("n_positions", "max_position_embeddings", "n_ctx"), qkv_bias=_NO_BIAS,
+                    out_bias=_NO_BIAS, mlp_bias=_BIAS, lm_head_bias=True, norms_per_layer=1, dropout=True,
+                    hidden=_GPT2_HIDDEN, layers=_GPT2_LAYERS, heads=_GPT2_HEADS),
+    "nemotron": _Family("NemotronConfig", "plain", "layernorm", tie=False, ffn_default=24576,
+                        mlp_bias=("mlp_bias", False)),
+    "starcoder2": _Family("Starcoder2Config", "plain", "layernorm", tie=True, kv_default=2, ffn_default=12288,
+                          qkv_bias=("use_bias", True), out_bias=("use_bias", True), mlp_bias=("use_bias", True),
+                          sliding="all"),
+    # OLMo: LayerNorm without parameters; OLMo 2: RMSNorm after attention/MLP, q/k norms over all heads
+    "olmo": _Family("OlmoConfig", "gated", "none", tie=False, ffn_default=11008),
+    "olmo2": _Family("Olmo2Config", "gated", "rms", tie=False, ffn_default=11008, qk_norm="full"),
+}  # fmt: skip
+
+# Unknown model_type with llama-style keys: LlamaConfig rules plus every math key paraplan models.
+_GENERIC_LLAMA = _Family("LlamaConfig (model_type unknown)", "gated", "rms", tie=False, ffn_default="4h",
+                         moe="generic", mla="generic", sliding="all", layer_types=True,
+                         mlp_bias=_MLP_BIAS_KEY)  # fmt: skip
+_GENERIC_GPT2 = FAMILIES["gpt2"]
+
+# Aliases the generic reader accepts; a family that does not read one gets a warning when it is used.
+_ALIASES = {
+    "hidden": ("hidden_size", "n_embd", "n_embed", "d_model"),
+    "layers": ("num_hidden_layers", "n_layer", "num_layers"),
+    "heads": ("num_attention_heads", "n_head", "num_heads"),
+    "kv": ("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"),
+    "ffn": ("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim"),
+    "vocab": ("vocab_size", "padded_vocab_size"),
+    "max_pos": ("max_position_embeddings", "n_positions", "n_ctx", "seq_length"),
+}
+
+_SLOT_NAMES = {
+    "hidden": "hidden size",
+    "layers": "number of layers",
+    "heads": "number of attention heads",
+    "kv": "number of KV heads",
+    "ffn": "MLP width",
+    "vocab": "vocabulary size",
+    "max_pos": "maximum sequence length",
+}
+
+NON_TRANSFORMER_TYPES = frozenset(
+    {"mamba", "mamba2", "falcon_mamba", "rwkv", "rwkv5", "rwkv6", "rwkv7", "jamba", "zamba", "zamba2", "bamba",
+     "falcon_h1", "nemotron_h", "granitemoehybrid", "lfm2", "lfm2_moe", "xlstm", "recurrent_gemma", "minimax",
+     "minimax_m1", "qwen3_next", "plamo2", "mamba_hybrid", "hymba", "retnet", "striped_hyena", "hyena"}
+)  # fmt: skip
+NOT_DECODER_TYPES = frozenset(
+    {"bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "distilbert", "albert", "electra", "t5", "mt5",
+     "umt5", "bart", "mbart", "pegasus", "marian", "whisper", "vit", "clip", "siglip", "encoder-decoder", "led",
+     "longt5", "switch_transformers", "modernbert"}
+)  # fmt: skip
+# Keys whose presence means a layer stack paraplan cannot count (state-space / hybrid / recurrent).
+_HYBRID_KEYS = (
+    "state_size", "ssm_state_size", "mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_n_heads",
+    "mamba_d_head", "d_state", "d_conv", "time_step_rank", "hybrid_override_pattern", "layers_block_type",
+    "attn_layer_period", "attn_layer_offset", "attn_layer_indices", "attn_type_list", "linear_num_key_heads",
+    "linear_key_head_dim", "full_attention_interval", "num_mem_blocks", "block_types",
+)  # fmt: skip
+# Keys that change the parameter count in ways paraplan does not model: refused.
+_REFUSED_KEYS = {
+    "interleave_moe_layer_step": "Llama 4 interleaved dense/MoE layers",
+    "intermediate_size_mlp": "Llama 4 separate dense-layer width",
+    "shared_intermediate_size": "MiniMax shared-expert layout",
+    "moe_shared_expert_intermediate_size": "Nemotron-H shared-expert layout",
+    "moe_latent_size": "latent MoE projections",
+    "num_kv_shared_layers": "Gemma 3n KV sharing across layers",
+    "altup_num_inputs": "Gemma 3n AltUp",
+    "laurel_rank": "Gemma 3n Laurel blocks",
+    "hidden_size_per_layer_input": "Gemma 3n per-layer embeddings",
+    "vocab_size_per_layer_input": "Gemma 3n per-layer embeddings",
+    "o_lora_rank": "low-rank output projection",
+    "global_head_dim": "a second head dim for global layers",
+    "attention_k_eq_v": "shared key/value projections",
+    "num_global_key_value_heads": "a second KV-head count for global layers",
+    "cross_attention_layers": "cross-attention layers",
+}
+# Keys that change parameters or FLOPs, not modelled: warned (value assumed as stated).
+_WARNED_KEYS = {
+    "num_nextn_predict_layers": "multi-token-prediction module(s) not counted: transformers drops them on load "
+    "and DeepSeek's published totals exclude them; training with MTP adds about one MoE layer and a 2h*h "
+    "projection per module",
+    "index_topk": "DeepSeek sparse-attention indexer not modelled: its parameters are not counted and "
+    "attention is taken as dense",
+    "index_n_heads": "DeepSeek sparse-attention indexer not modelled (parameters not counted)",
+    "index_head_dim": "DeepSeek sparse-attention indexer not modelled (parameters not counted)",
+    "attention_chunk_size": "chunked attention not modelled: attention spans taken as the full sequence",
+}
+# Keys known to change neither the parameter count nor the FLOPs.
+HARMLESS_KEYS = frozenset(
+    {
+        "architectures", "model_type", "transformers_version", "torch_dtype", "dtype", "use_cache", "auto_map",
+        "bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id", "sep_token_id", "cls_token_id",
+        "mask_token_id", "decoder_start_token_id", "image_token_id", "initializer_range", "init_std",
+        "initializer_factor", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps",
+        "layernorm_epsilon", "norm_epsilon", "rope_theta", "rope_scaling", "rope_parameters", "rope_interleave",
+        "rope_type", "rotary_emb_base", "rotary_pct", "rotary_dim", "partial_rotary_factor",
+        "rope_local_base_freq", "original_max_position_embeddings", "use_dynamic_ntk", "use_logn_attn",
+        "no_rope_layers", "attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+        "dropout", "activation_dropout", "classifier_dropout", "summary_type", "summary_use_proj",
+        "summary_activation", "summary_proj_to_labels", "summary_first_dropout", "hidden_act", "hidden_activation",
+        "activation_function", "activation", "mlp_hidden_act", "output_router_logits", "router_aux_loss_coef",
+        "aux_loss_alpha", "seq_aux", "router_jitter_noise", "router_z_loss_coef", "norm_topk_prob",
+        "routed_scaling_factor", "scoring_func", "n_group", "topk_group", "ep_size", "pretraining_tp",
+        "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "cache_implementation",
+        "layerdrop", "use_parallel_residual", "alibi", "apply_residual_connection_post_layernorm",
+        "bias_dropout_fusion", "masked_softmax_fusion", "attention_softmax_in_fp32", "skip_bias_add",
+        "skip_bias_add_qkv", "slow_but_exact", "offset_alibi", "scale_attn_weights",
+        "scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn", "embedding_multiplier",
+        "residual_multiplier", "attention_multiplier", "logits_scaling", "clip_qkv", "is_decoder",
+        "return_dict", "output_hidden_states", "output_attentions", "torchscript", "chunk_size_feed_forward",
+        "id2label", "label2id", "problem_type", "task_specific_params", "prefix", "tokenizer_class",
+        "max_length", "min_length", "do_sample", "temperature", "top_k", "top_p", "num_beams",
+        "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "bad_words_ids", "num_return_sequences",
+        "early_stopping", "forced_bos_token_id", "forced_eos_token_id", "remove_invalid_values", "typical_p",
+        "diversity_penalty", "num_beam_groups", "output_scores", "return_dict_in_generate",
+        "exponential_decay_length_penalty", "suppress_tokens", "begin_suppress_tokens",
+        "encoder_no_repeat_ngram_size", "finetuning_task", "tie_encoder_decoder", "pruned_heads",
+        "quantization_config", "use_bidirectional_attention", "attn_implementation", "use_flash_attn",
+        "sliding_window_size", "max_window_layers", "rope_scaling_type", "bias_act",
+        "use_mamba_kernels", "num_logits_to_keep", "fp32_residual_connection", "is_causal",
+        "embedding_dropout", "residual_dropout", "use_return_dict", "tf_legacy_loss", "use_bfloat16",
+    }
+)  # fmt: skip
+
+
+@dataclass
+class _Reader:
+    """The config dict, with the keys the loader consulted and the warnings it collected."""
+
+    raw: dict[str, Any]
+    used: set[str] = field(default_factory=set)
+    warnings: list[str] = field(default_factory=list)
+
+    def present(self, key: str) -> bool:
+        return self.raw.get(key) is not None
+
+    def find(self, keys: tuple[str, ...]) -> tuple[str, Any] | None:
+        """The first of `keys` present (non-null), marking them all as consulted."""
+        self.used.update(keys)
+        for key in keys:
+            if self.raw.get(key) is not None:
+                return key, self.raw[key]
+        return None
+
+    def int(self, keys: tuple[str, ...], default: int | None = None, minimum: int = 1, what: str = "") -> int:
+        found = self.find(keys)
+        if found is None:
+            if default is None:
+                raise InputError(
+                    f"model config lacks '{keys[0]}'"
+                    + (f" (nor any of {', '.join(keys[1:])})" if len(keys) > 1 else "")
+                    + (f": {what}" if what else "")
+                )
+            return default
+        return _checked_int(*found, minimum=minimum)
+
+    def flag(self, key: str, default: bool) -> bool:
+        self.used.add(key)
+        value = self.raw.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise InputError(f"model config '{key}' = {_short(value)} must be true or false")
+        return value
+
+    def warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
+
+def _checked_int(key: str, value: Any, minimum: int = 1) -> int:
     shown = _short(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"model config '{keys[0]}' = {shown} must be a whole number")
+        raise InputError(f"model config '{key}' = {shown} must be a whole number")
     if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
-        raise InputError(f"model config '{keys[0]}' = {shown} must be a whole number")
-    if value < 1:
-        raise InputError(f"model config '{keys[0]}' = {shown} must be at least 1")
+        raise InputError(f"model config '{key}' = {shown} must be a whole number")
+    if value < minimum:
+        raise InputError(f"model config '{key}' = {shown} must be at least {minimum}")
     if value > MAX_CONFIG_INT:
-        raise InputError(f"model config '{keys[0]}' = {shown} is beyond any model (at most {MAX_CONFIG_INT:.0e})")
+        raise InputError(f"model config '{key}' = {shown} is beyond any model (at most {MAX_CONFIG_INT:.0e})")
     return int(value)
 
 
@@ -221,21 +801,18 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:20] + "..." + text[-8:]
 
 
-def _flag(config: dict[str, Any], key: str, default: bool) -> bool:
-    value = config.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise InputError(f"model config '{key}' = {_short(value)} must be true or false")
-    return value
+def _get(config: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if key in config and config[key] is not None:
+            return config[key]
+    return default
 
 
 def _mlp_kind(config: dict[str, Any]) -> MlpKind:
+    """Gated or plain MLP for a config (kept for callers of the old helper)."""
     model_type = str(_get(config, "model_type", default="")).lower()
-    if model_type in GATED_FAMILIES:
-        return "gated"
-    if model_type in PLAIN_FAMILIES:
-        return "plain"
+    if model_type in FAMILIES:
+        return FAMILIES[model_type].mlp
     if "n_embd" in config:  # gpt2 key family
         return "plain"
     if "hidden_size" in config:  # unknown type with llama keys reads as llama
@@ -246,44 +823,501 @@ def _mlp_kind(config: dict[str, Any]) -> MlpKind:
     )
 
 
+def _refuse_unsupported(r: _Reader, model_type: str) -> None:
+    raw = r.raw
+    if model_type in NON_TRANSFORMER_TYPES:
+        raise InputError(
+            f"model_type {model_type!r} is not a transformer decoder (state-space, recurrent or hybrid layers); "
+            "paraplan counts attention + MLP decoders only"
+        )
+    if model_type in NOT_DECODER_TYPES or raw.get("is_encoder_decoder") is True:
+        raise InputError(
+            f"model_type {model_type or '(none)'!r} is an encoder or encoder-decoder model; "
+            "paraplan plans decoder-only language models"
+        )
+    if raw.get("add_cross_attention") is True:
+        raise InputError("model config sets 'add_cross_attention': cross-attention layers are not modelled")
+    for key in _HYBRID_KEYS:
+        if raw.get(key) is not None:
+            raise InputError(
+                f"model config has '{key}': a state-space / hybrid layer stack, which paraplan does not model "
+                f"(model_type {model_type or '(none)'!r})"
+            )
+    if "text_config" in raw and not any(raw.get(k) is not None for k in _ALIASES["hidden"]):
+        raise InputError(
+            f"model_type {model_type or '(none)'!r} wraps its language model in 'text_config' (a multimodal "
+            "model): pass that text_config alone to plan the language model; the other towers are not counted"
+        )
+    for key, what in _REFUSED_KEYS.items():
+        value = raw.get(key)
+        if value is not None and value is not False and value != 0 and value != []:
+            raise InputError(f"model config has '{key}' = {_short(value)} ({what}), which paraplan does not model")
+
+
+def _family_for(r: _Reader, model_type: str) -> tuple[str, _Family]:
+    if model_type in FAMILIES:
+        return model_type, FAMILIES[model_type]
+    gpt2_keys = "n_embd" in r.raw and "hidden_size" not in r.raw
+    unknown = f"model_type {model_type!r} is unknown" if model_type else "the config has no model_type"
+    if gpt2_keys:
+        r.warn(f"{unknown}: read with GPT-2 rules (gpt2-style keys n_embd, n_layer, ...)")
+        return "gpt2", _GENERIC_GPT2
+    if "hidden_size" in r.raw:
+        r.warn(
+            f"{unknown}: read as llama-style (gated MLP, RMSNorm, untied embeddings, no biases unless "
+            "attention_bias/mlp_bias), with the MoE, MLA and sliding-window keys paraplan knows"
+        )
+        return "llama", _GENERIC_LLAMA
+    raise InputError(
+        f"model config with model_type {model_type or '(none)'!r} has neither llama-style "
+        "(hidden_size, ...) nor gpt2-style (n_embd, ...) keys"
+    )
+
+
+def _sized(r: _Reader, fam: _Family, slot: str, own: tuple[str, ...], default: int | None,
+           minimum: int = 1, default_note: str = "") -> tuple[int, str | None]:  # fmt: skip
+    """A size from the family's own keys, else from a generic alias (warned), else the default
+    (absolute defaults warned). Returns the value and the key it came from."""
+    found = r.find(own)
+    if found is not None:
+        return _checked_int(*found, minimum=minimum), found[0]
+    others = tuple(k for k in _ALIASES[slot] if k not in own)
+    found = r.find(others)
+    if found is not None:
+        r.warn(
+            f"'{found[0]}' = {_short(found[1])} taken as the {_SLOT_NAMES[slot]}, although transformers' "
+            f"{fam.cls} does not read it" + (f" (it would use {default_note})" if default_note else "")
+        )
+        return _checked_int(*found, minimum=minimum), found[0]
+    if default is None:
+        what = "', '".join(own or _ALIASES[slot])
+        raise InputError(f"model config lacks '{what}'")
+    return default, None
+
+
+def _bias(r: _Reader, spec: BiasSpec) -> bool:
+    key, default = spec
+    return default if key is None else r.flag(key, default)
+
+
+def _default_warned(r: _Reader, fam: _Family, key: str, value: int | None) -> None:
+    if value is not None:
+        r.warn(f"'{key}' absent: {fam.cls} default {value} assumed")
+
+
+def _moe(r: _Reader, fam: _Family, layers: int, hidden: int, dense_ffn: int) -> dict[str, Any]:
+    """Experts, widths and the dense/MoE layer pattern of each MoE family."""
+    d = fam.moe_defaults
+    out: dict[str, Any] = {}
+    kind = fam.moe
+    if kind is None:
+        for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size",
+                    "n_shared_experts", "shared_expert_intermediate_size", "num_experts_per_tok"):  # fmt: skip
+            value = r.raw.get(key)
+            if value is not None and value != 0 and value != 1:
+                r.warn(f"'{key}' = {_short(value)} ignored: transformers' {fam.cls} builds a dense MLP")
+            r.used.add(key)
+        return out
+
+    def count(keys: tuple[str, ...], slot: str, minimum: int = 1) -> int:
+        found = r.find(keys)
+        if found is not None:
+            return _checked_int(*found, minimum=minimum)
+        if slot not in d:
+            raise InputError(f"model config lacks '{keys[0]}'")
+        _default_warned(r, fam, keys[0], d[slot])
+        return d[slot]
+
+    if kind == "mixtral":
+        experts = count(("num_local_experts",), "experts")
+        top_k = count(("num_experts_per_tok",), "top_k")
+        width = dense_ffn
+        dense_ids: list[int] = []
+        shared, shared_width, gate = 0, None, False
+    elif kind in ("qwen2_moe", "qwen3_moe"):
+        experts = count(("num_experts",), "experts", minimum=0)
+        top_k = count(("num_experts_per_tok",), "top_k")
+        width = count(("moe_intermediate_size",), "width")
+        step = r.int(("decoder_sparse_step",), default=1)
+        only = _layer_list(r, "mlp_only_layers", layers)
+        dense_ids = [i for i in range(layers) if i in only or not (experts > 0 and (i + 1) % step == 0)]
+        if kind == "qwen2_moe":
+            shared_width = count(("shared_expert_intermediate_size",), "shared_width", minimum=0)
+            shared, gate = (1, True) if shared_width else (0, False)
+            shared_width = shared_width or None
+        else:
+            shared, shared_width, gate = 0, None, False
+    elif kind == "deepseek":
+        if "n_routed_experts" in r.raw and r.raw["n_routed_experts"] is None:
+            r.used.update(("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "n_shared_experts"))
+            return out  # DeepSeek's modeling code: no routed experts -> every layer a dense MLP
+        experts = count(("n_routed_experts",), "experts")
+        top_k = count(("num_experts_per_tok",), "top_k")
+        width = count(("moe_intermediate_size",), "width")
+        shared = count(("n_shared_experts",), "shared", minimum=0)
+        shared_width = width if shared else None
+        gate = False
+        first = count(("first_k_dense_replace",), "first_dense", minimum=0)
+        freq = _moe_freq(r)
+        # DeepSeek's modeling_deepseek.py: MoE iff layer >= first_k_dense_replace and layer % moe_layer_freq == 0
+        dense_ids = [i for i in range(layers) if not (i >= first and i % freq == 0)]
+    else:  # generic: every MoE key paraplan knows, DeepSeek / Qwen semantics
+        experts = r.int(("num_local_experts", "num_experts", "n_routed_experts"), default=1)
+        if experts <= 1:
+            for key in ("n_shared_experts", "shared_expert_intermediate_size", "moe_intermediate_size"):
+                if r.raw.get(key):
+                    r.warn(f"'{key}' = {_short(r.raw[key])} ignored: the config has no routed experts")
+                r.used.add(key)
+            return out
+        top_k = r.int(("num_experts_per_tok", "moe_topk"), default=1, what="experts per token")
+        width = r.int(("moe_intermediate_size",), default=dense_ffn)
+        n_shared = r.int(("n_shared_experts",), default=0, minimum=0)
+        qwen_shared = r.int(("shared_expert_intermediate_size",), default=0, minimum=0)
+        if n_shared and qwen_shared:
+            raise InputError("model config has both 'n_shared_experts' and 'shared_expert_intermediate_size'")
+        shared, shared_width, gate = (n_shared, width, False) if n_shared else (0, None, False)
+        if qwen_shared:
+            shared, shared_width = 1, qwen_shared
+            r.warn("'shared_expert_intermediate_size': one shared expert of that width assumed, without "
+                   "Qwen's shared-expert gate (its model_type is unknown)")  # fmt: skip
+        first = r.int(("first_k_dense_replace",), default=0, minimum=0)
+        freq = _moe_freq(r)
+        step = r.int(("decoder_sparse_step",), default=1)
+        only = _layer_list(r, "mlp_only_layers", layers)
+        dense_ids = [i for i in range(layers) if i < first or i % freq or (i + 1) % step or i in only]
+    if experts <= 1:
+        return out
+    out.update(
+        num_experts=experts,
+        experts_top_k=top_k,
+        ffn_hidden_size=width,
+        num_shared_experts=shared,
+        shared_expert_ffn=shared_width,
+        shared_expert_gate=gate,
+        router_bias=fam.cls.startswith("DeepseekV3") or r.raw.get("topk_method") == "noaux_tc",
+        dense_layer_ids=tuple(dense_ids),
+        dense_ffn_hidden_size=dense_ffn if dense_ids else None,
+    )
+    r.used.update(("topk_method",))
+    return out
+
+
+def _moe_freq(r: _Reader) -> int:
+    r.used.add("moe_layer_freq")
+    value = r.raw.get("moe_layer_freq")
+    if value is None:
+        return 1
+    if isinstance(value, list):
+        raise InputError(
+            f"model config 'moe_layer_freq' = {_short(value)} is a per-layer list (Megatron style); "
+            "paraplan reads the integer form of DeepSeek's config (MoE every n-th layer)"
+        )
+    return _checked_int("moe_layer_freq", value)
+
+
+def _layer_list(r: _Reader, key: str, layers: int) -> set[int]:
+    r.used.add(key)
+    value = r.raw.get(key)
+    if value is None:
+        return set()
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise InputError(f"model config '{key}' = {_short(value)} must be a list of layer indices")
+    bad = [v for v in value if not 0 <= v < layers]
+    if bad:
+        raise InputError(f"model config '{key}' has layer {bad[0]} outside 0..{layers - 1}")
+    return set(value)
+
+
+def _mla(r: _Reader, fam: _Family, heads: int) -> dict[str, Any]:
+    """DeepSeek multi-head latent attention dims (DeepseekV2Config / DeepseekV3Config defaults)."""
+    keys = ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+    if fam.mla is None:
+        for key in keys:
+            if r.raw.get(key) is not None:
+                r.warn(f"'{key}' ignored: transformers' {fam.cls} has no latent attention")
+            r.used.add(key)
+        return {}
+    if fam.mla == "generic" and r.raw.get("kv_lora_rank") is None:
+        r.used.update(keys)
+        return {}
+    defaults = {"kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128,
+                "v_head_dim": 128}  # fmt: skip
+    values: dict[str, int | None] = {}
+    for key in keys:
+        r.used.add(key)
+        if key == "q_lora_rank" and key in r.raw and r.raw[key] is None:
+            values[key] = None  # explicit null: a plain q_proj (DeepSeek-V2-Lite)
+        elif r.raw.get(key) is not None:
+            values[key] = _checked_int(key, r.raw[key], minimum=0 if key == "qk_rope_head_dim" else 1)
+        elif fam.mla == "generic":
+            raise InputError(f"model config has 'kv_lora_rank' but lacks '{key}' (latent attention)")
+        else:
+            values[key] = defaults[key]
+            _default_warned(r, fam, key, defaults[key])
+    kv_key = r.find(_KV)
+    if kv_key is not None and kv_key[1] != heads:
+        r.warn(f"'{kv_key[0]}' = {_short(kv_key[1])} ignored: latent attention decompresses one K/V per head")
+    nope, rope = values["qk_nope_head_dim"], values["qk_rope_head_dim"]
+    assert nope is not None and rope is not None
+    return {
+        "kv_lora_rank": values["kv_lora_rank"],
+        "q_lora_rank": values["q_lora_rank"],
+        "qk_rope_head_dim": rope,
+        "v_head_dim": values["v_head_dim"],
+        "head_dim": nope + rope,
+        "num_kv_heads": heads,
+    }
+
+
+def _sliding(r: _Reader, fam: _Family, layers: int) -> dict[str, Any]:
+    """Window size and sliding layers, as each config class lays them out."""
+    r.used.update(("sliding_window", "use_sliding_window", "max_window_layers", "layer_types",
+                   "sliding_window_pattern", "_sliding_window_pattern"))  # fmt: skip
+    raw = r.raw
+    layer_types = raw.get("layer_types")
+    if layer_types is not None and not fam.layer_types:
+        r.warn(f"'layer_types' ignored: transformers' {fam.cls} does not read it")
+        layer_types = None
+    if fam.sliding is None:
+        if raw.get("sliding_window") is not None:
+            r.warn(
+                f"'sliding_window' = {_short(raw['sliding_window'])} ignored: transformers' {fam.cls} attends to "
+                "the full sequence on every layer"
+            )
+        return {}
+    if "sliding_window" in raw:
+        window = raw["sliding_window"]
+        window = None if window is None else _checked_int("sliding_window", window)
+    else:
+        window = fam.sliding_default
+        if fam.sliding in ("all", "gemma2", "gemma3"):
+            _default_warned(r, fam, "sliding_window", window)
+    if fam.sliding in ("qwen2", "qwen2_moe", "qwen3_moe") and not r.flag("use_sliding_window", False):
+        window = None
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != layers:
+            raise InputError(f"model config 'layer_types' must list one entry for each of the {layers} layers")
+        for value in layer_types:
+            if value not in ("full_attention", "sliding_attention"):
+                raise InputError(
+                    f"model config 'layer_types' has {_short(value)}: only full_attention and sliding_attention "
+                    "layers are modelled"
+                )
+        ids = [i for i, value in enumerate(layer_types) if value == "sliding_attention"]
+        if ids and window is None:
+            raise InputError("model config 'layer_types' has sliding_attention layers but no 'sliding_window'")
+        return {"sliding_window": window, "sliding_layer_ids": tuple(ids)} if ids else {}
+    if window is None:
+        return {}
+    if fam.sliding in ("all", "qwen3_moe"):
+        return {"sliding_window": window}
+    if fam.sliding == "qwen2":  # Qwen2Config / Qwen3Config: layers from max_window_layers on slide
+        first = r.int(("max_window_layers",), default=28, minimum=0)
+        ids = [i for i in range(layers) if i >= first]
+    elif fam.sliding == "qwen2_moe":  # Qwen2MoeConfig: even layers below max_window_layers slide
+        below = r.int(("max_window_layers",), default=28, minimum=0)
+        ids = [i for i in range(layers) if (i + 1) % 2 and i < below]
+    elif fam.sliding == "gemma2":  # Gemma2Config: even layers local, odd global
+        ids = [i for i in range(layers) if (i + 1) % 2]
+    else:  # Gemma3TextConfig: every sliding_window_pattern-th layer global (5 local : 1 global)
+        pattern = r.int(("sliding_window_pattern", "_sliding_window_pattern"), default=6)
+        ids = [i for i in range(layers) if (i + 1) % pattern]
+    return {"sliding_window": window, "sliding_layer_ids": tuple(ids)} if ids else {}
+
+
+def _warn_leftovers(r: _Reader, fam: _Family, model_type: str) -> None:
+    for key, note in _WARNED_KEYS.items():
+        value = r.raw.get(key)
+        r.used.add(key)
+        if value is not None and value is not False and value != 0:
+            r.warn(f"'{key}' = {_short(value)}: {note}")
+    known = {k for keys in _ALIASES.values() for k in keys} | {
+        "head_dim", "tie_word_embeddings", "attention_bias", "mlp_bias", "qkv_bias", "use_bias", "bias",
+        "enable_bias", "multi_query", "new_decoder_architecture", "num_ln_in_parallel_attn", "parallel_attn",
+        "word_embed_proj_dim", "do_layer_norm_before", "layer_norm_elementwise_affine", "use_qk_norm",
+        "mlp_only_layers", "decoder_sparse_step", "first_k_dense_replace", "moe_layer_freq", "topk_method",
+        "use_sliding_window", "sliding_window", "layer_types", "sliding_window_pattern",
+    }  # fmt: skip
+    trivial = {"decoder_sparse_step": 1, "moe_layer_freq": 1, "topk_method": "greedy"}
+    for key, value in r.raw.items():
+        if key.startswith("_") or key in r.used or key in HARMLESS_KEYS:
+            continue
+        if value is None or value is False or value == 0 or value == [] or value == {} or value == "":
+            continue
+        if trivial.get(key) == value:
+            continue
+        if key in known:
+            r.warn(f"'{key}' = {_short(value)} ignored, as transformers' {fam.cls} does not read it")
+        else:
+            r.warn(
+                f"'{key}' = {_short(value)} is not a key paraplan knows: assumed to change neither the parameter "
+                f"count nor the FLOPs (model_type {model_type or '(none)'!r})"
+            )
+
+
 def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
-    """Both key families of Hugging Face configs: llama-style and gpt2-style."""
-    mlp = _mlp_kind(config)
+    """A `ModelSpec` from a Hugging Face config.json dict; see the module docstring for what is
+    modelled, refused and warned. Llama-style and gpt2-style key families are both read."""
+    r = _Reader(config)
     model_type = str(_get(config, "model_type", default="")).lower()
-    gpt2_keys = "n_embd" in config and "hidden_size" not in config
-    hidden = _int(config, "hidden_size", "n_embd", "d_model")
-    layers = _int(config, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _int(config, "num_attention_heads", "n_head", "num_heads")
-    kv_heads = _int(config, "num_key_value_heads", "num_kv_heads", "multi_query_group_num", default=heads)
-    default_ffn = 4 * hidden
-    ffn = _int(config, "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim", default=default_ffn)
-    experts = _int(config, "num_local_experts", "num_experts", "n_routed_experts", default=1)
-    if _get(config, "head_dim") is None and hidden % heads:
-        raise InputError(f"model config: hidden size {hidden} is not divisible by {heads} attention heads")
-    moe_ffn = _get(config, "moe_intermediate_size")
-    if experts > 1 and moe_ffn is not None:
-        ffn = _int(config, "moe_intermediate_size")
+    _refuse_unsupported(r, model_type)
+    family_name, fam = _family_for(r, model_type)
+    r.used.add("model_type")
+
+    hidden, _ = _sized(r, fam, "hidden", fam.hidden, None)
+    layers, _ = _sized(r, fam, "layers", fam.layers, None)
+    heads, _ = _sized(r, fam, "heads", fam.heads, None)
+    vocab, _ = _sized(r, fam, "vocab", ("vocab_size",), None)
+    # head_dim: the config's own key where the attention reads it, else the class default
+    head_dim_found = r.find(("head_dim",)) if fam.head_dim_key else None
+    if head_dim_found is not None:
+        head_dim = _checked_int(*head_dim_found)
+    else:
+        if not fam.head_dim_key:
+            r.used.add("head_dim")
+            given = config.get("head_dim")
+            if given is not None and hidden % heads == 0 and given != hidden // heads:
+                r.warn(f"'head_dim' = {_short(given)} ignored: transformers' {fam.cls} uses hidden_size // heads")
+        if fam.head_dim_default is not None:
+            head_dim = fam.head_dim_default
+            _default_warned(r, fam, "head_dim", head_dim)
+        else:
+            if hidden % heads:
+                raise InputError(f"model config: hidden size {hidden} is not divisible by {heads} attention heads")
+            head_dim = hidden // heads
+
+    # KV heads
+    kv_heads = heads
+    if family_name == "falcon":
+        kv_heads = _falcon_kv(r, heads)
+    elif fam.kv:
+        found = r.find(fam.kv)
+        if found is None:
+            others = r.find(tuple(k for k in _ALIASES["kv"] if k not in fam.kv))
+            if others is not None:
+                r.warn(f"'{others[0]}' = {_short(others[1])} taken as the KV-head count, although "
+                       f"transformers' {fam.cls} does not read it")  # fmt: skip
+                kv_heads = _checked_int(*others)
+            elif fam.kv_default is not None:
+                kv_heads = fam.kv_default
+                _default_warned(r, fam, fam.kv[0], kv_heads)
+        else:
+            kv_heads = _checked_int(*found)
+    else:
+        found = r.find(_ALIASES["kv"])
+        if found is not None and found[1] != heads:
+            r.warn(f"'{found[0]}' = {_short(found[1])} ignored: transformers' {fam.cls} is multi-head attention")
+
+    # MLP width
+    note = ""
+    if fam.ffn_default == "4h":
+        ffn_default: int | None = 4 * hidden
+        note = f"4 * hidden_size = {4 * hidden}"
+    else:
+        ffn_default = fam.ffn_default if isinstance(fam.ffn_default, int) else None
+        note = f"its default {ffn_default}" if ffn_default else ""
+    ffn, ffn_key = _sized(r, fam, "ffn", fam.ffn, ffn_default, default_note=note)
+    if ffn_key is None and fam.ffn_default not in ("4h", None):
+        _default_warned(r, fam, (fam.ffn or _FFN)[0], ffn)
+    if ffn_key is None and fam is _GENERIC_LLAMA:
+        r.warn(f"no MLP width in the config: 4 * hidden_size = {ffn} assumed")
+
+    fields: dict[str, Any] = {}
+    fields.update(_moe(r, fam, layers, hidden, ffn))
+    fields.update(_mla(r, fam, heads))
+    fields.update(_sliding(r, fam, layers))
+
+    # biases and norms
+    qkv_bias, out_bias, mlp_bias = _bias(r, fam.qkv_bias), _bias(r, fam.out_bias), _bias(r, fam.mlp_bias)
+    norms_per_layer, final_norm, norm_affine = fam.norms_per_layer, True, fam.norm != "none"
+    embed_dim: int | None = None
+    if family_name == "falcon":
+        norms_per_layer = _falcon_norms(r)
+    if family_name == "opt":
+        found = r.find(("word_embed_proj_dim",))
+        if found is not None and _checked_int(*found) != hidden:
+            embed_dim = _checked_int(*found)
+        final_norm = r.flag("do_layer_norm_before", True) and not r.flag("_remove_final_layer_norm", False)
+        norm_affine = r.flag("layer_norm_elementwise_affine", True)
+    qk_norm: QkNorm = fam.qk_norm
+    if fam is _GENERIC_LLAMA and r.flag("use_qk_norm", False):
+        qk_norm = "head"
+
+    found = r.find(fam.max_pos)
+    if found is not None:
+        max_pos = _checked_int(*found)
+    else:
+        alias = r.find(tuple(k for k in _ALIASES["max_pos"] if k not in fam.max_pos))
+        max_pos = fam.max_pos_default if alias is None else _checked_int(*alias)
+        if alias is not None and fam.learned_positions:
+            r.warn(f"'{alias[0]}' taken as the number of learned positions, although {fam.cls} does not read it")
+    if not fam.learned_positions:
+        r.used.update(_ALIASES["max_pos"])  # informational only for rotary / ALiBi models
+
+    tie = r.flag("tie_word_embeddings", fam.tie)
+    _warn_leftovers(r, fam, model_type)
+    # dropout: the families whose reference training recipe uses it (GPT-2-style keys without a
+    # model_type are read as GPT-2, dropout included)
+    dropout = fam.dropout and (model_type in FAMILIES or not model_type)
+
     try:
         return ModelSpec(
             name=str(config.get("_paraplan_name", name)),
             hidden_size=hidden,
             num_layers=layers,
             num_heads=heads,
-            num_kv_heads=kv_heads,
-            head_dim=_int(config, "head_dim", default=max(1, hidden // heads)),
-            ffn_hidden_size=ffn,
-            vocab_size=_int(config, "vocab_size", "padded_vocab_size"),
-            max_seq_len=_int(config, "max_position_embeddings", "n_positions", "n_ctx", "seq_length", default=2048),
-            mlp=mlp,
-            tied_embeddings=_flag(config, "tie_word_embeddings", gpt2_keys),
-            learned_positions=gpt2_keys or model_type in ("gpt2", "opt"),
-            layernorm=gpt2_keys or model_type in PLAIN_FAMILIES,
-            linear_bias=gpt2_keys or model_type in ("gpt2", "gpt_neox", "bloom", "opt", "gptj"),
-            dropout=model_type in DROPOUT_FAMILIES or (gpt2_keys and not model_type),
-            num_experts=experts,
-            experts_top_k=_int(config, "num_experts_per_tok", "moe_topk", "top_k", default=1),
+            num_kv_heads=fields.pop("num_kv_heads", kv_heads),
+            head_dim=fields.pop("head_dim", head_dim),
+            ffn_hidden_size=fields.pop("ffn_hidden_size", ffn),
+            vocab_size=vocab,
+            max_seq_len=max_pos,
+            mlp=fam.mlp,
+            tied_embeddings=tie,
+            learned_positions=fam.learned_positions,
+            position_offset=2 if family_name == "opt" else 0,
+            layernorm=fam.norm != "rms",
+            linear_bias=qkv_bias and out_bias and mlp_bias,
+            qkv_bias=qkv_bias,
+            out_bias=out_bias,
+            mlp_bias=mlp_bias,
+            lm_head_bias=fam.lm_head_bias,
+            norms_per_layer=norms_per_layer,
+            norm_affine=norm_affine,
+            qk_norm=qk_norm,
+            final_norm=final_norm,
+            embedding_norm=family_name == "bloom",
+            embed_dim=embed_dim,
+            dropout=dropout,
+            warnings=tuple(r.warnings),
+            **fields,
         )
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"]) or "config"
-        raise InputError(f"model config {name!r}: {where}: {err['msg']}") from None
+        assumed = f" (the loader assumed: {'; '.join(r.warnings)})" if r.warnings else ""
+        raise InputError(f"model config {name!r}: {where}: {err['msg']}{assumed}") from None
+
+
+def _falcon_kv(r: _Reader, heads: int) -> int:
+    """FalconAttention: new_decoder_architecture -> num_kv_heads; else multi_query -> 1 KV head."""
+    if r.flag("new_decoder_architecture", False):
+        found = r.find(("num_kv_heads", "n_head_kv", "num_key_value_heads"))
+        return heads if found is None else _checked_int(*found)
+    kv = 1 if r.flag("multi_query", True) else heads
+    found = r.find(("num_kv_heads", "n_head_kv", "num_key_value_heads"))
+    if found is not None and found[1] != kv:
+        r.warn(
+            f"'{found[0]}' = {_short(found[1])} ignored: Falcon without new_decoder_architecture uses "
+            f"{'multi-query attention (1 KV head)' if kv == 1 else 'multi-head attention'}"
+        )
+    return kv
+
+
+def _falcon_norms(r: _Reader) -> int:
+    """FalconDecoderLayer: ln_attn + ln_mlp (new architecture, num_ln_in_parallel_attn 2), else
+    input_layernorm (+ post_attention_layernorm when attention and MLP are sequential)."""
+    new = r.flag("new_decoder_architecture", False)
+    n_ln = r.int(("num_ln_in_parallel_attn",), default=2 if new else 1)
+    if new and n_ln == 2:
+        return 2
+    return 1 if r.flag("parallel_attn", True) else 2

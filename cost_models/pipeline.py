@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paraplan.cost_models.layout import FloatArray, Layouts
+from paraplan.cost_models.candidates import FloatArray, Layouts
 
 
 def bubble_fraction(lay: Layouts) -> FloatArray:

@@ -1,37 +1,61 @@
 """Settings of the training software stack that are not layout knobs.
 
+Each framework (`frameworks.FRAMEWORKS`) brings its own defaults; a user may override any
+field (`--no-flash-attention`, `--main-grads bf16`, ...), e.g. to describe an older release.
+
 `flash_attention`: fused attention that never materialises the s x s score matrix (Dao et al.
 2022); without it, the scores, softmax and dropout are stored (Korthikanti et al. 2022's
 5*a*s/h term) and computed as batched GEMMs plus memory-bound softmax.
 `dp_overlap`: data-parallel gradient reduction and weight gathers overlap the backward and
 forward passes (Megatron-LM's --overlap-grad-reduce / --overlap-param-gather, since 2023;
-DeepSpeed's overlap_comm; PyTorch DDP buckets). Megatron-LM of 2021-22 reduced gradients after
+DeepSpeed's overlap_comm; FSDP's prefetch). Megatron-LM of 2021-22 reduced gradients after
 the whole backward pass ("local" DDP), so runs of that era set it off.
-`main_grads`: "fp32" is Megatron-LM's convention (an fp32 gradient buffer, 4 bytes/param);
-"bf16" is DeepSpeed's (gradients kept in the training dtype, 2 bytes/param).
+`main_grads`: the gradient buffer's precision: "fp32" (Megatron-LM's main grads; FSDP2's fp32
+reduce dtype) or "bf16" (DeepSpeed's training-dtype gradients).
+`tp_overlap`: the backward pass's tensor-parallel collectives run while the weight-gradient
+GEMMs compute (Megatron-LM's asynchronous grad all-reduce / reduce-scatter in
+`LinearWithGradAccumulationAndAsyncCommunication`, on by default).
+`p2p_overlap`: the interleaved schedule overlaps pipeline sends and receives with compute
+(Megatron-LM's --overlap-p2p-communication, on by default with virtual stages).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from typing import Literal, get_args
 
 MainGrads = Literal["fp32", "bf16"]
+MAIN_GRADS: tuple[MainGrads, ...] = get_args(MainGrads)
 
 
 @dataclass(frozen=True)
 class Stack:
-    flash_attention: bool = True
-    dp_overlap: bool = True
-    main_grads: MainGrads = "fp32"
+    flash_attention: bool = field(default=True, metadata={"help": "Fused (flash) attention: no s x s scores."})
+    dp_overlap: bool = field(
+        default=True, metadata={"help": "Overlap data-parallel reduction and gathers with compute."}
+    )
+    main_grads: MainGrads = field(default="fp32", metadata={"help": "Gradient buffer precision: fp32 or bf16."})
+    tp_overlap: bool = field(
+        default=True, metadata={"help": "Hide backward tensor-parallel collectives under weight-gradient GEMMs."}
+    )
+    p2p_overlap: bool = field(
+        default=True, metadata={"help": "Overlap pipeline sends/receives with compute in the interleaved schedule."}
+    )
 
     @property
     def grad_bytes(self) -> int:
         return 4 if self.main_grads == "fp32" else 2
 
+    def with_overrides(self, **given: object) -> Stack:
+        """This stack with the given fields replaced (None keeps this stack's value)."""
+        changes = {k: v for k, v in given.items() if v is not None}
+        unknown = set(changes) - {f.name for f in fields(self)}
+        if unknown:
+            raise ValueError(f"unknown stack setting(s) {', '.join(sorted(unknown))}")
+        values = {f.name: changes.get(f.name, getattr(self, f.name)) for f in fields(self)}
+        return Stack(**values)  # type: ignore[arg-type]
 
-# The default stack, shared by default arguments (the class is frozen, so sharing is safe).
-DEFAULT_STACK = Stack()
 
-PARAM_BYTES = 2  # bf16/fp16 weights; FP8 training (Transformer Engine) keeps bf16 weights too
-OPTIMIZER_BYTES = 12  # Adam: fp32 master weights + first and second moments, 4 bytes each
+STACK_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Stack))
+BF16_BYTES = 2  # bf16/fp16 weights and activations
+FP32_BYTES = 4

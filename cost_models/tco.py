@@ -56,28 +56,26 @@ def hardware_usd_per_gpu_hour(price: Price, pricing: Pricing) -> float:
     return price.cloud_usd_per_gpu_hour
 
 
-def usd_per_gpu_hour(cluster: Cluster) -> float:
+def usd_per_gpu_hour(cluster: Cluster) -> float | None:
     """One GPU-hour at full load, for the optimizer's cost objective (a per-hardware constant).
 
     Owned where the preset gives capital costs: amortized capex plus the energy at TDP (busy
-    fraction 1) with the node share and PUE. Otherwise the cloud price. Without figures, 1.0, so
-    cost ranks as GPU-hours.
+    fraction 1) with the node share and PUE. Otherwise the cloud price. Without a price, None:
+    no dollar figure is ever made up.
     """
     price = cluster.price
     if price is None:
-        return 1.0
+        return None
     if price.gpu_usd is not None:
         hourly = hardware_usd_per_gpu_hour(price, "own")
         power = cluster.power
-        if power is not None:
+        if power is not None and power.usd_per_kwh is not None:
             watts = wall_power_per_gpu_w(
                 cluster.gpu.tdp_w, power.idle_fraction, 1.0, power.node_overhead_w, cluster.gpus_per_node, power.pue
             )
             hourly += watts / 1000.0 * power.usd_per_kwh
         return hourly
-    if price.cloud_usd_per_gpu_hour is not None:
-        return price.cloud_usd_per_gpu_hour
-    return 1.0
+    return price.cloud_usd_per_gpu_hour
 
 
 @dataclass(frozen=True)

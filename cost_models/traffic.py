@@ -4,21 +4,29 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
   TP  each layer all-reduces its attention and MLP outputs (T*h*2 bytes) in the forward and
       their gradients in the backward: 4 all-reduces (Shoeybi et al. 2019, Fig. 4); with
       sequence parallelism each becomes a reduce-scatter + all-gather of the same bytes
-      (Korthikanti et al. 2022, Sec 4.2.2). Full recompute repeats the forward's 2. Exposed:
-      Megatron runs them on the critical path.
-  CP  ring attention (Liu et al. 2023; Megatron context parallel): CP-1 steps that pass the local
-      K and V chunk (2*T*g*d/TP*2 bytes) in the forward, K, V, dK, dV in the backward; each
-      overlaps the attention compute of the same layer, so only the excess is exposed.
+      (Korthikanti et al. 2022, Sec 4.2.2). Full recompute repeats the forward's 2. The forward
+      collectives sit on the critical path. In the backward, the input-gradient collective of
+      each column-parallel linear (QKV and the MLP's first projection) runs while that linear's
+      weight-gradient GEMM computes (Megatron's `LinearWithGradAccumulationAndAsyncCommunication`,
+      on by default; `Stack.tp_overlap`): only what outlasts those GEMMs is exposed.
+  CP  ring (Liu et al. 2023; Megatron --cp-comm-type p2p): CP-1 steps that pass the local K and
+      V chunk (2*T*g*d/TP*2 bytes) in the forward, K, V, dK, dV in the backward; each overlaps
+      the attention compute of the same layer, so only the excess is exposed. All-gather (Llama 3,
+      Dubey et al. 2024 Sec 3.3.2; Megatron --cp-comm-type allgather): K and V all-gathered
+      before attention in the forward, their gradients reduce-scattered in the backward, not
+      overlapped.
   EP  each MoE layer dispatches and combines tokens with an all-to-all (T*k*h*2 bytes; per TP
       rank with sequence parallelism) in the forward and again in the backward (Lepikhin et al.
       2020, GShard). Exposed.
   PP  each micro-batch crosses each of a GPU's v chunk boundaries twice (activation forward,
       gradient backward), T*h*2/TP bytes each (Megatron's scatter/gather optimisation,
-      Narayanan et al. 2021 Sec 4.1). Blocking send/recv in the 1F1B schedule: exposed.
+      Narayanan et al. 2021 Sec 4.1). Blocking in the 1F1B schedule: exposed. The interleaved
+      schedule overlaps them with the next chunk's compute (`Stack.p2p_overlap`): exposed only
+      beyond that compute.
   DP  once per step the gradients are all-reduced (ZeRO 0) or reduce-scattered with the
       weights all-gathered after the optimizer step (ZeRO 1, Megatron's distributed
-      optimizer); ZeRO 2 and 3 reduce-scatter after every micro-batch's backward (DeepSpeed),
-      ZeRO 3 also all-gathers every layer's weights, one collective per layer (FSDP units,
+      optimizer); ZeRO 2 and 3 reduce-scatter after every micro-batch's backward (DeepSpeed,
+      FSDP), ZeRO 3 also all-gathers every layer's weights, one collective per layer (FSDP units,
       DeepSpeed's per-module prefetch), in the forward and backward of every micro-batch.
       Reductions overlap a micro-batch's backward and gathers its forward, up to
       `efficiency.dp_overlap` of their wall time (`overlap_windows`); only the rest is exposed.
@@ -30,6 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from paraplan.cost_models.candidates import FloatArray, Layouts
 from paraplan.cost_models.comm import (
     all_gather_s,
     all_reduce_s,
@@ -40,13 +49,13 @@ from paraplan.cost_models.comm import (
     reduce_scatter_s,
 )
 from paraplan.cost_models.compute import MicroBatchTimes
-from paraplan.cost_models.layout import FloatArray, Layouts
+from paraplan.cost_models.layout import CpComm
 from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import PARAM_BYTES, Stack
+from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.hardware_specs.schema import Cluster
 
-ACTIVATION_BYTES = 2.0
+ACTIVATION_BYTES = float(BF16_BYTES)
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,7 @@ class MicroBatchComm:
 
 
 def _tokens(lay: Layouts) -> FloatArray:
-    return (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    return np.asarray((lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64))
 
 
 def _forward_passes(model: ModelSpec, lay: Layouts) -> FloatArray:
@@ -69,7 +78,19 @@ def _forward_passes(model: ModelSpec, lay: Layouts) -> FloatArray:
     return np.asarray(1.0 + lay.full_recompute_share(model.num_layers))
 
 
-def tp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
+def column_parallel_share(model: ModelSpec) -> float:
+    """Share of a layer's GEMM FLOPs in its column-parallel linears (QKV, the MLP's first
+    projection): their weight-gradient GEMMs are the window for the backward TP collectives."""
+    up = (2.0 if model.mlp == "gated" else 1.0) * model.ffn_hidden_size * model.experts_top_k
+    column = model.q_dim + 2.0 * model.kv_dim + up
+    row = model.q_dim + model.ffn_hidden_size * model.experts_top_k
+    return column / (column + row)
+
+
+def tp_per_layer_s(
+    model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, layer_gemm_fwd_s: FloatArray
+) -> FloatArray:
+    """Exposed TP time per layer and micro-batch (see the module docstring)."""
     bw, lat = links(cluster, lay.tp, np.ones_like(lay.tp))
     nbytes = _tokens(lay) * model.hidden_size * ACTIVATION_BYTES
     one = np.where(
@@ -77,16 +98,24 @@ def tp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArr
         reduce_scatter_s(nbytes, lay.tp, bw, lat) + all_gather_s(nbytes, lay.tp, bw, lat),
         all_reduce_s(nbytes, lay.tp, bw, lat),
     )
-    return np.asarray(2.0 * (_forward_passes(model, lay) + 1.0) * one)
+    forward = 2.0 * _forward_passes(model, lay) * one
+    window = column_parallel_share(model) * layer_gemm_fwd_s if stack.tp_overlap else 0.0
+    backward = np.maximum(2.0 * one - window, 0.0)
+    return np.asarray(forward + backward)
 
 
 def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, times: MicroBatchTimes) -> FloatArray:
     bw, lat = links(cluster, lay.cp, lay.tp)
     chunk = 2.0 * _tokens(lay) * model.kv_dim / lay.tp * ACTIVATION_BYTES
     steps = lay.cp - 1.0
-    forward = np.maximum(steps * p2p_s(chunk, bw, lat) - times.attention_fwd_s, 0.0)
-    backward = np.maximum(steps * p2p_s(2.0 * chunk, bw, lat) - times.attention_bwd_s, 0.0)
-    return np.asarray(np.where(lay.cp > 1, _forward_passes(model, lay) * forward + backward, 0.0))
+    ring_fwd = np.maximum(steps * p2p_s(chunk, bw, lat) - times.attention_fwd_s, 0.0)
+    ring_bwd = np.maximum(steps * p2p_s(2.0 * chunk, bw, lat) - times.attention_bwd_s, 0.0)
+    gather_fwd = all_gather_s(lay.cp * chunk, lay.cp, bw, lat)
+    gather_bwd = reduce_scatter_s(lay.cp * chunk, lay.cp, bw, lat)
+    ring = _forward_passes(model, lay) * ring_fwd + ring_bwd
+    gathered = _forward_passes(model, lay) * gather_fwd + gather_bwd
+    per_layer = np.where(lay.cp_comm == CpComm.ALLGATHER, gathered, ring)
+    return np.asarray(np.where(lay.cp > 1, per_layer, 0.0))
 
 
 def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
@@ -98,20 +127,29 @@ def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArr
     return np.asarray(2.0 * (_forward_passes(model, lay) + 1.0) * all_to_all_s(nbytes, lay.ep, bw, lat))
 
 
-def pp_per_micro_batch_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
+def pp_per_micro_batch_s(
+    model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, chunk_compute_s: FloatArray
+) -> FloatArray:
+    """Exposed point-to-point time per micro-batch: 2v transfers, hidden behind a chunk's
+    compute in the interleaved schedule when the stack overlaps them."""
     bw, lat = pair_links(cluster, lay.tp * lay.cp * lay.dp)
     nbytes = _tokens(lay) * model.hidden_size * ACTIVATION_BYTES / lay.tp
-    return np.asarray(np.where(lay.pp > 1, 2.0 * lay.virtual_stages * p2p_s(nbytes, bw, lat), 0.0))
+    one = p2p_s(nbytes, bw, lat)
+    hidden = (lay.virtual_stages > 1) & stack.p2p_overlap
+    exposed = np.where(hidden, np.maximum(one - chunk_compute_s, 0.0), one)
+    return np.asarray(np.where(lay.pp > 1, 2.0 * lay.virtual_stages * exposed, 0.0))
 
 
 def micro_batch_comm(
-    model: ModelSpec, lay: Layouts, cluster: Cluster, layers: FloatArray, times: MicroBatchTimes
+    model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, layers: FloatArray, times: MicroBatchTimes
 ) -> MicroBatchComm:
+    per_layer_gemm = times.wgrad_s / np.maximum(layers, 1.0)
+    chunk_compute = (times.forward_s + times.backward_s) / (2.0 * lay.virtual_stages)
     return MicroBatchComm(
-        tp_s=layers * tp_per_layer_s(model, lay, cluster),
-        cp_s=layers * cp_per_layer_s(model, lay, cluster, times),
-        ep_s=layers * ep_per_layer_s(model, lay, cluster),
-        pp_s=pp_per_micro_batch_s(model, lay, cluster),
+        tp_s=np.asarray(layers * tp_per_layer_s(model, lay, cluster, stack, per_layer_gemm)),
+        cp_s=np.asarray(layers * cp_per_layer_s(model, lay, cluster, times)),
+        ep_s=np.asarray(layers * ep_per_layer_s(model, lay, cluster)),
+        pp_s=pp_per_micro_batch_s(model, lay, cluster, stack, chunk_compute),
     )
 
 
@@ -152,8 +190,8 @@ def dp_exposed_s(
     for count, n, (bw, lat) in groups:
         all_reduce = all_reduce + all_reduce_s(count * stack.grad_bytes, n, bw, lat)
         scatter = scatter + reduce_scatter_s(count * stack.grad_bytes, n, bw, lat)
-        gather = gather + all_gather_s(count * PARAM_BYTES, n, bw, lat)
-        layer_gathers = layer_gathers + layers * all_gather_s(count * PARAM_BYTES / layers, n, bw, lat)
+        gather = gather + all_gather_s(count * BF16_BYTES, n, bw, lat)
+        layer_gathers = layer_gathers + layers * all_gather_s(count * BF16_BYTES / layers, n, bw, lat)
     fwd = overlap * windows[0]
     bwd = overlap * windows[1]
 

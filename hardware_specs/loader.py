@@ -18,6 +18,8 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from paraplan.hardware_specs.errors import InputError
+from paraplan.hardware_specs.files import read_text_file
 from paraplan.hardware_specs.schema import Cluster
 
 _PRESET_SUFFIX = ".toml"
@@ -31,7 +33,7 @@ _BOUND_OPS = {
 }
 
 
-class SpecError(ValueError):
+class SpecError(InputError):
     """A hardware spec could not be found, read, parsed or validated (one-line message)."""
 
 
@@ -76,24 +78,20 @@ def _load_preset(name: str) -> Cluster:
     # Presets are immutable package data and Cluster is frozen: one instance per name is safe.
     resource = _preset_files()[name]
     label = f"hardware preset {name}"
-    return _parse(resource.read_bytes(), label)
+    return _parse(resource.read_bytes().decode("utf-8"), label)
 
 
 def _load_file(path: Path) -> Cluster:
-    label = f"hardware file {path}"
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        reason = exc.strerror or type(exc).__name__
-        raise SpecError(f"{label}: cannot read ({reason})") from exc
-    return _parse(data, label)
+        text = read_text_file(path, "hardware file")
+    except InputError as exc:
+        raise SpecError(str(exc)) from None
+    return _parse(text, f"hardware file {path}")
 
 
-def _parse(data: bytes, label: str) -> Cluster:
+def _parse(text: str, label: str) -> Cluster:
     try:
-        table = tomllib.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{label}: not UTF-8 text (byte {exc.start})") from exc
+        table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"{label}: invalid TOML: {_one_line(str(exc))}") from exc
     except (ValueError, RecursionError) as exc:  # e.g. an integer beyond Python's digit limit

@@ -104,7 +104,7 @@ class Power(_Spec):
     node_overhead_w: float = Field(default=0.0, ge=0, le=1e6)  # CPUs, fans, NICs per node
     idle_fraction: float = Field(default=0.25, ge=0, le=1)  # GPU draw when idle / TDP
     pue: float = Field(default=1.3, ge=1.0, le=5.0)
-    usd_per_kwh: float = Field(default=0.10, ge=0, le=1e3)
+    usd_per_kwh: float | None = Field(default=None, ge=0, le=1e3)  # None: no energy price, no energy cost
     sources: tuple[str, ...] = ()
 
 
@@ -116,10 +116,20 @@ class Reliability(_Spec):
     sources: tuple[str, ...] = ()
 
 
+class Host(_Spec):
+    """The servers' CPUs and memory, for offloading optimizer states and weights (ZeRO-Offload,
+    ZeRO-Infinity, FSDP2 CPU offload). Host <-> GPU transfers use `intra_node.pcie`."""
+
+    memory_bytes: float = Field(ge=1e9, le=1e15)  # host DRAM per node
+    cpu_adam_params_per_s: float = Field(ge=1e6, le=1e13)  # Adam steps per second on one node's CPUs
+    sources: tuple[str, ...] = ()
+
+
 class Cluster(_Spec):
     """A cluster building block: nodes of `gpus_per_node` identical GPUs."""
 
     name: str = Field(min_length=1)
+    family: str = Field(default="", max_length=64)  # GPU generation, to match validation runs ("" = name)
     description: str = ""
     gpu: GPU
     gpus_per_node: int = Field(ge=1, le=1024)
@@ -130,12 +140,17 @@ class Cluster(_Spec):
     price: Price | None = None
     power: Power | None = None
     reliability: Reliability | None = None
+    host: Host | None = None
 
     @model_validator(mode="after")
     def _reserve_fits(self) -> Cluster:
         if self.memory_reserve_bytes >= self.gpu.memory_bytes:
             raise ValueError("memory_reserve_bytes must be below the GPU memory capacity")
         return self
+
+    @property
+    def gpu_family(self) -> str:
+        return self.family or self.name
 
     @property
     def nvlink_domain(self) -> int:

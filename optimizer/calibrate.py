@@ -19,70 +19,36 @@ objective is smooth; the "after" error re-chooses them with the fitted constants
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
+from paraplan.cost_models.candidates import Layouts
+from paraplan.fit_parameters import PARAMETERS, Parameter
 from paraplan.cost_models.errors import InputError
-from paraplan.cost_models.evaluate import evaluate
-from paraplan.cost_models.layout import Layout, Layouts
+from paraplan.cost_models.layout import KNOBS, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
-from paraplan.cost_models.stack import Stack
+from paraplan.cost_models.stack import STACK_FIELDS
+from paraplan.hardware_specs.files import read_text_file
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.plan import parse_plan
-from paraplan.scenario import Scenario, best_or_closest
-from paraplan.space import Knobs
+from paraplan.question import Question, knobs_from
+from paraplan.search import Constraints, closest, rank
+
+MAX_GPUS = 10_000_000
+
+if TYPE_CHECKING:
+    from paraplan.results import CalibrateResult
 
 REQUIRED = ("model", "gpus", "plan", "global_batch", "seq_len", "step_time_s")
-KNOB_COLUMNS = (
-    "micro_batch", "recompute", "recompute_layers", "zero", "sequence_parallel", "virtual_stages", "precision"
-)
-STACK_COLUMNS = ("flash_attention", "dp_overlap", "main_grads")
-STACK_FLAGS = ("flash_attention", "dp_overlap")
 PRIOR_WEIGHT = 1e-3
 MAX_ITERATIONS = 40
-
-
-@dataclass(frozen=True)
-class Parameter:
-    name: str
-    lower: float
-    upper: float
-
-    def get(self, cluster: Cluster) -> float:
-        return float(_PATHS[self.name](cluster))
-
-    def span(self) -> float:
-        return self.upper - self.lower
-
-
-_PATHS = {
-    "gemm_max": lambda c: c.efficiency.gemm_max,
-    "gemm_half_dim": lambda c: c.efficiency.gemm_half_dim,
-    "attention": lambda c: c.efficiency.attention,
-    "memory_bound": lambda c: c.efficiency.memory_bound,
-    "intra_node": lambda c: c.intra_node.link.efficiency,
-    "inter_node": lambda c: c.inter_node.efficiency,
-    "dp_overlap": lambda c: c.efficiency.dp_overlap,
-}
-
-PARAMETERS = {
-    p.name: p
-    for p in (
-        Parameter("gemm_max", 0.2, 1.0),
-        Parameter("gemm_half_dim", 0.0, 1024.0),
-        Parameter("attention", 0.1, 1.0),
-        Parameter("memory_bound", 0.2, 1.0),
-        Parameter("intra_node", 0.05, 1.0),
-        Parameter("inter_node", 0.05, 1.0),
-        Parameter("dp_overlap", 0.0, 1.0),
-    )
-}
 
 
 def with_constants(cluster: Cluster, values: dict[str, float]) -> Cluster:
@@ -100,111 +66,101 @@ def with_constants(cluster: Cluster, values: dict[str, float]) -> Cluster:
 
 # --- runs ------------------------------------------------------------------------------------
 
+MAX_RUNS_BYTES = 16 * 2**20  # a runs CSV is a few KB per run; far beyond any real one
+
 
 @dataclass(frozen=True)
 class Run:
     label: str
+    group: str
+    hardware: str  # the CSV's hardware column ("" when absent)
     model: ModelSpec
     gpus: int
     plan_text: str
-    knobs: Knobs
-    stack: Stack
+    knobs: dict[str, object]
+    stack: dict[str, object]
     measured_s: float
 
-    def scenario(self, cluster: Cluster) -> Scenario:
+    def question(self, cluster: Cluster) -> Question:
         plan = parse_plan(self.plan_text, self.gpus)
-        return Scenario(self.model, cluster, self.gpus, self.knobs, self.stack).with_plan(plan)
+        knobs = dict(self.knobs)
+        if plan.virtual_stages is not None:
+            knobs.setdefault("virtual_stages", plan.virtual_stages)
+        q = Question.of(self.model, cluster, knobs, self.stack)
+        return q.fixed(tp=plan.tp, pp=plan.pp, dp=plan.dp, cp=plan.cp, ep=plan.ep)
 
 
 def _cell(row: dict[str, str], key: str) -> str | None:
     value = row.get(key)
-    return value.strip() if value is not None and value.strip() != "" else None
+    return value.strip() if isinstance(value, str) and value.strip() != "" else None
 
 
-def _number(row: dict[str, str], key: str, where: str, kind: type = int) -> Any:
+def _number(row: dict[str, str], key: str, where: str, whole: bool = True) -> Any:
     text = _cell(row, key)
     if text is None:
         raise InputError(f"{where}: column '{key}' is empty")
+    if len(text) > 40:
+        raise InputError(f"{where}: {key} = '{text[:20]}...' is not a number")
     try:
-        value = kind(float(text)) if kind is int else kind(text)
-    except (ValueError, OverflowError):
+        value = float(text)
+    except ValueError:
         raise InputError(f"{where}: {key} = '{text}' is not a number") from None
-    if kind is int and float(text) != value:
-        raise InputError(f"{where}: {key} = '{text}' must be a whole number")
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise InputError(f"{where}: {key} = '{text}' must be positive")
+    if not math.isfinite(value) or value <= 0:
+        raise InputError(f"{where}: {key} = '{text}' must be a positive finite number")
+    if whole:
+        if value != int(value):
+            raise InputError(f"{where}: {key} = '{text}' must be a whole number")
+        return int(value)
     return value
 
 
-def _bool(text: str, where: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    raise InputError(f"{where}: '{text}' is not true/false")
+def _json_object(text: str, where: str, column: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError, ValueError):
+        raise InputError(f"{where}: column '{column}' is not a JSON object") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: column '{column}' must hold a JSON object, not {type(value).__name__}")
+    return value
 
 
-def _row_knobs(row: dict[str, str], where: str) -> tuple[Knobs, Stack]:
-    extra: dict[str, Any] = {}
-    if _cell(row, "knobs"):
-        try:
-            extra = json.loads(row["knobs"])
-        except json.JSONDecodeError:
-            raise InputError(f"{where}: column 'knobs' is not JSON") from None
-    for key in (*KNOB_COLUMNS, *STACK_COLUMNS):
+def _row_settings(row: dict[str, str], where: str) -> tuple[dict[str, object], dict[str, object]]:
+    """(layout knobs, stack settings) of a row: its `knobs` JSON and any knob or stack column.
+    Values are checked by the same schema as the CLI options (`question.knobs_from`)."""
+    extra: dict[str, Any] = _json_object(row["knobs"], where, "knobs") if _cell(row, "knobs") else {}
+    for key in (*KNOBS, *STACK_FIELDS):
+        if key in ("tp", "pp", "dp", "cp", "ep", "global_batch", "seq_len"):
+            continue
         if _cell(row, key) is not None:
             extra[key] = _cell(row, key)
-    recompute = extra.get("recompute")
-    if recompute is not None and recompute not in ("none", "selective", "full"):
-        raise InputError(f"{where}: recompute '{recompute}' is not none, selective or full")
-    precision = extra.get("precision", "bf16")
-    if precision not in ("bf16", "fp16", "fp8"):
-        raise InputError(f"{where}: precision '{precision}' is not bf16, fp16 or fp8")
-
-    def whole(key: str) -> int | None:
-        if extra.get(key) in (None, ""):
-            return None
-        try:
-            value = float(extra[key])
-        except (TypeError, ValueError):
-            raise InputError(f"{where}: {key} = {extra[key]!r} is not a number") from None
-        if not math.isfinite(value) or value != int(value) or value < (0 if key in ("zero", "recompute_layers") else 1):
-            raise InputError(f"{where}: {key} = {extra[key]!r} must be a whole number")
-        return int(value)
-
-    zero = whole("zero")
-    if zero is not None and zero > 3:
-        raise InputError(f"{where}: zero = {zero} must be 0, 1, 2 or 3")
-    sp = extra.get("sequence_parallel")
-    knobs = Knobs(
-        micro_batch=whole("micro_batch"),
-        virtual_stages=whole("virtual_stages"),
-        recompute_layers=whole("recompute_layers"),
-        recompute=recompute,
-        zero=zero,
-        sequence_parallel=None if sp in (None, "") else (sp if isinstance(sp, bool) else _bool(str(sp), where)),
-        precision=precision,
-        global_batch=_number(row, "global_batch", where),
-        seq_len=_number(row, "seq_len", where),
-    )
-    main_grads = extra.get("main_grads", "fp32")
-    if main_grads not in ("fp32", "bf16"):
-        raise InputError(f"{where}: main_grads '{main_grads}' is not fp32 or bf16")
-    flags = {k: v if isinstance(v, bool) else _bool(str(v), where) for k, v in extra.items() if k in STACK_FLAGS}
-    stack = Stack(main_grads=main_grads, **flags)
+    stack = {k: extra.pop(k) for k in list(extra) if k in STACK_FIELDS}
+    for key in ("flash_attention", "dp_overlap", "tp_overlap", "p2p_overlap"):
+        if key in stack and not isinstance(stack[key], bool):
+            try:
+                stack[key] = parse_knob("sequence_parallel", stack[key])  # the same true/false reading
+            except ValueError as exc:
+                raise InputError(f"{where}: {key} {exc}") from None
+    unknown = [k for k in extra if k not in KNOBS]
+    if unknown:
+        raise InputError(f"{where}: unknown knob(s) {', '.join(sorted(unknown))} in 'knobs'")
+    extra["global_batch"] = _number(row, "global_batch", where)
+    extra["seq_len"] = _number(row, "seq_len", where)
+    try:
+        knobs = knobs_from(extra)
+    except InputError as exc:
+        raise InputError(f"{where}: {exc}") from None
     return knobs, stack
 
 
 def load_runs(path: Path) -> list[Run]:
-    """Runs from a CSV: the contract's columns, or the reference table's (config, knobs,
+    """Runs from a CSV: the contract's columns, or the published table's (config, knobs,
     measured_step_time_s). Every problem is an InputError naming the row and column."""
+    text = read_text_file(path, "runs file", MAX_RUNS_BYTES)
     try:
-        with path.open(newline="") as fh:
-            rows = list(csv.DictReader(fh))
-            columns = set(rows[0].keys()) if rows else set()
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise InputError(f"cannot read runs file '{path}': {exc}") from None
+        rows = list(csv.DictReader(io.StringIO(text)))
+    except csv.Error as exc:
+        raise InputError(f"runs file '{path}' is not a CSV: {exc}") from None
+    columns = set(rows[0].keys()) if rows else set()
     if not rows:
         raise InputError(f"runs file '{path}' has no runs")
     if "step_time_s" not in columns and "measured_step_time_s" in columns:
@@ -223,23 +179,25 @@ def _run(row: dict[str, str], path: Path, line: int) -> Run:
     try:
         if model_text is not None:
             candidate = path.parent / model_text
-            model = load_model(str(candidate) if candidate.exists() else model_text)
+            model = load_model(str(candidate) if candidate.is_file() else model_text)
         elif _cell(row, "config") is not None:
-            model = model_from_config(json.loads(row["config"]), label)
+            model = model_from_config(_json_object(row["config"], where, "config"), label)
         else:
             raise InputError("column 'model' is empty")
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
-    except (json.JSONDecodeError, AttributeError, TypeError):
-        raise InputError(f"{where}: column 'config' is not a JSON object") from None
     gpus = _number(row, "gpus", where)
+    if gpus > MAX_GPUS:
+        raise InputError(f"{where}: gpus = {gpus} exceeds {MAX_GPUS}")
     plan_text = _cell(row, "plan") or ""
     try:
         parse_plan(plan_text, gpus)
     except InputError as exc:
         raise InputError(f"{where}: {exc}") from None
-    knobs, stack = _row_knobs(row, where)
-    return Run(label, model, gpus, plan_text, knobs, stack, _number(row, "step_time_s", where, float))
+    knobs, stack = _row_settings(row, where)
+    measured = _number(row, "step_time_s", where, whole=False)
+    return Run(label, _cell(row, "group") or "", _cell(row, "hardware") or "", model, gpus, plan_text, knobs, stack,
+               measured)  # fmt: skip
 
 
 # --- fitting ---------------------------------------------------------------------------------
@@ -249,14 +207,18 @@ def chosen_layouts(runs: list[Run], cluster: Cluster) -> list[Layout]:
     """Each run's layout with its open knobs chosen as validate chooses them."""
     out = []
     for run in runs:
-        choice = best_or_closest(run.scenario(cluster).evaluate_space())
-        out.append(choice.evaluation.layouts.at(choice.index))
+        question = run.question(cluster)
+        ev = question.evaluate(question.space(run.gpus))
+        if len(ev) == 0:
+            raise InputError(f"run {run.label}: its plan admits no layout")
+        ranking = rank(ev, Constraints(), 1)
+        out.append(ev.layouts.at(ranking.best[0] if ranking.groups else closest(ev)))
     return out
 
 
 def predict(runs: list[Run], layouts: list[Layout], cluster: Cluster) -> npt.NDArray[np.float64]:
     steps = [
-        evaluate(r.model, cluster, Layouts.of([lay]), r.stack).step_time_s[0]
+        float(r.question(cluster).evaluate(Layouts.of([lay])).step_time_s[0])
         for r, lay in zip(runs, layouts, strict=True)
     ]
     return np.array(steps, dtype=np.float64)
@@ -346,7 +308,85 @@ def parse_fit_names(text: str | None) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in PARAMETERS]
     if unknown or not names:
-        raise InputError(f"--fit '{text}': unknown constant(s) {', '.join(unknown) or '(none)'}; "
-                         f"accepted: {', '.join(PARAMETERS)}")
+        raise InputError(
+            f"--fit '{text}': unknown constant(s) {', '.join(unknown) or '(none)'}; accepted: {', '.join(PARAMETERS)}"
+        )
     return list(dict.fromkeys(names))
 
+
+FAR_OFF = 3.0  # a run predicted more than 3x off (either way) is left out of the fit
+BOUND_TOLERANCE = 1e-3  # a constant within this share of its range from a bound "sits on" it
+
+
+def _screen(runs: list[Run], cluster: Cluster) -> tuple[list[Run], dict[str, str]]:
+    """Runs fit for fitting, and why each other one is left out: the model finds its plan
+    infeasible (its prediction would be for a plan that cannot run), or predicts it more than
+    3x off (a different regime, or a mistake in the row; fitting through it would distort every
+    constant)."""
+    flagged: dict[str, str] = {}
+    keep = []
+    for run in runs:
+        question = run.question(cluster)
+        ev = question.evaluate(question.space(run.gpus))
+        ranking = rank(ev, Constraints(), 1)
+        if not ranking.groups:
+            flagged[run.label] = "infeasible under the model: " + (ranking.reason or "no layout")
+            continue
+        ratio = float(ev.step_time_s[ranking.best[0]]) / run.measured_s
+        if not 1 / FAR_OFF <= ratio <= FAR_OFF:
+            flagged[run.label] = f"predicted {ratio:.2f}x the measured step time (beyond {FAR_OFF:g}x)"
+            continue
+        keep.append(run)
+    return keep, flagged
+
+
+def calibrate(
+    hardware: str | Cluster,
+    runs: str | Path | list[Run],
+    *,
+    fit_names: str | list[str] | None = None,
+    name: str | None = None,
+    command: str = "",
+) -> CalibrateResult:
+    """Fit the hardware's efficiency constants to measured runs. The result carries the
+    calibrated hardware TOML (`toml`), the errors before and after per run, the runs left out of
+    the fit and why, and the constants that ended on a bound."""
+    from paraplan.api import load_hardware
+    from paraplan.hardware_specs.dump import cluster_to_toml
+    from paraplan.results import CalibratedRun, CalibrateResult
+
+    cluster = hardware if isinstance(hardware, Cluster) else load_hardware(hardware)
+    names = fit_names if isinstance(fit_names, list) else parse_fit_names(fit_names)
+    source = "runs" if isinstance(runs, list) else Path(runs).name
+    all_runs = runs if isinstance(runs, list) else load_runs(Path(runs))
+    usable, flagged = _screen(all_runs, cluster)
+    if not usable:
+        raise InputError(f"no run can be fitted: {'; '.join(f'{k}: {v}' for k, v in list(flagged.items())[:3])}")
+    result = fit(usable, cluster, names)
+    calibrated = calibrated_cluster(result.cluster, source, len(usable), name)
+    at_bound = [
+        n for n, v in result.values.items()
+        if min(v - PARAMETERS[n].lower, PARAMETERS[n].upper - v) <= BOUND_TOLERANCE * PARAMETERS[n].span()
+    ]  # fmt: skip
+    line = command or f"paraplan calibrate --hardware {cluster.name} --runs {source} --fit {','.join(names)}"
+    header = f"{line}\nfitted {', '.join(names)} on {len(usable)} run(s); left out {len(flagged)}"
+    if at_bound:
+        header += f"\nWARNING: {', '.join(at_bound)} ended on the bound of its range: the runs push it further"
+    before = relative_errors(result.before_s, result.measured_s)
+    after = relative_errors(result.after_s, result.measured_s)
+    rows = [
+        CalibratedRun(run=r.label, measured_s=float(m), before_s=float(b), after_s=float(a))
+        for r, m, b, a in zip(usable, result.measured_s, result.before_s, result.after_s, strict=True)
+    ]
+    by_label = {r.label: r for r in all_runs}
+    rows += [
+        CalibratedRun(run=label, measured_s=by_label[label].measured_s, before_s=by_label[label].measured_s,
+                      after_s=by_label[label].measured_s, flagged=why)
+        for label, why in flagged.items()
+    ]  # fmt: skip
+    return CalibrateResult(
+        hardware=calibrated.name, out=None, fitted=names, constants=result.values, at_bound=at_bound, runs=rows,
+        mape_before=float(np.mean(np.abs(before))), mape_after=float(np.mean(np.abs(after))),
+        worst_before=float(np.max(np.abs(before))), worst_after=float(np.max(np.abs(after))), command=line,
+        toml=cluster_to_toml(calibrated, header),
+    )  # fmt: skip

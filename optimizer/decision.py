@@ -3,38 +3,45 @@ account of training T tokens on it -- time with failures, goodput, energy and mo
 verdict computed from those numbers.
 
 Per hardware `H:N`:
-* without a budget or deadline, the optimizer's fastest layout on exactly N GPUs (CP-SAT, top 1);
-* with `deadline_days` (and the tokens), N is the maximum: the solver searches every count of
-  `gpu_count_domain(gpus_per_node, N, gpus_per_node)` and N, with the deadline as a constraint on
-  the failure-free training time and cost as the objective ("the cheapest that meets the
-  deadline"). Failures stretch the run by 1/goodput, which the solver does not see, so when the
-  failure-aware time misses the deadline the deadline is tightened by the goodput and the search
-  repeated (a few rounds); a budget is then checked on the result;
-* with only `budget_usd`, N is the maximum: the fastest layout of each count is accounted and the
-  fastest run whose total cost is within budget wins (the cheapest, flagged, when none is).
+* without a budget or deadline, the fastest layout on exactly N GPUs;
+* with `deadline_days`, N is the maximum: every count of `gpu_count_domain(gpus_per_node, N)`
+  and N are searched, the deadline a constraint on the failure-free training time and the
+  cheapest (GPU-hours x price; fewest GPU-hours without a price) preferred. Failures stretch the
+  run by 1/goodput, which the search does not see, so when the failure-aware time misses the
+  deadline it is tightened by the goodput and the search repeated (a few rounds);
+* with only `budget_usd`, N is the maximum: the fastest layout of each count is accounted and
+  the fastest run within budget wins (the cheapest, flagged, when none is).
 
-The account (`Account`): ideal time = tokens / tokens_per_s; failures, checkpoint interval and
-goodput from `cost_models.reliability`; energy at the predicted busy fraction from
-`cost_models.energy`; money from `cost_models.tco`. Every figure comes from the hardware preset
-(`[price]`, `[power]`, `[reliability]`, with sources) unless `Overrides` sets it.
+Every count of a hardware is enumerated and evaluated once; the rounds and counts are masks over
+that one table. The account: ideal time = tokens / tokens_per_s; failures, checkpoint interval
+and goodput from `cost_models.reliability`; energy at the predicted busy fraction from
+`cost_models.energy`; money from `cost_models.tco`, only where the hardware has a price.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
-from typing import Any
+from typing import Any, Unpack
 
+import numpy as np
 from pydantic import ValidationError
 
+from paraplan.answers import evaluated
+from paraplan.api import MAX_GPUS, _check_gpus, gpu_count_domain, hardware_items, load_hardware
+from paraplan.api import _model as resolve_model
+from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.energy import busy_fraction, energy_kwh, wall_power_per_gpu_w
 from paraplan.cost_models.errors import InputError
-from paraplan.cost_models.reliability import ReliabilityAccount, assess
-from paraplan.cost_models.tco import CostBreakdown, Pricing, hardware_usd_per_gpu_hour, run_cost
+from paraplan.cost_models.evaluate import Evaluation
+from paraplan.cost_models.layout import KnobArgs
+from paraplan.cost_models.reliability import CHECKPOINT_BYTES_PER_PARAM, ReliabilityAccount, assess
+from paraplan.cost_models.tco import PRICINGS, CostBreakdown, Pricing, hardware_usd_per_gpu_hour, run_cost
 from paraplan.hardware_specs.schema import Cluster, Power, Price, Reliability
-from paraplan.scenario import Choice, Scenario
-from paraplan.search import Constraints, SearchResult, gpu_count_domain, search
+from paraplan.question import Question
+from paraplan.results import CompareEntry, CompareResult, CostOut, ScalingPoint
+from paraplan.search import Constraints, complete, expansion_needed, rank
 from paraplan.units import fmt_duration, fmt_seconds, fmt_usd
 
 SECONDS_PER_DAY = 86400.0
@@ -46,13 +53,7 @@ DEADLINE_MARGIN = 0.999  # tighten a little beyond the goodput so rounding does 
 PRICE_FIELDS = ("gpu_usd", "server_share_usd", "network_share_usd", "cloud_usd_per_gpu_hour", "lifetime_years")
 POWER_FIELDS = ("node_overhead_w", "idle_fraction", "pue", "usd_per_kwh")
 RELIABILITY_FIELDS = ("gpu_mtbf_hours", "node_mtbf_hours", "storage_write_bytes_per_s", "restart_s")
-OPTION_OF = {
-    "gpu_usd": "--gpu-usd", "server_share_usd": "--server-usd", "network_share_usd": "--network-usd",
-    "cloud_usd_per_gpu_hour": "--cloud-usd-per-gpu-hour", "lifetime_years": "--lifetime-years",
-    "node_overhead_w": "--node-overhead-w", "idle_fraction": "--idle-fraction", "pue": "--pue",
-    "usd_per_kwh": "--usd-per-kwh", "gpu_mtbf_hours": "--gpu-mtbf-hours", "node_mtbf_hours": "--node-mtbf-hours",
-    "storage_write_bytes_per_s": "--checkpoint-write-gbps", "restart_s": "--restart-s",
-}  # fmt: skip
+OVERRIDABLE = (*PRICE_FIELDS, *POWER_FIELDS, *RELIABILITY_FIELDS)
 
 
 def _count(x: float) -> str:
@@ -64,44 +65,20 @@ def _mwh(kwh: float) -> str:
 
 
 @dataclass(frozen=True)
-class Overrides:
-    """Figures given on the command line; None keeps the preset's."""
-
-    pricing: Pricing = "own"
-    staff_usd_per_day: float = 0.0
-    gpu_usd: float | None = None
-    server_share_usd: float | None = None
-    network_share_usd: float | None = None
-    cloud_usd_per_gpu_hour: float | None = None
-    lifetime_years: float | None = None
-    node_overhead_w: float | None = None
-    idle_fraction: float | None = None
-    pue: float | None = None
-    usd_per_kwh: float | None = None
-    gpu_mtbf_hours: float | None = None
-    node_mtbf_hours: float | None = None
-    storage_write_bytes_per_s: float | None = None
-    restart_s: float | None = None
-
-    def given(self, names: tuple[str, ...]) -> dict[str, float]:
-        return {n: v for n in names if (v := getattr(self, n)) is not None}
-
-
-@dataclass(frozen=True)
 class Figures:
     """The price, power and reliability figures one hardware is accounted with."""
 
     pricing: Pricing
-    price: Price
+    price: Price | None
     power: Power
     reliability: Reliability
     staff_usd_per_day: float
-    hardware_usd_per_gpu_hour: float
+    hardware_usd_per_gpu_hour: float | None  # None: no price for this pricing
     overridden: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
-        def figures(spec: Price | Power | Reliability, names: tuple[str, ...]) -> dict[str, Any]:
-            return {n: getattr(spec, n) for n in names}
+        def figures(spec: Price | Power | Reliability | None, names: tuple[str, ...]) -> dict[str, Any] | None:
+            return None if spec is None else {n: getattr(spec, n) for n in names}
 
         return {
             "pricing": self.pricing,
@@ -112,7 +89,7 @@ class Figures:
             "reliability": figures(self.reliability, RELIABILITY_FIELDS),
             "overridden": list(self.overridden),
             "sources": {
-                "price": list(self.price.sources),
+                "price": list(self.price.sources) if self.price else [],
                 "power": list(self.power.sources),
                 "reliability": list(self.reliability.sources),
             },
@@ -120,7 +97,7 @@ class Figures:
 
 
 def _merge(kind: type[Price] | type[Power] | type[Reliability], base: Price | Power | Reliability | None,
-           given: dict[str, float], cluster: Cluster) -> Any:
+           given: dict[str, float], cluster: Cluster) -> Any:  # fmt: skip
     data: dict[str, Any] = base.model_dump() if base is not None else {}
     if given:
         set_here = (f"{n} = {v:g}: set on the command line" for n, v in given.items())
@@ -131,74 +108,75 @@ def _merge(kind: type[Price] | type[Power] | type[Reliability], base: Price | Po
     except ValidationError as exc:
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else kind.__name__.lower()
-        option = OPTION_OF.get(name, name)
-        raise InputError(f"{cluster.name}: {option} {err['msg']} (give it on the command line)") from None
+        raise InputError(
+            f"{cluster.name}: {name.replace('_', '-')} {err['msg']} (give it on the command line)"
+        ) from None
 
 
-def resolve(cluster: Cluster, overrides: Overrides) -> Figures:
-    """The preset's figures with the overrides applied; InputError when a needed figure is missing."""
-    price: Price = _merge(Price, cluster.price, overrides.given(PRICE_FIELDS), cluster)
-    power: Power = _merge(Power, cluster.power, overrides.given(POWER_FIELDS), cluster)
-    if cluster.reliability is None and not {"gpu_mtbf_hours", "node_mtbf_hours"} <= overrides.given(
-        RELIABILITY_FIELDS
-    ).keys():
+def resolve(cluster: Cluster, pricing: Pricing, overrides: Mapping[str, float], staff_usd_per_day: float) -> Figures:
+    """The preset's figures with the overrides applied. A missing price is no price (None), never
+    a placeholder; missing reliability figures are bad input (the account needs them)."""
+    if pricing not in PRICINGS:
+        raise InputError(f"pricing {pricing!r} must be one of {', '.join(PRICINGS)}")
+    unknown = set(overrides) - set(OVERRIDABLE)
+    if unknown:
+        raise InputError(f"unknown figure(s) {', '.join(sorted(unknown))}; accepted: {', '.join(OVERRIDABLE)}")
+
+    def given(names: tuple[str, ...]) -> dict[str, float]:
+        return {n: v for n in names if (v := overrides.get(n)) is not None}
+
+    price_given = given(PRICE_FIELDS)
+    price: Price | None = _merge(Price, cluster.price, price_given, cluster) if cluster.price or price_given else None
+    power: Power = _merge(Power, cluster.power, given(POWER_FIELDS), cluster)
+    if cluster.reliability is None and not {"gpu_mtbf_hours", "node_mtbf_hours"} <= given(RELIABILITY_FIELDS).keys():
         raise InputError(
             f"hardware {cluster.name} has no [reliability] figures: give --gpu-mtbf-hours and --node-mtbf-hours"
         )
-    reliability: Reliability = _merge(Reliability, cluster.reliability, overrides.given(RELIABILITY_FIELDS), cluster)
-    if overrides.pricing == "own" and price.gpu_usd is None:
-        raise InputError(f"hardware {cluster.name} has no gpu_usd for --pricing own: give --gpu-usd or --pricing cloud")
-    if overrides.pricing == "cloud" and price.cloud_usd_per_gpu_hour is None:
-        raise InputError(
-            f"hardware {cluster.name} has no cloud price: give --cloud-usd-per-gpu-hour or --pricing own"
-        )
-    names = tuple(f.name for f in fields(overrides) if f.name not in ("pricing", "staff_usd_per_day"))
-    return Figures(
-        pricing=overrides.pricing,
-        price=price,
-        power=power,
-        reliability=reliability,
-        staff_usd_per_day=overrides.staff_usd_per_day,
-        hardware_usd_per_gpu_hour=hardware_usd_per_gpu_hour(price, overrides.pricing),
-        overridden=tuple(n for n in names if getattr(overrides, n) is not None),
-    )
+    reliability: Reliability = _merge(Reliability, cluster.reliability, given(RELIABILITY_FIELDS), cluster)
+    hourly = None
+    if price is not None and (
+        price.gpu_usd is not None if pricing == "own" else price.cloud_usd_per_gpu_hour is not None
+    ):
+        hourly = hardware_usd_per_gpu_hour(price, pricing)
+    return Figures(pricing, price, power, reliability, staff_usd_per_day, hourly,
+                   tuple(n for n in OVERRIDABLE if overrides.get(n) is not None))  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Account:
     """Training `tokens` with one layout: time, failures, energy, money."""
 
-    choice: Choice
+    evaluation: Evaluation
+    index: int
     tokens: float
     figures: Figures
     reliability: ReliabilityAccount
     utilization: float  # busy fraction of the step: (compute + recompute) / step
     wall_power_per_gpu_w: float  # at the facility meter (PUE included)
     energy_kwh: float
-    cost: CostBreakdown
+    cost: CostBreakdown | None  # None: no price
 
     @property
     def gpus(self) -> int:
         return self.reliability.gpus
 
     @property
-    def ideal_time_s(self) -> float:
-        return self.reliability.ideal_time_s
-
-    @property
     def train_time_s(self) -> float:
         return self.reliability.train_time_s
 
     @property
-    def usd_per_billion_tokens(self) -> float:
-        return self.cost.total / (self.tokens / 1e9)
+    def step_time_s(self) -> float:
+        return float(self.evaluation.step_time_s[self.index])
+
+    @property
+    def usd_per_billion_tokens(self) -> float | None:
+        return None if self.cost is None else self.cost.total / (self.tokens / 1e9)
 
 
-def account(choice: Choice, tokens: float, figures: Figures) -> Account:
-    """The full account of training `tokens` with the chosen layout."""
-    ev, i = choice.evaluation, choice.index
+def account(ev: Evaluation, i: int, tokens: float, figures: Figures) -> Account:
+    """The full account of training `tokens` with candidate i."""
     cluster = ev.cluster
-    gpus = ev.layouts.at(i).gpus
+    gpus = int(ev.layouts.gpus[i])
     ideal = tokens / float(ev.tokens_per_s[i])
     rel = figures.reliability
     failures = assess(
@@ -208,11 +186,14 @@ def account(choice: Choice, tokens: float, figures: Figures) -> Account:
     u = busy_fraction(float(ev.times["compute"][i]), float(ev.times["recompute"][i]), float(ev.step_time_s[i]))
     pw = figures.power
     watts = wall_power_per_gpu_w(cluster.gpu.tdp_w, pw.idle_fraction, u, pw.node_overhead_w, cluster.gpus_per_node,
-                                 pw.pue)
+                                 pw.pue)  # fmt: skip
     kwh = energy_kwh(watts, gpus, failures.train_time_s)
-    cost = run_cost(gpus, failures.train_time_s, figures.hardware_usd_per_gpu_hour, kwh, pw.usd_per_kwh,
-                    figures.staff_usd_per_day, figures.pricing)
-    return Account(choice, tokens, figures, failures, u, watts, kwh, cost)
+    cost = None
+    energy_price = pw.usd_per_kwh if figures.pricing == "own" else 0.0
+    if figures.hardware_usd_per_gpu_hour is not None and energy_price is not None:
+        cost = run_cost(gpus, failures.train_time_s, figures.hardware_usd_per_gpu_hour, kwh, energy_price,
+                        figures.staff_usd_per_day, figures.pricing)  # fmt: skip
+    return Account(ev, i, tokens, figures, failures, u, watts, kwh, cost)
 
 
 @dataclass(frozen=True)
@@ -220,7 +201,7 @@ class Request:
     tokens: float
     budget_usd: float | None = None
     deadline_days: float | None = None
-    scaling: bool = False  # also account the best layout of several counts (the plot's curve)
+    scaling: bool = False  # also account the best layout of several counts (the report's curve)
 
 
 @dataclass(frozen=True)
@@ -229,43 +210,24 @@ class Outcome:
 
     cluster: Cluster
     max_gpus: int
-    counts: list[int]  # the counts searched
+    counts: list[int]
     account: Account | None
     reason: str | None = None
     notes: list[str] = field(default_factory=list)
-    deadline_met: bool | None = None  # None: no deadline asked
-    budget_met: bool | None = None  # None: no budget asked
-    scaling: list[Account] = field(default_factory=list)  # best layout per count, ascending
+    deadline_met: bool | None = None
+    budget_met: bool | None = None
+    scaling: list[Account] = field(default_factory=list)
+    fixes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.account is not None and self.deadline_met is not False and self.budget_met is not False
 
 
-@lru_cache(maxsize=256)
-def _cached(scenario: Scenario, counts: tuple[int, ...], cons: Constraints) -> SearchResult:
-    return search(scenario, list(counts), cons, 1)
-
-
-def _best(scenario: Scenario, counts: list[int], cons: Constraints) -> SearchResult:
-    """The solver's best layout over `counts` (top 1); repeated questions in one process are answered once."""
-    return _cached(scenario, tuple(counts), cons)
-
-
 def candidate_counts(cluster: Cluster, max_gpus: int) -> list[int]:
     """The counts a budget or deadline may pick: whole nodes of 2^a or 3*2^a GPUs, and N itself."""
     per_node = cluster.gpus_per_node
     return sorted({*gpu_count_domain(min(per_node, max_gpus), max_gpus, per_node), max_gpus})
-
-
-def sweep(scenario: Scenario, counts: list[int], tokens: float, figures: Figures) -> list[Account]:
-    """The account of the fastest layout of each count (counts where nothing fits are left out)."""
-    out = []
-    for n in counts:
-        result = _best(scenario, [n], Constraints())
-        if result.choices:
-            out.append(account(result.choices[0], tokens, figures))
-    return out
 
 
 def scaling_counts(cluster: Cluster, gpus: int) -> list[int]:
@@ -275,25 +237,55 @@ def scaling_counts(cluster: Cluster, gpus: int) -> list[int]:
     return sorted({*gpu_count_domain(lo, 2 * gpus, per_node), gpus})
 
 
-def decide(scenario: Scenario, max_gpus: int, request: Request, overrides: Overrides) -> Outcome:
-    """The best layout of one hardware for the request, with its account."""
-    cluster = scenario.cluster
-    figures = resolve(cluster, overrides)
+class Table:
+    """Every count of one hardware, enumerated and evaluated once; searches are masks over it."""
+
+    def __init__(self, question: Question, counts: Sequence[int]):
+        self.question = question
+        self.counts = sorted(set(counts))
+        base = question.evaluate(Layouts.concat([question.space(n, trading=False) for n in self.counts]))
+        need = np.zeros(len(base), dtype=bool)
+        for n in self.counts:  # what the best of each count needs, expanded once for all counts
+            need |= expansion_needed(base, Constraints(), 1, None, subset=base.layouts.gpus == n)
+        self.evaluation = complete(question, base, need)
+        self.gpus = self.evaluation.layouts.gpus
+
+    def best(self, counts: Sequence[int], cons: Constraints, price: float | None = None) -> int | None:
+        rows = np.nonzero(np.isin(self.gpus, np.asarray(list(counts))))[0]
+        ranking = rank(self.evaluation.take(rows), cons, 1, price)
+        return int(rows[ranking.best[0]]) if ranking.groups else None
+
+    def reason(self, counts: Sequence[int], cons: Constraints) -> str:
+        rows = np.nonzero(np.isin(self.gpus, np.asarray(list(counts))))[0]
+        return rank(self.evaluation.take(rows), cons, 1).reason or "no layout"
+
+
+def decide(question: Question, max_gpus: int, request: Request, figures: Figures) -> Outcome:
+    cluster = question.cluster
+    counts = [max_gpus]
+    if request.deadline_days is not None or request.budget_usd is not None:
+        counts = candidate_counts(cluster, max_gpus)
+    extra = scaling_counts(cluster, max_gpus) if request.scaling else []
+    table = Table(question, [*counts, *extra])
     if request.deadline_days is not None:
-        outcome = _with_deadline(scenario, max_gpus, request, figures, request.deadline_days)
+        outcome = _with_deadline(table, counts, max_gpus, request, figures, request.deadline_days)
     elif request.budget_usd is not None:
-        outcome = _with_budget(scenario, max_gpus, request, figures, request.budget_usd)
+        outcome = _with_budget(table, counts, max_gpus, request, figures, request.budget_usd)
     else:
-        result = _best(scenario, [max_gpus], Constraints())
-        if not result.choices:
-            outcome = Outcome(cluster, max_gpus, [max_gpus], None, result.reason)
+        i = table.best([max_gpus], Constraints())
+        if i is None:
+            from paraplan.fixes import fixes_for
+
+            fixes = fixes_for(question, [max_gpus], table.evaluation, Constraints())
+            outcome = Outcome(cluster, max_gpus, [max_gpus], None, table.reason([max_gpus], Constraints()), fixes=fixes)
         else:
-            outcome = Outcome(cluster, max_gpus, [max_gpus], account(result.choices[0], request.tokens, figures))
+            outcome = Outcome(cluster, max_gpus, [max_gpus], account(table.evaluation, i, request.tokens, figures))
     if request.budget_usd is not None and outcome.account is not None and request.deadline_days is not None:
         outcome = _check_budget(outcome, request.budget_usd, "the cheapest run that meets the deadline")
     if request.scaling and outcome.account is not None:
-        counts = scaling_counts(cluster, outcome.account.gpus)
-        outcome = _replace(outcome, scaling=sweep(scenario, counts, request.tokens, figures))
+        curve = [table.best([n], Constraints()) for n in scaling_counts(cluster, outcome.account.gpus)]
+        points = [account(table.evaluation, i, request.tokens, figures) for i in curve if i is not None]
+        outcome = _replace(outcome, scaling=points)
     return outcome
 
 
@@ -305,67 +297,76 @@ def _replace(o: Outcome, **changes: Any) -> Outcome:
 
 def _check_budget(o: Outcome, budget: float, what: str) -> Outcome:
     assert o.account is not None
+    if o.account.cost is None:
+        return _replace(
+            o, budget_met=None, notes=[*o.notes, "no price for this hardware: the budget cannot be checked"]
+        )
     total = o.account.cost.total
     if total <= budget:
         return _replace(o, budget_met=True, notes=[*o.notes, f"within the budget of {fmt_usd(budget)} "
-                                                            f"({fmt_usd(budget - total)} to spare)"])
-    note = (f"OVER BUDGET: {what} costs {fmt_usd(total)}, {fmt_usd(total - budget)} "
-            f"({total / budget - 1:.0%}) more than the budget of {fmt_usd(budget)}")
+                                                            f"({fmt_usd(budget - total)} to spare)"])  # fmt: skip
+    over = f" ({total / budget - 1:.0%})" if budget > 0 else ""
+    note = (f"OVER BUDGET: {what} costs {fmt_usd(total)}, {fmt_usd(total - budget)}{over} more than the budget "
+            f"of {fmt_usd(budget)}")  # fmt: skip
     return _replace(o, budget_met=False, notes=[*o.notes, note])
 
 
-def _with_deadline(scenario: Scenario, max_gpus: int, request: Request, figures: Figures, days: float) -> Outcome:
-    cluster = scenario.cluster
-    counts = candidate_counts(cluster, max_gpus)
+def _with_deadline(table: Table, counts: list[int], max_gpus: int, request: Request, figures: Figures,
+                   days: float) -> Outcome:  # fmt: skip
+    cluster = table.question.cluster
     limit_s = days * SECONDS_PER_DAY
     target = days
     best: Account | None = None
-    reason: str | None = None
+    price = figures.hardware_usd_per_gpu_hour or 1.0  # without a price: fewest GPU-hours
     for _ in range(DEADLINE_ROUNDS):
-        cons = Constraints(deadline_days=target, tokens=request.tokens, objective="cost")
-        result = _best(scenario, counts, cons)
-        if not result.choices:
-            reason = result.reason
+        i = table.best(counts, Constraints(deadline_days=target, tokens=request.tokens), price)
+        if i is None:
             break
-        best = account(result.choices[0], request.tokens, figures)
+        best = account(table.evaluation, i, request.tokens, figures)
         if best.train_time_s <= limit_s:
-            note = (f"the cheapest of {counts[0]}..{counts[-1]} GPUs that trains {request.tokens:.3g} tokens "
-                    f"within {days:g} days, failures included: {fmt_seconds(best.train_time_s)}")
+            cheapest = "cheapest" if figures.hardware_usd_per_gpu_hour is not None else "fewest GPU-hours (no price)"
+            note = (f"the {cheapest} of {counts[0]}..{counts[-1]} GPUs that trains {request.tokens:.3g} tokens "
+                    f"within {days:g} days, failures included: {fmt_seconds(best.train_time_s)}")  # fmt: skip
             return Outcome(cluster, max_gpus, counts, best, notes=[note], deadline_met=True)
         target = days * best.reliability.goodput * DEADLINE_MARGIN
     if best is None:
-        fastest = _best(scenario, [max_gpus], Constraints())
-        why = reason or "no layout meets the deadline"
-        if fastest.choices:
-            quick = account(fastest.choices[0], request.tokens, figures)
-            why += (f"; the fastest layout on {max_gpus} GPUs takes {fmt_seconds(quick.train_time_s)} "
-                    f"with failures ({fmt_seconds(quick.ideal_time_s)} without), the deadline is {days:g} days")
+        why = table.reason(counts, Constraints(deadline_days=days, tokens=request.tokens))
         return Outcome(cluster, max_gpus, counts, None, why, deadline_met=False)
-    note = (f"MISSES THE DEADLINE: the solver's pick meets {days:g} days without failures "
-            f"({fmt_seconds(best.ideal_time_s)}), but failures stretch it to {fmt_seconds(best.train_time_s)}; "
-            f"no count up to {max_gpus} makes it with failures counted")
+    note = (f"MISSES THE DEADLINE: the pick meets {days:g} days without failures "
+            f"({fmt_seconds(best.reliability.ideal_time_s)}), but failures stretch it to "
+            f"{fmt_seconds(best.train_time_s)}; no count up to {max_gpus} makes it with failures counted")  # fmt: skip
     return Outcome(cluster, max_gpus, counts, best, notes=[note], deadline_met=False)
 
 
-def _with_budget(scenario: Scenario, max_gpus: int, request: Request, figures: Figures, budget: float) -> Outcome:
-    cluster = scenario.cluster
-    counts = candidate_counts(cluster, max_gpus)
-    accounts = sweep(scenario, counts, request.tokens, figures)
-    if not accounts:
-        result = _best(scenario, [max_gpus], Constraints())
-        return Outcome(cluster, max_gpus, counts, None, result.reason or f"no layout fits any of {counts}")
-    within = [a for a in accounts if a.cost.total <= budget]
+def _with_budget(table: Table, counts: list[int], max_gpus: int, request: Request, figures: Figures,
+                 budget: float) -> Outcome:  # fmt: skip
+    cluster = table.question.cluster
+    if figures.hardware_usd_per_gpu_hour is None:
+        raise InputError(f"a budget needs a price: hardware {cluster.name} has none for --pricing {figures.pricing}")
+    picks = [table.best([n], Constraints()) for n in counts]
+    accounts = [account(table.evaluation, i, request.tokens, figures) for i in picks if i is not None]
+    priced = [a for a in accounts if a.cost is not None]
+    if not priced:
+        return Outcome(cluster, max_gpus, counts, None, table.reason([max_gpus], Constraints()))
+    within = [a for a in priced if a.cost is not None and a.cost.total <= budget]
     if within:
-        best = min(within, key=lambda a: (a.train_time_s, a.cost.total))
+        best = min(within, key=lambda a: (a.train_time_s, a.cost.total if a.cost else 0.0))
+        total = best.cost.total if best.cost else 0.0
         note = (f"the fastest of {counts[0]}..{counts[-1]} GPUs within the budget: {best.gpus} GPUs, "
-                f"{fmt_usd(best.cost.total)} of {fmt_usd(budget)}")
+                f"{fmt_usd(total)} of {fmt_usd(budget)}")  # fmt: skip
         return Outcome(cluster, max_gpus, counts, best, notes=[note], budget_met=True)
-    cheapest = min(accounts, key=lambda a: (a.cost.total, a.train_time_s))
-    outcome = Outcome(cluster, max_gpus, counts, cheapest)
-    return _check_budget(outcome, budget, f"the cheapest count ({cheapest.gpus} GPUs)")
+    cheapest = min(priced, key=lambda a: (a.cost.total if a.cost else 0.0, a.train_time_s))
+    return _check_budget(
+        Outcome(cluster, max_gpus, counts, cheapest), budget, f"the cheapest count ({cheapest.gpus} GPUs)"
+    )
 
 
 # --- the verdict ---------------------------------------------------------------------------------
+
+
+def _share_less(low: float, high: float) -> str:
+    """'35% less' (or 'nothing' when both are free)."""
+    return "no less (both free)" if high <= 0 else f"{1 - low / high:.0%} less"
 
 
 def verdict(outcomes: list[Outcome]) -> list[str]:
@@ -379,26 +380,33 @@ def verdict(outcomes: list[Outcome]) -> list[str]:
         return lines
     if len(done) == 1:
         name, a = done[0]
-        lines.append(f"{name}: {fmt_seconds(a.train_time_s)}, {fmt_usd(a.cost.total)} "
-                     f"(${a.usd_per_billion_tokens:,.0f} per billion tokens), goodput {a.reliability.goodput:.1%}")
+        cost = f", {fmt_usd(a.cost.total)}" if a.cost is not None else ", no price"
+        lines.append(f"{name}: {fmt_seconds(a.train_time_s)}{cost}, goodput {a.reliability.goodput:.1%}")
         return lines + _warnings(outcomes)
     by_time = sorted(done, key=lambda d: d[1].train_time_s)
-    by_cost = sorted(done, key=lambda d: d[1].cost.total)
-    (fast_name, fast), (cheap_name, cheap) = by_time[0], by_cost[0]
+    (fast_name, fast) = by_time[0]
     others_t = ", ".join(f"{n} takes {a.train_time_s / fast.train_time_s:.2f}x as long ({fmt_seconds(a.train_time_s)})"
-                         for n, a in by_time[1:])
+                         for n, a in by_time[1:])  # fmt: skip
     lines.append(f"Fastest: {fast_name}, {fmt_seconds(fast.train_time_s)} with failures -- {others_t}.")
-    others_c = ", ".join(f"{1 - cheap.cost.total / a.cost.total:.0%} less than {n} ({fmt_usd(a.cost.total)})"
-                         for n, a in by_cost[1:])
-    lines.append(f"Cheapest: {cheap_name}, {fmt_usd(cheap.cost.total)} "
-                 f"(${cheap.usd_per_billion_tokens:,.0f} per billion tokens) -- {others_c}.")
-    if fast_name == cheap_name:
-        lines.append(f"{fast_name} wins on both time and cost.")
-    else:
-        extra = fast.cost.total - cheap.cost.total
-        saved = cheap.train_time_s - fast.train_time_s
-        lines.append(f"Trade-off: {fast_name} saves {fmt_seconds(saved)} for {fmt_usd(extra)} more "
-                     f"({fmt_usd(extra / (saved / SECONDS_PER_DAY))} per day saved).")
+    priced = [(n, a, a.cost.total) for n, a in done if a.cost is not None]
+    unpriced = [n for n, a in done if a.cost is None]
+    if len(priced) >= 2:
+        priced.sort(key=lambda d: d[2])
+        cheap_name, cheap, cheap_total = priced[0]
+        others_c = ", ".join(f"{_share_less(cheap_total, t)} than {n} ({fmt_usd(t)})" for n, _, t in priced[1:])
+        per_billion = cheap.usd_per_billion_tokens or 0.0
+        lines.append(f"Cheapest: {cheap_name}, {fmt_usd(cheap_total)} (${per_billion:,.0f} per billion tokens) -- "
+                     f"{others_c}.")  # fmt: skip
+        fast_cost = next((t for n, _, t in priced if n == fast_name), None)
+        if fast_name == cheap_name:
+            lines.append(f"{fast_name} wins on both time and cost.")
+        elif fast_cost is not None:
+            extra = fast_cost - cheap_total
+            saved = cheap.train_time_s - fast.train_time_s
+            per_day = f" ({fmt_usd(extra / (saved / SECONDS_PER_DAY))} per day saved)" if saved > 0 else ""
+            lines.append(f"Trade-off: {fast_name} saves {fmt_seconds(saved)} for {fmt_usd(extra)} more{per_day}.")
+    if unpriced:
+        lines.append(f"No price for {', '.join(unpriced)}: no dollar figure (add a [price] table or give prices).")
     by_fail = sorted(done, key=lambda d: d[1].reliability.failures_per_hour)
     (calm_name, calm), (rough_name, rough) = by_fail[0], by_fail[-1]
     rf, cf = rough.reliability, calm.reliability
@@ -411,12 +419,12 @@ def verdict(outcomes: list[Outcome]) -> list[str]:
     else:
         counts = ", ".join(f"{n} {_count(a.reliability.expected_failures)}" for n, a in by_time)
         lines.append(f"Failures: the same rate everywhere ({cf.failures_per_hour:.3g}/h, goodput {cf.goodput:.1%}); "
-                     f"expected over the run, the longer the more: {counts}.")
+                     f"expected over the run, the longer the more: {counts}.")  # fmt: skip
     by_energy = sorted(done, key=lambda d: d[1].energy_kwh)
     (low_name, low), (high_name, high) = by_energy[0], by_energy[-1]
-    if low_name != high_name:
-        lines.append(f"Energy: {low_name} uses {_mwh(low.energy_kwh)}, "
-                     f"{1 - low.energy_kwh / high.energy_kwh:.0%} less than {high_name} ({_mwh(high.energy_kwh)}).")
+    if low_name != high_name and high.energy_kwh > 0:
+        lines.append(f"Energy: {low_name} uses {_mwh(low.energy_kwh)}, {_share_less(low.energy_kwh, high.energy_kwh)} "
+                     f"than {high_name} ({_mwh(high.energy_kwh)}).")  # fmt: skip
     return lines + _warnings(outcomes)
 
 
@@ -429,5 +437,86 @@ def _warnings(outcomes: list[Outcome]) -> list[str]:
             restart_share = 1.0 - math.exp(-r.restart_s / r.mtbf_s)
             out.append(f"Warning: {o.cluster.name} x {a.gpus} loses {1 - r.goodput:.0%} of its time to failures "
                        f"(a failure every {fmt_duration(r.mtbf_s)}); restarts alone cost {restart_share:.0%}, "
-                       f"which no checkpoint interval can recover: shorten --restart-s or raise the MTBF.")
+                       f"which no checkpoint interval can recover: shorten --restart-s or raise the MTBF.")  # fmt: skip
     return out
+
+
+# --- the API function and its result ------------------------------------------------------------
+
+
+def _entry(o: Outcome) -> CompareEntry:
+    a = o.account
+    common: dict[str, Any] = dict(
+        hardware=o.cluster.name, max_gpus=o.max_gpus, counts_searched=o.counts, deadline_met=o.deadline_met,
+        budget_met=o.budget_met, notes=o.notes, fixes=o.fixes,
+    )  # fmt: skip
+    if a is None:
+        return CompareEntry(gpus=o.max_gpus, best=None, train_time_s=None, goodput=None, failures_per_hour=None,
+                            checkpoint_interval_s=None, energy_kwh=None, cost_usd=None, reason=o.reason, **common)  # fmt: skip
+    r = a.reliability
+    price = a.figures.hardware_usd_per_gpu_hour
+    best = evaluated(a.evaluation, a.index, tokens=a.tokens, usd_per_gpu_hour=price)
+    cost = None if a.cost is None else CostOut(hardware=a.cost.hardware, energy=a.cost.energy, staff=a.cost.staff,
+                                                 total=a.cost.total)  # fmt: skip
+    scaling = [
+        ScalingPoint(gpus=s.gpus, layout=s.evaluation.layouts.at(s.index), step_time_s=s.step_time_s,
+                     train_time_s=s.train_time_s,
+                     ideal_time_s=s.reliability.ideal_time_s, cost_usd=None if s.cost is None else s.cost.total)
+        for s in o.scaling
+    ]  # fmt: skip
+    return CompareEntry(
+        gpus=a.gpus, best=best, train_time_s=a.train_time_s, ideal_time_s=r.ideal_time_s, goodput=r.goodput,
+        goodput_first_order=r.goodput_first_order, failures_per_hour=r.failures_per_hour,
+        expected_failures=r.expected_failures, job_mtbf_s=r.mtbf_s, checkpoint_bytes=r.checkpoint_bytes,
+        checkpoint_write_s=r.checkpoint_write_s, checkpoint_interval_s=r.checkpoint_interval_s,
+        checkpoint_interval_young_s=r.young_interval_s, restart_s=r.restart_s, busy_fraction=a.utilization,
+        wall_power_per_gpu_w=a.wall_power_per_gpu_w, energy_kwh=a.energy_kwh, cost_usd=cost,
+        usd_per_billion_tokens=a.usd_per_billion_tokens, hardware_usd_per_gpu_hour=price, pricing=a.figures.pricing,
+        assumptions=a.figures.to_json(), scaling=scaling, **common,
+    )  # fmt: skip
+
+
+def compare(
+    model: str | Any,
+    hardware: str | Sequence[str],
+    *,
+    gpus: int | None = None,
+    tokens: float = 2e12,
+    budget_usd: float | None = None,
+    deadline_days: float | None = None,
+    pricing: Pricing = "own",
+    figures: Mapping[str, float] | None = None,
+    staff_usd_per_day: float = 0.0,
+    scaling: bool = False,
+    mem_headroom: float = 0.0,
+    stack: Mapping[str, object] | None = None,
+    **knobs: Unpack[KnobArgs],
+) -> CompareResult:
+    """The hardware decision: per NAME:COUNT, the best layout and what training `tokens` costs.
+    `figures` overrides preset figures for every hardware (gpu_usd, cloud_usd_per_gpu_hour,
+    usd_per_kwh, gpu_mtbf_hours, restart_s, ...)."""
+    if not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens >= 1):
+        raise InputError(f"tokens {tokens!r} must be a finite number >= 1")
+    spec = resolve_model(model)
+    items = []
+    for item in hardware_items(hardware):
+        if item.count is None and gpus is None:
+            raise InputError(f"hardware '{item.name}' needs a GPU count: NAME:COUNT (e.g. {item.name}:256) or gpus")
+        count = int(item.count) if item.count is not None and ".." not in item.count else gpus
+        if item.count is not None and ".." in item.count:
+            raise InputError(f"hardware '{item.name}:{item.count}': compare takes one count per hardware")
+        assert count is not None
+        if not 1 <= count <= MAX_GPUS:
+            raise InputError(f"hardware '{item.name}:{count}': the GPU count must be 1..{MAX_GPUS}")
+        _check_gpus(count)
+        items.append((load_hardware(item.name), count))
+    request = Request(tokens=tokens, budget_usd=budget_usd, deadline_days=deadline_days, scaling=scaling)
+    outcomes = []
+    for cluster, count in items:
+        question = Question.of(spec, cluster, dict(knobs), stack, mem_headroom)
+        outcomes.append(decide(question, count, request, resolve(cluster, pricing, figures or {}, staff_usd_per_day)))
+    return CompareResult(
+        tokens=tokens, model=spec.name, budget_usd=budget_usd, deadline_days=deadline_days,
+        checkpoint_bytes_per_param=CHECKPOINT_BYTES_PER_PARAM, results=[_entry(o) for o in outcomes],
+        verdict=verdict(outcomes),
+    )  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 
-from paraplan.cost_models.layout import Layout
+from paraplan.cost_models.layout import Layout, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
 
 EMITTERS = ("megatron", "deepspeed", "torchtitan")
@@ -31,8 +31,10 @@ def _pipeline_split_args(model: ModelSpec, lay: Layout) -> list[str]:
             f"--decoder-last-pipeline-num-layers {rest - first}",
         ]
     chunk = math.ceil(layers / (pp * v))
-    return [f"# uneven split: {layers} layers over {pp * v} chunks of <= {chunk}; "
-            "describe it with --pipeline-model-parallel-layout"]
+    return [
+        f"# uneven split: {layers} layers over {pp * v} chunks of <= {chunk}; "
+        "describe it with --pipeline-model-parallel-layout"
+    ]
 
 
 def megatron_args(model: ModelSpec, lay: Layout, flash_attention: bool = True) -> str:
@@ -49,19 +51,24 @@ def megatron_args(model: ModelSpec, lay: Layout, flash_attention: bool = True) -
     args += _pipeline_split_args(model, lay)
     if lay.sequence_parallel and lay.tp > 1:
         args.append("--sequence-parallel")
-    if lay.recompute == "full" and lay.recompute_layers > 0:
-        args += ["--recompute-granularity full", "--recompute-method block",
-                 f"--recompute-num-layers {lay.recompute_layers}"]
-    elif lay.recompute == "full":
+    if lay.recompute == Recompute.FULL and lay.recompute_layers > 0:
+        args += [
+            "--recompute-granularity full",
+            "--recompute-method block",
+            f"--recompute-num-layers {lay.recompute_layers}",
+        ]
+    elif lay.recompute == Recompute.FULL:
         args += ["--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"]
-    elif lay.recompute == "selective":
+    elif lay.recompute == Recompute.SELECTIVE:
         args.append("--recompute-granularity selective")
     if lay.zero >= 1:
         args += ["--use-distributed-optimizer", "--overlap-param-gather"]
     args.append("--overlap-grad-reduce")
     if flash_attention:
         args.append("--use-flash-attn")
-    args += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format hybrid"]}[lay.precision]
+    args += {Precision.BF16: ["--bf16"], Precision.FP16: ["--fp16"], Precision.FP8: ["--bf16", "--fp8-format hybrid"]}[
+        lay.precision
+    ]
     comments = [a for a in args if a.startswith("#")]
     flags = [a for a in args if not a.startswith("#")]
     return "\n".join([*comments, " \\\n".join(flags)])
@@ -79,11 +86,11 @@ def deepspeed_config(model: ModelSpec, lay: Layout) -> str:
             "contiguous_gradients": True,
             "reduce_scatter": True,
         },
-        "bf16": {"enabled": lay.precision in ("bf16", "fp8")},
-        "fp16": {"enabled": lay.precision == "fp16", "loss_scale": 0, "initial_scale_power": 16},
+        "bf16": {"enabled": lay.precision in (Precision.BF16, Precision.FP8)},
+        "fp16": {"enabled": lay.precision == Precision.FP16, "loss_scale": 0, "initial_scale_power": 16},
         "gradient_clipping": 1.0,
         "activation_checkpointing": {
-            "partition_activations": lay.recompute == "full" and lay.tp > 1,
+            "partition_activations": lay.recompute == Recompute.FULL and lay.tp > 1,
             "contiguous_memory_optimization": False,
         },
         "paraplan": {
@@ -93,7 +100,7 @@ def deepspeed_config(model: ModelSpec, lay: Layout) -> str:
             "context_parallel": lay.cp,
             "expert_parallel": lay.ep,
             "data_parallel": lay.dp,
-            "recompute": lay.recompute,
+            "recompute": str(lay.recompute),
         },
     }
     return json.dumps(config, indent=2)
@@ -103,7 +110,7 @@ def torchtitan_toml(model: ModelSpec, lay: Layout) -> str:
     shard = lay.dp if lay.zero >= 1 else 1
     replicate = 1 if lay.zero >= 1 else lay.dp
     schedule = "Interleaved1F1B" if lay.virtual_stages > 1 else "1F1B"
-    mode = {"none": "none", "selective": "selective", "full": "full"}[lay.recompute]
+    mode = str(lay.recompute)
     lines = [
         "[parallelism]",
         f"data_parallel_replicate_degree = {replicate}",
@@ -119,17 +126,17 @@ def torchtitan_toml(model: ModelSpec, lay: Layout) -> str:
         f"global_batch_size = {lay.global_batch}",
         f"local_batch_size = {lay.global_batch // lay.dp}",
         f"seq_len = {lay.seq_len}",
-        f'mixed_precision_param = "{"float16" if lay.precision == "fp16" else "bfloat16"}"',
+        f'mixed_precision_param = "{"float16" if lay.precision == Precision.FP16 else "bfloat16"}"',
         "",
         "[activation_checkpoint]",
         f'mode = "{mode}"',
     ]
-    if lay.precision == "fp8":
+    if lay.precision == Precision.FP8:
         lines += ["", "[float8]", "enable_fsdp_float8_all_gather = true"]
     return "\n".join(lines)
 
 
-def emit(kind: str, model: ModelSpec, lay: Layout, flash_attention: bool = True) -> str:
+def emit_launch(kind: str, model: ModelSpec, lay: Layout, flash_attention: bool = True) -> str:
     if kind == "megatron":
         return megatron_args(model, lay, flash_attention)
     if kind == "deepspeed":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation
-from paraplan.cost_models.layout import Layout
+from paraplan.cost_models.layout import KNOBS, Layout
 from paraplan.cost_models.pipeline import bubble_fraction
 from paraplan.hardware_specs.topology import group_link
 from paraplan.units import fmt_seconds
@@ -18,6 +18,7 @@ _TERM_WORDS = {
     "dp_comm": "exposed data-parallel gradient reduction",
     "bubble": "pipeline bubble",
 }
+NEAR_LIMIT = 0.03  # a memory margin below this share of capacity is flagged
 
 
 def link_words(ev: Evaluation, i: int, term: str) -> str:
@@ -45,7 +46,7 @@ def bottleneck_sentence(ev: Evaluation, i: int) -> str:
     term, share = dominant_term(ev, i)
     sentence = f"{term}: {share:.0%} of the step is {_TERM_WORDS[term]}{link_words(ev, i, term)}"
     if term == "bubble":
-        sentence += f" (bubble fraction {float(bubble_fraction(ev.layouts)[i]):.2f})"
+        sentence += f" (bubble fraction {float(bubble_fraction(ev.layouts)[i]):.3f})"
     non_compute = [t for t in TIME_TERMS if t != "compute"]
     second = max(non_compute, key=lambda t: float(ev.times[t][i]))
     if term == "compute" and float(ev.times[second][i]) > 0:
@@ -54,20 +55,25 @@ def bottleneck_sentence(ev: Evaluation, i: int) -> str:
     return sentence
 
 
-def _knob_words(lay: Layout) -> dict[str, str]:
-    return {
-        "tp": f"TP{lay.tp}", "pp": f"PP{lay.pp}", "dp": f"DP{lay.dp}", "cp": f"CP{lay.cp}", "ep": f"EP{lay.ep}",
-        "virtual_stages": f"VPP{lay.virtual_stages}", "micro_batch": f"micro-batch {lay.micro_batch}",
-        "recompute": f"recompute {lay.recompute}" + (f" x{lay.recompute_layers}" if lay.recompute_layers else ""),
-        "zero": f"ZeRO-{lay.zero}",
-        "sequence_parallel": "SP" if lay.sequence_parallel else "no SP", "gpus": f"{lay.gpus} GPUs",
-    }
+def knob_words(lay: Layout) -> dict[str, str]:
+    words = {name: spec.word(getattr(lay, name)) for name, spec in KNOBS.items()}
+    words["gpus"] = f"{lay.gpus} GPUs"
+    return words
 
 
 def layout_difference(a: Layout, b: Layout) -> str:
     """'PP16 vs PP4, micro-batch 1 vs 2': the knobs where layout a differs from layout b."""
-    wa, wb = _knob_words(a), _knob_words(b)
+    wa, wb = knob_words(a), knob_words(b)
     return ", ".join(f"{wa[k]} vs {wb[k]}" for k in wa if wa[k] != wb[k])
+
+
+def distinct(a: float, b: float, digits: int = 2) -> tuple[str, str]:
+    """a and b with the fewest significant digits (at least `digits`) that tell them apart."""
+    for d in range(digits, 10):
+        sa, sb = f"{a:.{d}g}", f"{b:.{d}g}"
+        if sa != sb or a == b:
+            return sa, sb
+    return f"{a!r}", f"{b!r}"
 
 
 def why_loses(best: Evaluation, b: int, ev: Evaluation, i: int, by_cost: bool = False) -> str:
@@ -80,29 +86,36 @@ def why_loses(best: Evaluation, b: int, ev: Evaluation, i: int, by_cost: bool = 
         cost = step * ev.layouts.at(i).gpus
         best_cost = best_step * best.layouts.at(b).gpus
         if cost > best_cost * (1 + 1e-9):
-            return f"+{cost / best_cost - 1:.1%} cost per step ({diff})"
+            return f"+{cost / best_cost - 1:.2%} cost per step ({diff})"
         if step > best_step * (1 + 1e-9):
-            return f"same cost per step, {step / best_step - 1:+.1%} step time ({diff})"
+            return f"same cost per step, {step / best_step - 1:+.2%} step time ({diff})"
     if step <= best_step * (1 + 1e-9):
-        return f"same step time; ranks after on memory or simplicity ({diff})"
+        return f"same step time, more memory ({diff})"
     term = max(TIME_TERMS, key=lambda t: float(ev.times[t][i]) - float(best.times[t][b]))
     if term == "bubble":
-        detail = (
-            f"bubble fraction {float(bubble_fraction(ev.layouts)[i]):.2f} vs "
-            f"{float(bubble_fraction(best.layouts)[b]):.2f}"
-        )
+        mine, theirs = distinct(float(bubble_fraction(ev.layouts)[i]), float(bubble_fraction(best.layouts)[b]))
+        detail = f"bubble fraction {mine} vs {theirs}"
     else:
         detail = f"{term} {fmt_seconds(float(ev.times[term][i]))} vs {fmt_seconds(float(best.times[term][b]))}"
-    return f"+{step / best_step - 1:.1%} step time: {detail} ({diff})"
+        if fmt_seconds(float(ev.times[term][i])) == fmt_seconds(float(best.times[term][b])):
+            mine, theirs = distinct(float(ev.times[term][i]), float(best.times[term][b]), 3)
+            detail = f"{term} {mine} s vs {theirs} s"
+    gain = step / best_step - 1
+    shown = f"{gain:.1%}" if gain >= 0.001 else f"{gain:.3%}"
+    return f"+{shown} step time: {detail} ({diff})"
 
 
 def binding_limits(ev: Evaluation, i: int) -> list[str]:
     """What holds the best layout back: memory left, TP at the node edge, the bubble."""
     lay = ev.layouts.at(i)
     total = float(ev.memory.total[i])
+    margin = float(ev.memory_margin_bytes[i])
+    near = (
+        " -- NEAR THE LIMIT: allocator spikes may run out of memory" if margin < NEAR_LIMIT * ev.capacity_bytes else ""
+    )
     out = [
-        f"memory {total / 1e9:.1f} of {ev.usable_bytes / 1e9:.1f} GB usable "
-        f"({(ev.usable_bytes - total) / 1e9:.1f} GB headroom left)"
+        f"memory {total / 1e9:.1f} of {ev.usable_bytes / 1e9:.1f} GB usable, reserve "
+        f"{float(ev.memory.other[i]) / 1e9:.1f} GB included ({margin / 1e9:.1f} GB margin){near}"
     ]
     if lay.tp == ev.cluster.gpus_per_node:
         out.append(f"TP{lay.tp} fills the {ev.cluster.gpus_per_node}-GPU node: more TP would cross the network")

@@ -20,7 +20,7 @@ from typing import Any
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import TIME_TERMS
 from paraplan.cost_models.memory import MEMORY_TERMS
-from paraplan.decision import Account, Outcome
+from paraplan.results import CompareResult
 
 DAY = 86400.0
 GB = 1e9
@@ -41,28 +41,23 @@ def check_available() -> None:
     _pyplot()
 
 
-def _label(o: Outcome, a: Account) -> str:
-    return f"{o.cluster.name}\nx {a.gpus}"
-
-
-def write_plot(path: Path, model: str, tokens: float, outcomes: list[Outcome]) -> None:
+def write_plot(path: Path, result: CompareResult) -> None:
     plt = _pyplot()
-    done = [(o, o.account) for o in outcomes if o.account is not None]
+    done = [e for e in result.results if e.best is not None]
     if not done:
         raise InputError("--plot: no hardware has a layout to plot")
-    labels = [_label(o, a) for o, a in done]
-    accounts = [a for _, a in done]
+    labels = [f"{e.hardware}\nx {e.gpus}" for e in done]
     x = list(range(len(done)))
     fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
-    fig.suptitle(f"{model}: training {tokens:.3g} tokens -- best layout per hardware", fontsize=14)
+    fig.suptitle(f"{result.model}: training {result.tokens:.3g} tokens -- best layout per hardware", fontsize=14)
 
     ax = axes[0][0]
     width = 0.38
-    ax.bar([i - width / 2 for i in x], [a.ideal_time_s / DAY for a in accounts], width, label="without failures")
-    ax.bar([i + width / 2 for i in x], [a.train_time_s / DAY for a in accounts], width, label="with failures")
-    for i, a in enumerate(accounts):
-        ax.annotate(f"{a.train_time_s / DAY:.1f} d\ngoodput {a.reliability.goodput:.1%}",
-                    (i + width / 2, a.train_time_s / DAY), ha="center", va="bottom", fontsize=8)
+    ax.bar([i - width / 2 for i in x], [(e.ideal_time_s or 0) / DAY for e in done], width, label="without failures")
+    ax.bar([i + width / 2 for i in x], [(e.train_time_s or 0) / DAY for e in done], width, label="with failures")
+    for i, e in enumerate(done):
+        ax.annotate(f"{(e.train_time_s or 0) / DAY:.1f} d\ngoodput {e.goodput or 0:.1%}",
+                    (i + width / 2, (e.train_time_s or 0) / DAY), ha="center", va="bottom", fontsize=8)  # fmt: skip
     ax.set_xticks(x, labels)
     ax.set_ylabel("days")
     ax.set_title("Training time")
@@ -72,26 +67,27 @@ def write_plot(path: Path, model: str, tokens: float, outcomes: list[Outcome]) -
     ax = axes[0][1]
     bottom = [0.0] * len(done)
     for part in ("hardware", "energy", "staff"):
-        values = [getattr(a.cost, part) / 1e6 for a in accounts]
+        values = [getattr(e.cost_usd, part) / 1e6 if e.cost_usd else 0.0 for e in done]
         if any(v > 0 for v in values):
             ax.bar(x, values, 0.6, bottom=bottom, label=part)
             bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    for i, a in enumerate(accounts):
-        ax.annotate(f"${a.cost.total / 1e6:.2f}M", (i, a.cost.total / 1e6), ha="center", va="bottom", fontsize=8)
+    for i, e in enumerate(done):
+        text = f"${e.cost_usd.total / 1e6:.2f}M" if e.cost_usd else "no price"
+        ax.annotate(text, (i, bottom[i]), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, labels)
     ax.set_ylabel("million USD")
-    ax.set_title(f"Cost ({accounts[0].figures.pricing} pricing)")
+    ax.set_title("Cost")
     ax.legend(fontsize=8)
     ax.margins(y=0.15)
 
     ax = axes[0][2]
     bottom = [0.0] * len(done)
     for term in MEMORY_TERMS:
-        values = [float(getattr(a.choice.evaluation.memory, term)[a.choice.index]) / GB for a in accounts]
+        values = [getattr(e.best.memory_bytes, term) / GB if e.best else 0.0 for e in done]
         ax.bar(x, values, 0.6, bottom=bottom, label=term)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    for i, a in enumerate(accounts):
-        cap = a.choice.evaluation.capacity_bytes / GB
+    for i, e in enumerate(done):
+        cap = e.best.memory_bytes.capacity / GB if e.best else 0.0
         ax.hlines(cap, i - 0.35, i + 0.35, colors="black", linestyles="dashed")
         ax.annotate(f"{cap:.0f} GB", (i, cap), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, labels)
@@ -102,12 +98,13 @@ def write_plot(path: Path, model: str, tokens: float, outcomes: list[Outcome]) -
     ax = axes[1][0]
     bottom = [0.0] * len(done)
     for term in TIME_TERMS:
-        values = [float(a.choice.evaluation.times[term][a.choice.index]) / a.choice.step_time_s for a in accounts]
+        values = [getattr(e.best.time_s, term) / e.best.step_time_s if e.best else 0.0 for e in done]
         if any(v > 0 for v in values):
             ax.bar(x, values, 0.6, bottom=bottom, label=term)
             bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    for i, a in enumerate(accounts):
-        ax.annotate(f"step {a.choice.step_time_s:.2f} s", (i, 1.0), ha="center", va="bottom", fontsize=8)
+    for i, e in enumerate(done):
+        step = e.best.step_time_s if e.best else 0.0
+        ax.annotate(f"step {step:.2f} s", (i, 1.0), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(x, labels)
     ax.set_ylim(0, 1.12)
     ax.set_ylabel("share of the step (exposed time)")
@@ -118,13 +115,14 @@ def write_plot(path: Path, model: str, tokens: float, outcomes: list[Outcome]) -
         (axes[1][1], "time", "days (with failures)", "Scaling: training time vs GPUs"),
         (axes[1][2], "cost", "million USD", "Scaling: cost vs GPUs"),
     ):
-        for o, a in done:
-            curve = o.scaling or [a]
-            xs = [s.gpus for s in curve]
-            ys = [s.train_time_s / DAY if key == "time" else s.cost.total / 1e6 for s in curve]
-            line = ax.plot(xs, ys, marker="o", label=o.cluster.name)
-            chosen = a.train_time_s / DAY if key == "time" else a.cost.total / 1e6
-            ax.plot([a.gpus], [chosen], marker="*", markersize=16, color=line[0].get_color())
+        for e in done:
+            points = [p for p in e.scaling if key == "time" or p.cost_usd is not None]
+            xs = [p.gpus for p in points]
+            ys = [p.train_time_s / DAY if key == "time" else (p.cost_usd or 0.0) / 1e6 for p in points]
+            line = ax.plot(xs, ys, marker="o", label=e.hardware)
+            chosen = (e.train_time_s or 0) / DAY if key == "time" else (e.cost_usd.total / 1e6 if e.cost_usd else None)
+            if chosen is not None:
+                ax.plot([e.gpus], [chosen], marker="*", markersize=16, color=line[0].get_color())
         ax.set_xscale("log", base=2)
         if key == "time":
             ax.set_yscale("log")

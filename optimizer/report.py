@@ -1,158 +1,45 @@
-"""Human tables (rich) and JSON objects for the commands' results."""
+"""Human tables (rich) for the commands' results.
+
+Every console is created with markup off: names and descriptions come from user files and are
+printed as they are, never parsed as rich markup; control characters (ANSI escapes included) are
+replaced before printing (`safe`). Styling is applied with `Text` objects only.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
-import numpy as np
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
-from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation
-from paraplan.cost_models.memory import MEMORY_TERMS
-from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.tco import usd_per_gpu_hour
-from paraplan.hardware_specs.schema import Cluster
-from paraplan.advice import Change
-from paraplan.calibrate import Fit, Run, relative_errors
-from paraplan.emit import emit
-from paraplan.explain import binding_limits, bottleneck_sentence, dominant_term, link_words, why_loses
-from paraplan.scenario import Choice
-from paraplan.search import Constraints, SearchResult
+from paraplan.cost_models.layout import Layout, layout_short, layout_words, legend
+from paraplan.results import EvaluatedLayout, HardwareResult, OptimizeResult, ValidateResult
 from paraplan.units import fmt_seconds, fmt_usd
 
 GB = 1e9
 BAR_WIDTH = 30
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+TIME_WORDS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "offload")
+MEMORY_WORDS = ("params", "grads", "optimizer", "activations", "other")
+
+
+def safe(text: object) -> str:
+    """User-supplied text made printable: control characters (ESC included) become '?'."""
+    return _CONTROL.sub("?", str(text))
 
 
 def console() -> Console:
-    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "110"))
-    return Console(width=width, highlight=False, soft_wrap=False)
+    width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "110") or 110)
+    return Console(width=width, markup=False, highlight=False, emoji=False, soft_wrap=False)
 
 
-def layout_words(layout: dict[str, Any]) -> str:
-    # TP, PP and DP always; CP and EP only when used.
-    dims = "/".join(
-        f"{d.upper()}{layout[d]}" for d in ("tp", "pp", "dp", "cp", "ep") if d in ("tp", "pp", "dp") or layout[d] > 1
-    )
-    sp = "SP" if layout["sequence_parallel"] else "no SP"
-    vpp = f", VPP{layout['virtual_stages']}" if layout["virtual_stages"] > 1 else ""
-    return (
-        f"{dims}{vpp}, micro-batch {layout['micro_batch']}, recompute {_recompute_words(layout)}, "
-        f"ZeRO-{layout['zero']}, {sp}, {layout['precision']}"
-    )
-
-
-@dataclass(frozen=True)
-class Assessment:
-    """validate's answer: the plan's best settings, the optimum, the best single change."""
-
-    choice: Choice
-    result: SearchResult
-    optimum: Choice | None
-    change: Change | None
-    chosen: list[str]
-    requirements: list[str]  # settings the plan cannot fit or run without
-
-
-@dataclass(frozen=True)
-class HardwareOutcome:
-    cluster: Cluster
-    gpu_counts: list[int]
-    result: SearchResult
-    by_cost: bool = False  # ranked by cost rather than step time
-
-
-def solver_json(result: SearchResult) -> dict[str, Any]:
-    return {"status": result.status, "wall_s": result.wall_s, "candidates": result.candidates}
-
-
-def layout_json(choice: Choice) -> dict[str, Any]:
-    """The contract's evaluated-layout object plus the bottleneck and cost per step."""
-    ev, i = choice.evaluation, choice.index
-    obj = ev.to_json(i)
-    term, share = dominant_term(ev, i)
-    obj["bottleneck"] = {"term": term, "share": share, "explanation": bottleneck_sentence(ev, i)}
-    gpus = ev.layouts.at(i).gpus
-    obj["cost_usd_per_step"] = choice.step_time_s * gpus * usd_per_gpu_hour(ev.cluster) / 3600.0
-    return obj
-
-
-def _recompute_words(layout: dict[str, Any]) -> str:
-    blocks = layout.get("recompute_layers", 0)
-    if not blocks:
-        return str(layout["recompute"])
-    return f"{layout['recompute']} ({blocks} layer{'s' if blocks > 1 else ''} per chunk)"
-
-
-def layout_short(layout: dict[str, Any]) -> str:
-    """Compact form for tables: 'TP8/PP4/DP8 v5 mb4 rc-none Z1 SP'."""
-    dims = "/".join(
-        f"{d.upper()}{layout[d]}" for d in ("tp", "pp", "dp", "cp", "ep") if d in ("tp", "pp", "dp") or layout[d] > 1
-    )
-    vpp = f" v{layout['virtual_stages']}" if layout["virtual_stages"] > 1 else ""
-    sp = " SP" if layout["sequence_parallel"] else ""
-    precision = f" {layout['precision']}" if layout["precision"] != "bf16" else ""
-    blocks = f"{layout['recompute_layers']}" if layout.get("recompute_layers") else ""
-    return f"{dims}{vpp} mb{layout['micro_batch']} rc-{layout['recompute']}{blocks} Z{layout['zero']}{sp}{precision}"
-
-
-def validate_json(a: Assessment) -> dict[str, Any]:
-    obj = layout_json(a.choice)
-    obj["knobs_chosen"] = a.chosen
-    obj["requirements"] = a.requirements
-    # No wall time here: validate's JSON is byte-identical across runs of the same input.
-    obj["solver"] = {"status": a.result.status, "candidates": a.result.candidates}
-    obj["optimum"] = None
-    if a.optimum is not None:
-        best = a.optimum.evaluation.to_json(a.optimum.index)
-        obj["optimum"] = {
-            "layout": best["layout"],
-            "step_time_s": best["step_time_s"],
-            "mfu": best["mfu"],
-            "gap": a.choice.step_time_s / a.optimum.step_time_s - 1.0 if a.choice.feasible else None,
-        }
-    obj["best_change"] = None
-    if a.change is not None:
-        obj["best_change"] = {
-            "change": a.change.words,
-            "layout": a.change.choice.evaluation.layouts.at(a.change.choice.index).to_json(),
-            "step_time_s": a.change.choice.step_time_s,
-            "gain": a.change.gain,
-        }
-    return obj
-
-
-def optimize_json(model: ModelSpec, outcomes: list[HardwareOutcome], emit_kind: str | None,
-                  flash_attention: bool) -> dict[str, Any]:
-    results = []
-    for o in outcomes:
-        layouts = [layout_json(c) for c in o.result.choices]
-        entry: dict[str, Any] = {
-            "hardware": o.cluster.name,
-            "gpus": layouts[0]["gpus"] if layouts else o.gpu_counts[0],
-            "solver": solver_json(o.result),
-            "layouts": layouts,
-        }
-        if o.result.reason:
-            entry["reason"] = o.result.reason
-        if o.result.choices:
-            best = o.result.choices[0]
-            entry["explanation"] = {
-                "best": [bottleneck_sentence(best.evaluation, best.index),
-                         *binding_limits(best.evaluation, best.index)],
-                "runners_up": [why_loses(best.evaluation, best.index, c.evaluation, c.index, o.by_cost)
-                               for c in o.result.choices[1:]],
-            }
-            if emit_kind:
-                lay = best.evaluation.layouts.at(best.index)
-                entry["launch"] = {emit_kind: emit(emit_kind, model, lay, flash_attention)}
-        results.append(entry)
-    return {"results": results}
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Text from plain strings (made safe) and (string, style) pairs."""
+    return Text.assemble(*((safe(p[0]), p[1]) if isinstance(p, tuple) else safe(p) for p in parts))
 
 
 def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
@@ -160,237 +47,277 @@ def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
     return "#" * filled + "." * (width - filled)
 
 
-def _header(out: Console, ev: Evaluation, i: int, title: str) -> None:
-    lay = ev.layouts.at(i)
-    summary = ev.cluster.description.split(":")[0].split(";")[0].split(".")[0]
-    out.print(f"[bold]{title}[/bold]: {ev.model.name} on {lay.gpus} x {ev.cluster.name} ({summary})")
-    out.print(f"  layout    {layout_words(lay.to_json())}")
-    out.print(f"  batch     {lay.global_batch} sequences x {lay.seq_len} tokens per step")
-    status = "[green]FEASIBLE[/green]" if ev.feasible[i] else "[red]INFEASIBLE[/red]"
-    out.print(f"  status    {status}")
+def error_words(e: EvaluatedLayout) -> str:
+    """'+/-7%, 18 runs', or 'unchecked' for hardware no published run measured."""
+    lo, hi = e.step_time_range_s
+    spread = max(1 - lo / e.step_time_s, hi / e.step_time_s - 1)
+    runs = re.match(r"(\d+) ", e.accuracy_basis)
+    return f"+/-{spread:.0%}, {runs.group(1)} runs" if runs else f"+/-{spread:.0%}, unchecked"
 
 
-def _time_table(out: Console, ev: Evaluation, i: int) -> None:
-    step = float(ev.step_time_s[i])
+def range_words(e: EvaluatedLayout) -> str:
+    """'37.9 s (+/-7%, 18 runs)': the step time and its error bar."""
+    return f"{fmt_seconds(e.step_time_s)} ({error_words(e)})"
+
+
+# --- validate / memory ---------------------------------------------------------------------
+
+
+def _header(out: Console, e: EvaluatedLayout, title: str) -> None:
+    lay = e.layout
+    out.print(styled((title, "bold"), f": {e.model} on {e.gpus} x {e.hardware}"))
+    out.print(styled(f"  layout    {layout_words(lay)}"))
+    out.print(styled(f"  batch     {lay.global_batch} sequences x {lay.seq_len} tokens per step"))
+    status = ("FEASIBLE", "green") if e.feasible else ("INFEASIBLE", "red")
+    out.print(styled("  status    ", status))
+
+
+def _time_table(out: Console, e: EvaluatedLayout) -> None:
     table = Table(title="Time per step (exposed, sums to the step time)", title_justify="left")
-    table.add_column("term")
-    table.add_column("time", justify="right")
-    table.add_column("share", justify="right")
-    table.add_column("")
-    for term in TIME_TERMS:
-        value = float(ev.times[term][i])
+    for col, justify in (("term", "left"), ("time", "right"), ("share", "right"), ("", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    times = e.time_s.model_dump()
+    for term in TIME_WORDS:
+        value = times[term]
         if value <= 0:
             continue
-        share = value / step
-        table.add_row(term + link_words(ev, i, term), fmt_seconds(value), f"{share:.1%}", _bar(share, 20))
-    table.add_row("[bold]step[/bold]", f"[bold]{fmt_seconds(step)}[/bold]", "100%", "")
+        share = value / e.step_time_s
+        table.add_row(term, fmt_seconds(value), f"{share:.1%}", _bar(share, 20))
+    table.add_row(Text("step", "bold"), Text(fmt_seconds(e.step_time_s), "bold"), "100%", "")
     out.print(table)
-    out.print(
-        f"  MFU {ev.mfu[i]:.3f}   HFU {ev.hfu[i]:.3f}   {ev.tflops_per_gpu[i]:.0f} TFLOP/s per GPU   "
-        f"{ev.tokens_per_s[i]:,.0f} tokens/s"
-    )
-    out.print(f"  bottleneck  {bottleneck_sentence(ev, i)}")
+    out.print(styled(f"  predicted {range_words(e)}"))
+    out.print(styled(f"  basis     {e.accuracy_basis}"))
+    out.print(styled(
+        f"  MFU {e.mfu:.3f} (PaLM convention {e.mfu_palm:.3f})   HFU {e.hfu:.3f}   of {e.peak_flops / 1e12:.0f} "
+        f"TFLOP/s peak   {e.tflops_per_gpu:.0f} TFLOP/s per GPU   {e.tokens_per_s:,.0f} tokens/s"
+    ))  # fmt: skip
+    out.print(styled(f"  bottleneck  {e.bottleneck.explanation}"))
 
 
-def _memory_table(out: Console, ev: Evaluation, i: int) -> None:
-    capacity = ev.capacity_bytes
+def _memory_table(out: Console, e: EvaluatedLayout) -> None:
+    memory = e.memory_bytes
+    capacity = memory.capacity
     table = Table(title=f"Memory of the most loaded GPU vs {capacity / GB:.1f} GB capacity", title_justify="left")
-    table.add_column("term")
-    table.add_column("GB", justify="right")
-    table.add_column("of capacity", justify="right")
-    table.add_column("")
-    for term in MEMORY_TERMS:
-        value = float(getattr(ev.memory, term)[i])
-        table.add_row(term, f"{value / GB:.1f}", f"{value / capacity:.0%}", _bar(value / capacity))
-    total = float(ev.memory.total[i])
-    table.add_row(
-        "[bold]total[/bold]", f"[bold]{total / GB:.1f}[/bold]", f"{total / capacity:.0%}", _bar(total / capacity)
-    )
+    for col, justify in (("term", "left"), ("GB", "right"), ("of capacity", "right"), ("", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    values = memory.model_dump()
+    for term in MEMORY_WORDS:
+        label = "reserve" if term == "other" else term
+        table.add_row(
+            label, f"{values[term] / GB:.1f}", f"{values[term] / capacity:.0%}", _bar(values[term] / capacity)
+        )
+    table.add_row(Text("total", "bold"), Text(f"{memory.total / GB:.1f}", "bold"), f"{memory.total / capacity:.0%}",
+                  _bar(memory.total / capacity))  # fmt: skip
     out.print(table)
+    margin = e.memory_margin_bytes / GB
+    flag = ("  NEAR THE LIMIT", "yellow") if e.near_memory_limit and e.feasible else ""
+    out.print(styled(f"  margin    {margin:.1f} GB usable memory left after the reserve", flag))
+    if memory.host_bytes_per_gpu > 0:
+        out.print(styled(f"  host      {memory.host_bytes_per_gpu / GB:.1f} GB per GPU offloaded to host memory"))
 
 
-def _violations(out: Console, ev: Evaluation, i: int) -> None:
-    found = ev.violations(i)
-    if not found:
+def _violations(out: Console, e: EvaluatedLayout, fixes: list[str]) -> None:
+    if e.violations:
+        out.print(styled(("Violated limits", "red"), " (for the settings that come closest):"))
+        for sentence in e.violations:
+            out.print(styled(f"  - {sentence}"))
+    if fixes:
+        out.print(styled(("What would fit:", "bold")))
+        for fix in fixes:
+            out.print(styled(f"  - {fix}"))
+
+
+def print_validate(r: ValidateResult, memory_only: bool = False) -> None:
+    out = console()
+    _header(out, r, "memory" if memory_only else "validate")
+    if not memory_only:
+        _time_table(out, r)
+    _memory_table(out, r)
+    _violations(out, r, r.fixes)
+    if r.requirements:
+        out.print(styled(f"  needs     {'; '.join(r.requirements)}"))
+    if r.knobs_chosen:
+        out.print(styled(f"  chosen    {', '.join(r.knobs_chosen)} ({r.solver.method}, {r.solver.candidates:,} "
+                         "candidates)"))  # fmt: skip
+    if memory_only:
         return
-    out.print("[red]Violated limits[/red] (for the settings that come closest):")
-    for sentence in found:
-        out.print(f"  - {sentence}")
+    if r.optimum is None:
+        out.print(styled("  optimum   no layout of these GPUs fits this model"))
+    else:
+        line = f"  optimum   {layout_words(r.optimum.layout)}: {fmt_seconds(r.optimum.step_time_s)}, MFU {r.optimum.mfu:.3f}"
+        if r.optimum.gap is not None:
+            line += (
+                f" -- this plan is {r.optimum.gap:.1%} slower" if r.optimum.gap > 1e-9 else " -- this plan is optimal"
+            )
+        out.print(styled(line))
+    if r.best_change is not None:
+        c = r.best_change
+        out.print(styled(f"  best single change  {c.change}: {fmt_seconds(c.step_time_s)} ({c.gain:.1%} faster)"))
+    _launch(out, r.launch)
 
 
-def _gap(out: Console, a: Assessment) -> None:
-    if a.requirements:
-        capacity = a.choice.evaluation.usable_bytes / GB
-        out.print(f"  needs     {'; '.join(a.requirements)} (to fit {capacity:.1f} GB and the plan's rules)")
-    if a.chosen:
-        words = layout_words(a.choice.evaluation.layouts.at(a.choice.index).to_json())
-        out.print(f"  solver    chose {', '.join(a.chosen)} ({a.result.status}, {a.result.wall_s:.2f} s): {words}")
-    if a.optimum is None:
-        out.print("  optimum   no layout of these GPUs fits this model")
+def _launch(out: Console, launch: dict[str, str] | None) -> None:
+    for framework, text in (launch or {}).items():
+        out.print(styled((f"Launch ({framework}):", "bold")))
+        out.print(Text(safe(text)))
+
+
+# --- optimize ------------------------------------------------------------------------------
+
+
+def _counts(r: HardwareResult) -> str:
+    gpus = sorted({e.gpus for e in r.layouts})
+    return str(r.gpus) if len(gpus) <= 1 else f"{gpus[0]}..{gpus[-1]}"
+
+
+def print_optimize(result: OptimizeResult, objective: str) -> None:
+    out = console()
+    for r in result.results:
+        _optimize_table(out, r, objective)
+    if len(result.results) > 1:
+        _side_by_side(out, result.results)
+    out.print(styled(f"  legend    {legend()}"))
+
+
+def _optimize_table(out: Console, r: HardwareResult, objective: str) -> None:
+    s = r.solver
+    model = r.layouts[0].model if r.layouts else ""
+    out.print(styled("\n", (f"{model} on {_counts(r)} x {r.hardware}", "bold"),
+                     f": {s.status} by {s.method} over {s.candidates:,} candidates in {s.wall_s:.2f} s "
+                     f"(objective: {objective})"))  # fmt: skip
+    if not r.layouts:
+        out.print(styled("  ", ("no layout", "red"), f": {r.reason}"))
+        for fix in r.fixes:
+            out.print(styled(f"  would fit: {fix}"))
         return
-    best, j = a.optimum.evaluation, a.optimum.index
-    words = layout_words(best.layouts.at(j).to_json())
-    line = f"  optimum   {words}: {fmt_seconds(a.optimum.step_time_s)}, MFU {float(best.mfu[j]):.3f}"
-    if a.choice.feasible:
-        gap = a.choice.step_time_s / a.optimum.step_time_s - 1.0
-        line += f" -- this plan is {gap:.1%} slower" if gap > 1e-9 else " -- this plan is optimal"
-    out.print(line)
-    if a.change is not None:
-        out.print(f"  best single change  {a.change.words}: {fmt_seconds(a.change.choice.step_time_s)} "
-                  f"({a.change.gain:.1%} faster)")
-
-
-def render_validate(out: Console, a: Assessment) -> None:
-    ev, i = a.choice.evaluation, a.choice.index
-    _header(out, ev, i, "validate")
-    _time_table(out, ev, i)
-    _memory_table(out, ev, i)
-    _violations(out, ev, i)
-    _gap(out, a)
-
-
-def render_memory(out: Console, a: Assessment) -> None:
-    ev, i = a.choice.evaluation, a.choice.index
-    _header(out, ev, i, "memory")
-    _memory_table(out, ev, i)
-    _violations(out, ev, i)
-    if a.requirements:
-        out.print(f"  needs     {'; '.join(a.requirements)}")
-    if a.chosen:
-        out.print(f"  chosen for this plan: {', '.join(a.chosen)}")
-
-
-def render_optimize(out: Console, model: ModelSpec, outcomes: list[HardwareOutcome], cons: Constraints) -> None:
-    for o in outcomes:
-        _optimize_table(out, model, o, cons)
-    if len(outcomes) > 1:
-        _side_by_side(out, model, outcomes)
-
-
-def _optimize_table(out: Console, model: ModelSpec, o: HardwareOutcome, cons: Constraints) -> None:
-    r = o.result
-    counts = f"{o.gpu_counts[0]}" if len(o.gpu_counts) == 1 else f"{o.gpu_counts[0]}..{o.gpu_counts[-1]}"
-    out.print(
-        f"\n[bold]{model.name} on {counts} x {o.cluster.name}[/bold]: CP-SAT {r.status} in {r.wall_s:.2f} s "
-        f"over {r.candidates:,} candidates (objective: {cons.objective})"
-    )
-    if not r.choices:
-        out.print(f"  [red]no layout[/red]: {r.reason}")
-        return
+    with_days = r.layouts[0].train_time_s is not None
+    with_cost = r.layouts[0].cost_usd is not None
     table = Table(show_edge=False)
-    for col in ("#", "layout", "step", "MFU", "tokens/s", "memory", "$/step"):
+    columns = ["#", "GPUs", "layout", "step", "error bar", "MFU", "tokens/s", "memory"]
+    columns += ["days"] if with_days else []
+    columns += ["cost"] if with_cost else ["$/step"] if r.layouts[0].cost_usd_per_step is not None else []
+    for col in columns:
         table.add_column(col, justify="left" if col == "layout" else "right")
-    for rank, c in enumerate(r.choices, 1):
-        obj = layout_json(c)
-        mem = obj["memory_bytes"]
-        table.add_row(
-            str(rank), (f"{obj['gpus']} GPUs: " if len(o.gpu_counts) > 1 else "") + layout_short(obj["layout"]),
-            fmt_seconds(obj["step_time_s"]), f"{obj['mfu']:.3f}", f"{obj['tokens_per_s']:,.0f}",
-            f"{mem['total'] / GB:.1f}/{mem['capacity'] / GB:.1f} GB", fmt_usd(obj["cost_usd_per_step"]),
-        )
+    for rank, e in enumerate(r.layouts, 1):
+        mem = e.memory_bytes
+        words = layout_short(e.layout) + (f" (= {len(e.equivalent)} more)" if e.equivalent else "")
+        mem_text = f"{mem.total / GB:.1f}/{mem.capacity / GB:.1f} GB" + (" !" if e.near_memory_limit else "")
+        row = [str(rank), str(e.gpus), safe(words), fmt_seconds(e.step_time_s), error_words(e), f"{e.mfu:.3f}",
+               f"{e.tokens_per_s:,.0f}", mem_text]  # fmt: skip
+        if with_days:
+            row.append(f"{(e.train_time_s or 0.0) / 86400:,.1f}")
+        if with_cost:
+            row.append(fmt_usd(e.cost_usd or 0.0))
+        elif e.cost_usd_per_step is not None:
+            row.append(fmt_usd(e.cost_usd_per_step))
+        table.add_row(*row)
     out.print(table)
-    best = r.choices[0]
-    out.print(f"  why #1    {bottleneck_sentence(best.evaluation, best.index)}")
-    for limit in binding_limits(best.evaluation, best.index):
-        out.print(f"  limit     {limit}")
-    for rank, c in enumerate(r.choices[1:], 2):
-        out.print(f"  #{rank:<8} {why_loses(best.evaluation, best.index, c.evaluation, c.index, o.by_cost)}")
+    if any(e.near_memory_limit for e in r.layouts):
+        out.print(styled("  !         within 3% of capacity: allocator spikes may run out of memory"))
+    for e in r.layouts:
+        if e.equivalent:
+            same = ", ".join(layout_short(v) for v in e.equivalent[:4])
+            out.print(styled(f"  same as {layout_short(e.layout)}: {same}"))
+    if r.explanation is not None:
+        out.print(styled(f"  why #1    {r.explanation.best[0]}"))
+        for limit in r.explanation.best[1:]:
+            out.print(styled(f"  limit     {limit}"))
+        for rank, line in enumerate(r.explanation.runners_up, 2):
+            out.print(styled(f"  #{rank:<8} {line}"))
+    _launch(out, r.launch)
 
 
-def _side_by_side(out: Console, model: ModelSpec, outcomes: list[HardwareOutcome]) -> None:
-    table = Table(title=f"\n{model.name}: best layout per hardware", title_justify="left")
-    for col in ("hardware", "GPUs", "best layout", "step", "MFU", "tokens/s", "$/step"):
+def _side_by_side(out: Console, results: list[HardwareResult]) -> None:
+    table = Table(title="\nbest layout per hardware", title_justify="left")
+    for col in ("hardware", "GPUs", "best layout", "step", "MFU", "tokens/s"):
         table.add_column(col, justify="left" if col in ("hardware", "best layout") else "right")
-    for o in outcomes:
-        if not o.result.choices:
-            table.add_row(o.cluster.name, str(o.gpu_counts[0]), "[red]none fits[/red]", "-", "-", "-", "-")
+    for r in results:
+        if not r.layouts:
+            table.add_row(safe(r.hardware), str(r.gpus), Text("none fits", "red"), "-", "-", "-")
             continue
-        obj = layout_json(o.result.choices[0])
-        table.add_row(
-            o.cluster.name, str(obj["gpus"]), layout_short(obj["layout"]), fmt_seconds(obj["step_time_s"]),
-            f"{obj['mfu']:.3f}", f"{obj['tokens_per_s']:,.0f}", fmt_usd(obj["cost_usd_per_step"]),
-        )
+        e = r.layouts[0]
+        table.add_row(safe(r.hardware), str(e.gpus), layout_short(e.layout), fmt_seconds(e.step_time_s),
+                      f"{e.mfu:.3f}", f"{e.tokens_per_s:,.0f}")  # fmt: skip
     out.print(table)
 
 
-def render_emit(model: ModelSpec, outcomes: list[HardwareOutcome], kind: str, flash_attention: bool) -> None:
-    for o in outcomes:
-        if len(outcomes) > 1:
-            print(f"# {o.cluster.name}")
-        if not o.result.choices:
-            print(f"# no layout: {o.result.reason}")
-            continue
-        best = o.result.choices[0]
-        print(emit(kind, model, best.evaluation.layouts.at(best.index), flash_attention))
+# --- list ----------------------------------------------------------------------------------
 
 
-def model_json(m: ModelSpec) -> dict[str, Any]:
-    return {**m.model_dump(), "total_params": m.total_params, "active_params": m.active_params}
+def print_models(as_json: bool) -> None:
+    from paraplan.cost_models.models import load_model, model_preset_names
 
-
-def cluster_json(c: Cluster) -> dict[str, Any]:
-    return c.model_dump(mode="json")
-
-
-def render_models(out: Console, models: list[ModelSpec]) -> None:
+    models = [load_model(n) for n in model_preset_names()]
+    if as_json:
+        rows = [{**m.model_dump(), "total_params": m.total_params, "active_params": m.active_params} for m in models]
+        print(json.dumps({"models": rows}, indent=2))
+        return
     table = Table(title="Model presets")
     for col in ("name", "params", "active", "layers", "hidden", "heads/kv", "ffn", "vocab", "mlp"):
         table.add_column(col, justify="left" if col in ("name", "mlp") else "right", no_wrap=col == "name")
     for m in models:
         mlp = m.mlp + (f", {m.num_experts} experts top-{m.experts_top_k}" if m.is_moe else "")
-        table.add_row(
-            m.name, f"{m.total_params / 1e9:.2f}B", f"{m.active_params / 1e9:.2f}B", str(m.num_layers),
-            str(m.hidden_size), f"{m.num_heads}/{m.num_kv_heads}", str(m.ffn_hidden_size), str(m.vocab_size), mlp,
-        )
-    out.print(table)
+        table.add_row(m.name, f"{m.total_params / 1e9:.2f}B", f"{m.active_params / 1e9:.2f}B", str(m.num_layers),
+                      str(m.hidden_size), f"{m.num_heads}/{m.num_kv_heads}", str(m.ffn_hidden_size),
+                      str(m.vocab_size), mlp)  # fmt: skip
+    console().print(table)
 
 
-def render_hardware(out: Console, clusters: list[Cluster]) -> None:
-    table = Table(title="Hardware presets: per GPU dense TFLOP/s, memory GB, HBM TB/s; link GB/s per direction")
+def print_hardware(as_json: bool) -> None:
+    from paraplan.hardware_specs.loader import load_cluster, preset_names
+
+    clusters = [load_cluster(n) for n in preset_names()]
+    if as_json:
+        print(json.dumps({"hardware": [c.model_dump(mode="json") for c in clusters]}, indent=2))
+        return
+    table = Table(title="Hardware presets: per GPU dense TFLOP/s, memory GB (GiB), HBM TB/s; link GB/s per direction")
     columns = ("name", "BF16", "FP8", "memory", "HBM", "node", "fabric", "fabric GB/s", "net GB/s")
     for col in columns:
         table.add_column(col, justify="left" if col in ("name", "fabric") else "right", no_wrap=True)
     for c in clusters:
         g = c.gpu
+        memory = f"{g.memory_bytes / GB:.1f} ({g.memory_bytes / 2**30:.0f})"
         table.add_row(
             c.name, f"{g.peak_bf16_flops / 1e12:.0f}", f"{g.peak_fp8_flops / 1e12:.0f}" if g.peak_fp8_flops else "-",
-            f"{g.memory_bytes / GB:.1f}", f"{g.mem_bw_bytes_per_s / 1e12:.2f}", str(c.gpus_per_node),
-            c.intra_node.kind, f"{c.intra_node.link.bw_bytes_per_s / 1e9:.0f}",
-            f"{c.inter_node.bw_bytes_per_s / 1e9:.1f}",
-        )
+            memory, f"{g.mem_bw_bytes_per_s / 1e12:.2f}", str(c.gpus_per_node), c.intra_node.kind,
+            f"{c.intra_node.link.bw_bytes_per_s / 1e9:.0f}", f"{c.inter_node.bw_bytes_per_s / 1e9:.1f}",
+        )  # fmt: skip
+    out = console()
     out.print(table)
+    out.print(
+        styled("  memory: GB = 1e9 bytes; in parentheses GiB = 2^30 bytes (vendors quote the A100-40GB's 40 GiB)")
+    )
 
 
-
-def calibrate_json(runs: list[Run], result: Fit, names: list[str], out_path: Path) -> dict[str, Any]:
-    before = relative_errors(result.before_s, result.measured_s)
-    after = relative_errors(result.after_s, result.measured_s)
-    return {
-        "hardware": result.cluster.name,
-        "out": str(out_path),
-        "fitted": names,
-        "constants": result.values,
-        "runs": [
-            {"run": r.label, "measured_s": float(m), "before_s": float(b), "after_s": float(a)}
-            for r, m, b, a in zip(runs, result.measured_s, result.before_s, result.after_s, strict=True)
-        ],
-        "mape_before": float(np.mean(np.abs(before))),
-        "mape_after": float(np.mean(np.abs(after))),
-        "worst_before": float(np.max(np.abs(before))),
-        "worst_after": float(np.max(np.abs(after))),
-    }
+def layout_line(lay: Layout) -> str:
+    return safe(layout_words(lay))
 
 
-def render_calibrate(out: Console, obj: dict[str, Any]) -> None:
-    table = Table(title=f"calibrate {obj['hardware']}: step time per run", title_justify="left")
+def print_calibrate(r: object) -> None:
+    from paraplan.results import CalibrateResult
+
+    assert isinstance(r, CalibrateResult)
+    out = console()
+    table = Table(title=f"calibrate {r.hardware}: step time per run", title_justify="left")
     for col in ("run", "measured", "before", "error", "after", "error"):
         table.add_column(col, justify="left" if col == "run" else "right")
-    for r in obj["runs"]:
-        m = r["measured_s"]
-        table.add_row(r["run"], fmt_seconds(m), fmt_seconds(r["before_s"]), f"{r['before_s'] / m - 1:+.1%}",
-                      fmt_seconds(r["after_s"]), f"{r['after_s'] / m - 1:+.1%}")
+    for run in r.runs:
+        m = run.measured_s
+        if run.flagged:
+            table.add_row(safe(run.run), fmt_seconds(m), "-", "-", "-", Text("left out", "yellow"))
+            continue
+        table.add_row(safe(run.run), fmt_seconds(m), fmt_seconds(run.before_s), f"{run.before_s / m - 1:+.1%}",
+                      fmt_seconds(run.after_s), f"{run.after_s / m - 1:+.1%}")  # fmt: skip
     out.print(table)
-    out.print(f"  MAPE {obj['mape_before']:.1%} -> {obj['mape_after']:.1%}; "
-              f"worst {obj['worst_before']:.1%} -> {obj['worst_after']:.1%}")
-    out.print("  constants: " + ", ".join(f"{k} {v:.3g}" for k, v in obj["constants"].items()))
-    out.print(f"  wrote {obj['out']} (use it as --hardware {obj['out']})")
+    for run in r.runs:
+        if run.flagged:
+            out.print(styled(f"  left out {run.run}: {run.flagged}"))
+    out.print(
+        styled(f"  MAPE {r.mape_before:.1%} -> {r.mape_after:.1%}; worst {r.worst_before:.1%} -> {r.worst_after:.1%}")
+    )
+    out.print(styled("  constants: " + ", ".join(f"{k} {v:.3g}" for k, v in r.constants.items())))
+    for name in r.at_bound:
+        out.print(
+            styled(("  WARNING", "yellow"), f": {name} ended on the bound of its range (the runs push it further)")
+        )
+    out.print(styled(f"  wrote {r.out} (use it as --hardware {r.out})"))

@@ -1,160 +1,157 @@
-"""The candidate domains: every layout that meets the structural rules for a model on N GPUs.
+"""The candidate space of a question: every layout of the model on N GPUs that its framework can
+run, enumerated column by column from the knob schema (`cost_models.layout`).
 
-Structural rules (the ones the search never needs to evaluate): TP divides the GPUs, the
-attention heads and KV heads and fits one server; PP x VPP chunks hold a layer each at least; CP splits the sequence
-into 2*CP equal chunks; EP divides the experts and DP*CP; the micro-batch divides the per-replica
-batch; virtual stages divide the layers per stage. Knobs the user fixed narrow their domain to
-that value (and are then taken as given even when they break a rule, so that `validate` can
-report the violation). Caps that keep the space finite, documented because they bound what
-"optimal" means: a micro-batch of at most 65,536 tokens (GEMMs have long saturated), at most 8
-virtual stages, CP at most 64.
+For each layout field in turn (settings, then the degrees, then the searched knobs) the table is
+crossed with the field's values: the user's value when given, else the field's domain. Two kinds
+of rows are then dropped, as soon as the columns they read exist:
+  * rows that break a limit (`cost_models.limits`), unless every row does: then they are kept, so
+    that `validate` reports the violation of a plan the user fixed;
+  * rows where a free knob takes a redundant value (ZeRO without data parallelism, sequence
+    parallelism without TP, ...; `limits.REDUNDANT`).
+DP is not enumerated: it is GPUs / (TP * PP * CP). The constraints of `optimize` that bound a
+degree (`--max-tp`, `--min-dp`, ...) narrow the enumeration too; TP within one node is such a
+bound (on by default).
+
+Caps that keep the space finite, and so bound what "optimal" means, live with the domains in
+`cost_models.layout` (micro-batches of at most 65,536 tokens, at most 8 virtual stages, CP at
+most 64).
 """
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from paraplan.cost_models.layout import PRECISIONS, RECOMPUTE_MODES, Layouts, Precision, Recompute
+from paraplan.cost_models.candidates import COLUMNS, INDEX, IntArray, Layouts
+from paraplan.cost_models.layout import DEGREES, KNOBS, SEARCHED, SETTINGS, DomainContext, Layout
+from paraplan.cost_models.limits import LIMITS, REDUNDANT, Target
 from paraplan.cost_models.models import ModelSpec
 from paraplan.hardware_specs.schema import Cluster
 
-MAX_MICRO_BATCH_TOKENS = 65_536
-MAX_VIRTUAL_STAGES = 8
-MAX_CP = 64
+ORDER: tuple[str, ...] = (*SETTINGS, "tp", "pp", "cp", "dp", "ep", *(n for n in SEARCHED))
+TRADING: tuple[str, ...] = tuple(n for n in SEARCHED if KNOBS[n].trades_memory)
+assert set(ORDER) == set(COLUMNS), "every layout field is enumerated exactly once"
 
 
 @dataclass(frozen=True)
-class Knobs:
-    """Layout knobs; None means free (chosen by the search)."""
+class Bounds:
+    """Inclusive bounds on the degrees, from optimize's constraints (None: unbounded)."""
 
-    tp: int | None = None
-    pp: int | None = None
-    dp: int | None = None
-    cp: int | None = None
-    ep: int | None = None
-    micro_batch: int | None = None
-    virtual_stages: int | None = None
-    recompute: Recompute | None = None
-    zero: int | None = None
-    sequence_parallel: bool | None = None
-    recompute_layers: int | None = None
-    precision: Precision = "bf16"
-    global_batch: int = 1024
-    seq_len: int = 4096
+    low: Mapping[str, int] = field(default_factory=dict)
+    high: Mapping[str, int] = field(default_factory=dict)
+    tp_within_node: bool = True
 
-    def given(self) -> dict[str, object]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
+    def admits(self, name: str, value: int, gpus_per_node: int) -> bool:
+        if name == "tp" and self.tp_within_node and (value > gpus_per_node or gpus_per_node % value):
+            return False
+        return self.low.get(name, value) <= value <= self.high.get(name, value)
 
 
-def divisors(n: int) -> list[int]:
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
+def _as_int(value: Any) -> int:
+    return int(value)
 
 
-def _domain(fixed: int | None, options: list[int]) -> list[int]:
-    return [fixed] if fixed is not None else options
+def enumerate_space(
+    model: ModelSpec,
+    cluster: Cluster,
+    gpus: int,
+    given: Mapping[str, Any],
+    bounds: Bounds = Bounds(),
+    trading: bool = True,
+) -> Layouts:
+    """Every candidate layout for `gpus` GPUs. `given` holds a value for every setting and for
+    each knob the user fixed; the other knobs are free. With `trading` False, the knobs that
+    trade time for memory (`Knob.trades_memory`) stay at their base value unless given: the
+    "cores" that `expand` later completes (see `search.rank_space`)."""
+    target = Target(model, cluster)
+    settings = {name: given[name] for name in SETTINGS}
+    ctx = DomainContext(model, cluster, gpus, settings)
+    base = Layout()
+    table = np.zeros((1, len(COLUMNS)), dtype=np.int64)
+    fixed = dict(given)
+    if not trading:
+        fixed.update({n: getattr(base, n) for n in TRADING if n not in given})
+    return Layouts(_fill(table, ORDER, fixed, given, ctx, target, bounds, applied=set()))
 
 
-def _domain_sp(fixed: bool | None, tp: int) -> list[bool]:
-    """Sequence parallelism only matters with TP > 1; without TP it is left off."""
+def expand(cores: Layouts, model: ModelSpec, cluster: Cluster, gpus: int, given: Mapping[str, Any],
+           bounds: Bounds = Bounds()) -> Layouts:  # fmt: skip
+    """The trading variants of some cores: every value of each free trading knob, except the
+    all-base combination the core already is, with the limits that read those knobs applied."""
+    free = [n for n in TRADING if n not in given]
+    if not free or len(cores) == 0:
+        return Layouts.empty()
+    target = Target(model, cluster)
+    ctx = DomainContext(model, cluster, gpus, {name: given[name] for name in SETTINGS})
+    applied = {lim.name for lim in LIMITS if not set(lim.knobs) & set(free)}
+    table = _fill(cores.data, tuple(free), dict(given), given, ctx, target, bounds, applied)
+    base = Layout()
+    at_base = np.ones(len(table), dtype=bool)
+    for name in free:
+        at_base &= table[:, INDEX[name]] == int(getattr(base, name))
+    return Layouts(table[~at_base])
+
+
+def _fill(table: IntArray, names: tuple[str, ...] | list[str], fixed: Mapping[str, Any], given: Mapping[str, Any],
+          ctx: DomainContext, target: Target, bounds: Bounds, applied: set[str]) -> IntArray:  # fmt: skip
+    """Cross `table` with each knob of `names` in turn, dropping rows as the module docstring says."""
+    done = set(COLUMNS) - set(names)
+    for name in names:
+        if name == "dp":
+            table = _derive_dp(table, ctx.gpus, fixed.get("dp"))
+            if "dp" not in fixed and len(table):
+                dps = table[:, INDEX["dp"]]
+                table = table[np.array([bounds.admits("dp", int(v), ctx.cluster.gpus_per_node) for v in dps])]
+        else:
+            values = [_as_int(fixed[name])] if name in fixed else [_as_int(v) for v in _domain(name, ctx, bounds)]
+            table = _cross(table, name, values)
+        done.add(name)
+        if name not in given and name in REDUNDANT and set(REDUNDANT[name][0]) <= done:
+            table = _drop(table, REDUNDANT[name][1](target, Layouts(table)), keep_if_all=False)
+        for limit in LIMITS:
+            if limit.name not in applied and set(limit.knobs) <= done:
+                applied.add(limit.name)
+                table = _drop(table, limit.violated(target, Layouts(table)), keep_if_all=True)
+        if len(table) == 0:
+            break
+    return table
+
+
+def _domain(name: str, ctx: DomainContext, bounds: Bounds) -> list[Any]:
+    domain = KNOBS[name].domain
+    if domain is None:
+        raise ValueError(f"knob {name} has no domain and was not given")
+    values = list(domain(ctx))
+    if name in DEGREES:
+        values = [v for v in values if bounds.admits(name, int(v), ctx.cluster.gpus_per_node)]
+    return values
+
+
+def _cross(table: IntArray, name: str, values: list[int]) -> IntArray:
+    if not values or len(table) == 0:
+        return table[:0]
+    repeated = np.repeat(table, len(values), axis=0)
+    repeated[:, INDEX[name]] = np.tile(np.asarray(values, dtype=np.int64), len(table))
+    return repeated
+
+
+def _derive_dp(table: IntArray, gpus: int, fixed: Any) -> IntArray:
+    product = table[:, INDEX["tp"]] * table[:, INDEX["pp"]] * table[:, INDEX["cp"]]
+    keep = gpus % product == 0
     if fixed is not None:
-        return [fixed]
-    return [True, False] if tp > 1 else [False]
-
-
-def structural_tuples(model: ModelSpec, cluster: Cluster, gpus: int, knobs: Knobs) -> list[tuple[int, ...]]:
-    """(tp, pp, dp, cp, ep) combinations with TP*PP*DP*CP = gpus."""
-    out: list[tuple[int, ...]] = []
-    tps = [
-        t
-        for t in divisors(gpus)
-        if model.num_heads % t == 0
-        and model.num_kv_heads % t == 0
-        and t <= cluster.gpus_per_node
-        and cluster.gpus_per_node % t == 0
-    ]
-    for tp in _domain(knobs.tp, tps):
-        if gpus % tp:
-            continue
-        pps = [p for p in divisors(gpus // tp) if p <= model.num_layers]
-        for pp in _domain(knobs.pp, pps):
-            if (gpus // tp) % pp:
-                continue
-            rest = gpus // (tp * pp)
-            cps = [c for c in divisors(rest) if c <= MAX_CP and (c == 1 or knobs.seq_len % (2 * c) == 0)]
-            for cp in _domain(knobs.cp, cps):
-                if rest % cp:
-                    continue
-                dp = rest // cp
-                if knobs.dp is not None and knobs.dp != dp:
-                    continue
-                eps = [e for e in divisors(model.num_experts) if (dp * cp) % e == 0]
-                for ep in _domain(knobs.ep, eps):
-                    out.append((tp, pp, dp, cp, ep))
+        keep &= gpus // np.maximum(product, 1) == int(fixed)
+    out: IntArray = table[keep].copy()
+    out[:, INDEX["dp"]] = gpus // product[keep]
     return out
 
 
-def recompute_domain(knobs: Knobs, flash_attention: bool) -> list[int]:
-    """Selective recompute (of the attention core) is a no-op under flash attention, whose
-    backward recomputes the scores anyway: it would only duplicate 'none' in the results."""
-    if knobs.recompute is not None:
-        return [RECOMPUTE_MODES.index(knobs.recompute)]
-    modes = ["none", "full"] if flash_attention else ["none", "selective", "full"]
-    return [RECOMPUTE_MODES.index(m) for m in modes]
-
-
-def recompute_layers_domain(knobs: Knobs, rc: int, chunk_layers: int) -> list[int]:
-    """Layers per chunk that full recompute covers: all (0), or the block method's N in
-    1, 2, 4, ... below the chunk size, which trades memory for recompute more finely. A user
-    who asks for `--recompute full` without `--recompute-layers` means every layer, as
-    Megatron-LM's full recompute does by default."""
-    if rc != RECOMPUTE_MODES.index("full"):
-        return [0] if not knobs.recompute_layers else []
-    if knobs.recompute_layers is not None:
-        return [knobs.recompute_layers]
-    if knobs.recompute == "full":
-        return [0]
-    blocks = [1 << k for k in range(chunk_layers.bit_length()) if (1 << k) < chunk_layers]
-    return [0, *blocks]
-
-
-def candidate_space(
-    model: ModelSpec, cluster: Cluster, gpus: int, knobs: Knobs, flash_attention: bool = True
-) -> Layouts:
-    rows: list[tuple[int, ...]] = []
-    recomputes = recompute_domain(knobs, flash_attention)
-    zeros = _domain(knobs.zero, [0, 1, 2, 3])
-    precision = PRECISIONS.index(knobs.precision)
-    max_mb = max(1, MAX_MICRO_BATCH_TOKENS // knobs.seq_len)
-    for tp, pp, dp, cp, ep in structural_tuples(model, cluster, gpus, knobs):
-        per_replica = knobs.global_batch // dp if knobs.global_batch % dp == 0 else 0
-        mbs = _domain(knobs.micro_batch, [b for b in divisors(per_replica) if b <= max_mb] if per_replica else [1])
-        vs = [v for v in range(2, MAX_VIRTUAL_STAGES + 1) if pp * v <= model.num_layers] if pp > 1 else []
-        sps = _domain_sp(knobs.sequence_parallel, tp)
-        for mb, v, rc, z, sp in itertools.product(mbs, _domain(knobs.virtual_stages, [1, *vs]), recomputes, zeros, sps):
-            if z >= 2 and pp > 1 and knobs.zero is None:
-                continue
-            chunk = -(-model.num_layers // (pp * v))
-            for blocks in recompute_layers_domain(knobs, rc, chunk):
-                rows.append((tp, pp, dp, cp, ep, mb, v, rc, z, int(sp), blocks))
-    table = np.array(rows, dtype=np.int64).reshape(-1, 11)
-    n = len(table)
-    return Layouts(
-        tp=table[:, 0],
-        pp=table[:, 1],
-        dp=table[:, 2],
-        cp=table[:, 3],
-        ep=table[:, 4],
-        micro_batch=table[:, 5],
-        global_batch=np.full(n, knobs.global_batch, dtype=np.int64),
-        seq_len=np.full(n, knobs.seq_len, dtype=np.int64),
-        virtual_stages=table[:, 6],
-        recompute=table[:, 7],
-        zero=table[:, 8],
-        sequence_parallel=table[:, 9].astype(bool),
-        precision=np.full(n, precision, dtype=np.int64),
-        recompute_layers=table[:, 10],
-    )
+def _drop(table: IntArray, bad: np.ndarray, keep_if_all: bool) -> IntArray:
+    if not bad.any():
+        return table
+    if keep_if_all and bad.all():
+        return table
+    kept: IntArray = table[~bad]
+    return kept

@@ -1,4 +1,6 @@
-"""Parameter counts (presets against published totals, tiny configs by hand) and the HF loader."""
+"""Parameter counts (presets and real config.json files against published totals, tiny configs by
+hand) and the HF loader's refusals and warnings. Expected numbers come from published figures or
+from the hand arithmetic written next to them, never from the code under test."""
 
 from __future__ import annotations
 
@@ -7,9 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from paraplan.cost_models.errors import InputError
-from paraplan.cost_models.models import ModelSpec, load_model, model_from_config, model_preset_names
+from paraplan.cost_models.models import (
+    ModelSpec,
+    load_hf_config,
+    load_model,
+    model_from_config,
+    model_preset_names,
+)
+
+HF_CONFIGS = Path(__file__).parent / "data" / "hf_configs"  # sources: HF_CONFIGS / "README.md"
 
 # ------------------------------------------------------------------ presets vs published totals
 
@@ -267,3 +276,534 @@ def test_model_spec_is_frozen() -> None:
     with pytest.raises(ValueError):
         model.hidden_size = 1  # type: ignore[misc]
     assert isinstance(model, ModelSpec)
+
+
+# ================================================================== real config.json files
+# Each file under tests/data/hf_configs/ is the model's published config.json (sources and the
+# way each was obtained: tests/data/hf_configs/README.md). Published figures: the model cards and
+# papers cited per entry; exact counts: the hand arithmetic in the comments.
+
+
+def _real(name: str) -> ModelSpec:
+    return load_hf_config(HF_CONFIGS / f"{name}.json")
+
+
+def test_deepseek_v3_671b_total_37b_active() -> None:
+    # DeepSeek-V3 (arXiv:2412.19437, abstract and Sec 4.2; model card): 671B total, 37B activated.
+    # h=7168, 128 heads, MLA q_lora 1536, kv_lora 512, d_nope 128, d_rope 64, d_v 128, 61 layers,
+    # first 3 dense (intermediate 18432), then MoE: 256 routed + 1 shared experts of width 2048, top-8,
+    # router 256*h + e_score_correction_bias 256, V=129280 untied.
+    # MLA: q_a 7168*1536 = 11,010,048 + q_a_norm 1,536 + q_b 1536*128*192 = 37,748,736
+    #    + kv_a 7168*576 = 4,128,768 + kv_a_norm 512 + kv_b 512*128*256 = 16,777,216
+    #    + o 128*128*7168 = 117,440,512                               = 187,107,328
+    # norms 2*7168 = 14,336; dense MLP 3*7168*18432 = 396,361,728 -> dense layer 583,483,392
+    # expert 3*7168*2048 = 44,040,192; MoE layer = 187,107,328 + 14,336 + 1,835,008 + 256
+    #    + 44,040,192 (shared) + 256*44,040,192 (11,274,289,152)      = 11,507,286,272
+    # total = 3*583,483,392 + 58*11,507,286,272 + 2*129280*7168 (1,853,358,080) + 7168
+    model = _real("deepseek-v3")
+    assert model.total_params == 671_026_419_200
+    assert model.total_params == pytest.approx(671e9, rel=1e-2)
+    # active: MoE layer 187,107,328 + 14,336 + 1,835,008 + 256 + 9*44,040,192 = 585,318,656
+    # 58*585,318,656 + 3*583,483,392 + 1,853,358,080 + 7168 = 37,552,297,472
+    assert model.active_params == 37_552_297_472
+    # DeepSeek counts activated parameters without the input embedding (deepseek-ai/DeepSeek-V3
+    # README_WEIGHTS.md: "Activation parameters: 36.6B (including 0.9B for the output Head)")
+    assert model.active_params - model.embedding_params == pytest.approx(36.6e9, rel=2e-3)
+    assert 36.5e9 <= model.active_params - model.embedding_params < 37.5e9  # "37B"
+    assert model.layer_kinds() == ("dense",) * 3 + ("moe",) * 58
+    assert (model.num_dense_layers, model.num_moe_layers, model.dense_layers) == (3, 58, 3)
+    assert model.attention_params == 187_107_328
+    assert model.dense_layer_params == 583_483_392
+    assert model.layer_params == 11_507_286_272
+    assert model.num_shared_experts == 1 and model.shared_expert_params == 44_040_192
+    assert model.router_params == 256 * 7168 + 256
+    assert model.is_mla and model.head_dim == 192 and model.v_dim == 128 * 128
+
+
+def test_deepseek_v3_counts_per_layer_add_up() -> None:
+    model = _real("deepseek-v3")
+    layers = model.layer_param_counts()
+    assert len(layers) == 61
+    assert sum(layers) + model.embedding_params + model.head_params + model.final_norm_params == 671_026_419_200
+    # matmul weights per token: MoE layer = MLA matrices 187,107,328 - 2,048 (latent norms)
+    #   + router 1,835,008 + shared 44,040,192 + 8 routed 352,321,536 = 585,302,016
+    # dense layer = 187,105,280 + 396,361,728 = 583,467,008
+    assert sum(model.layer_matmul_params_active()) == 58 * 585_302_016 + 3 * 583_467_008
+
+
+def test_deepseek_v3_warns_only_about_mtp() -> None:
+    # num_nextn_predict_layers: the MTP module is not part of the 671B (model card: 685B with MTP)
+    model = _real("deepseek-v3")
+    assert len(model.warnings) == 1
+    assert "num_nextn_predict_layers" in model.warnings[0]
+
+
+def test_deepseek_v2_236b_total_21b_active() -> None:
+    # DeepSeek-V2 (arXiv:2405.04434, abstract): 236B total, 21B activated per token.
+    # h=5120, 128 heads, MLA as V3, 60 layers, first 1 dense (12288), then 160 routed + 2 shared
+    # experts of width 1536, top-6, router 160*h (no bias: greedy routing), V=102400 untied.
+    # MLA: 5120*1536 + 1536 + 1536*24576 + 5120*576 + 512 + 512*32768 + 16384*5120 = 149,227,520
+    # dense layer 149,227,520 + 10,240 + 3*5120*12288 (188,743,680) = 337,981,440
+    # expert 3*5120*1536 = 23,592,960; MoE layer 149,227,520 + 10,240 + 819,200 + 162*23,592,960
+    #    = 3,972,116,480;  total = 337,981,440 + 59*3,972,116,480 + 2*524,288,000 + 5120
+    model = _real("deepseek-v2")
+    assert model.total_params == 235_741_434_880
+    assert model.total_params == pytest.approx(236e9, rel=1e-2)
+    # active: MoE layer 149,237,760 + 819,200 + 8*23,592,960 = 338,800,640
+    # 59*338,800,640 + 337,981,440 + 1,048,581,120 = 21,375,800,320; without the input embedding
+    # (DeepSeek's convention, see V3) 20,851,512,320
+    assert model.active_params == 21_375_800_320
+    assert model.active_params - model.embedding_params == pytest.approx(21e9, rel=1e-2)
+    assert model.layer_kinds()[:2] == ("dense", "moe") and model.num_moe_layers == 59
+    assert not model.router_bias and model.warnings == ()
+
+
+def test_qwen15_moe_a27b_14_3b_total_2_7b_active() -> None:
+    # Qwen/Qwen1.5-MoE-A2.7B model card: "14.3B parameters in total and 2.7B activated parameters".
+    # h=2048, 24 layers, MHA 16 heads with q/k/v biases, 60 experts of width 1408, top-4, one shared
+    # expert of width 5632 with a sigmoid gate Linear(2048, 1), V=151936 untied.
+    # attention 4*2048^2 + 3*2048 = 16,783,360; norms 4,096; router 60*2048 = 122,880
+    # shared 3*2048*5632 = 34,603,008 + gate 2,048; experts 60*3*2048*1408 = 519,045,120
+    # layer 570,560,512;  total 24*570,560,512 + 2*151936*2048 + 2048 = 14,315,784,192
+    # (cross-check: a 4-expert, 3-layer torchinfo print of this architecture shows 86,003,712 a
+    # layer = 16,783,360 + 4,096 + 8,192 + 34,605,056 + 4*8,650,752)
+    model = _real("qwen1.5-moe-a2.7b")
+    assert model.total_params == 14_315_784_192
+    assert model.total_params == pytest.approx(14.3e9, rel=1e-2)
+    # active layer 16,783,360 + 4,096 + 122,880 + 34,605,056 + 4*8,650,752 = 86,118,400
+    assert model.active_params == 24 * 86_118_400 + 2 * 151936 * 2048 + 2048 == 2_689_173_504
+    assert model.active_params == pytest.approx(2.7e9, rel=1e-2)
+    assert model.shared_expert_gate and model.shared_expert_ffn == 5632
+    assert model.sliding_window is None  # use_sliding_window: false
+    assert model.warnings == ()
+
+
+def test_mixtral_config_46_7b_total_12_9b_active() -> None:
+    # Jiang et al. 2024 (arXiv:2401.04088): 46.7B total, 12.9B active (same hand count as the preset)
+    model = _real("mixtral-8x7b")
+    assert model.total_params == 46_702_792_704 == pytest.approx(46.7e9, rel=1e-2)
+    assert model.active_params == 12_879_925_248 == pytest.approx(12.9e9, rel=1e-2)
+    assert model.warnings == () and model.sliding_window is None
+
+
+def test_llama31_405b_config() -> None:
+    # Dubey et al. 2024 (arXiv:2407.21783) Table 3: 405B. h=16384, 126 layers, 128 heads, 8 KV
+    # heads, f=53248, V=128256 untied: layer 2*16384^2 + 2*16384*1024 + 3*16384*53248 + 2*16384
+    # = 3,187,703,808;  126 * that + 2*128256*16384 + 16384 = 405,853,388,800
+    model = _real("llama-3.1-405b")
+    assert model.total_params == 405_853_388_800
+    assert model.total_params == pytest.approx(405e9, rel=1e-2)
+    assert model.warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("name", "published", "non_embedding"),
+    [
+        # Gemma 2 (arXiv:2408.00118) Table 2: non-embedding 2,024,517,888 and 8,324,201,984;
+        # model cards: 2.6B and 9.2B (HF: 2.61B, 9.24B). Gemma ties its embeddings by default
+        # (Gemma2Config tie_word_embeddings=True; the config.json does not state it).
+        # 2B: h=2304, 26 layers, 8 heads x 256, 4 KV heads, f=9216, four RMSNorms a layer:
+        #   2304*2048*2 + 2*2304*1024 + 3*2304*9216 + 4*2304 = 77,865,984 a layer,
+        #   26 * that + final norm 2304 = 2,024,517,888; + 256000*2304 = 2,614,341,888
+        ("gemma-2-2b", 2.6e9, 2_024_517_888),
+        # 9B: h=3584, 42 layers, 16 heads x 256, 8 KV heads, f=14336:
+        #   3584*4096*2 + 2*3584*2048 + 3*3584*14336 + 4*3584 = 198,195,200 a layer,
+        #   42 * that + 3584 = 8,324,201,984; + 256000*3584 = 9,241,705,984
+        ("gemma-2-9b", 9.2e9, 8_324_201_984),
+    ],
+)
+def test_gemma2_configs(name: str, published: float, non_embedding: int) -> None:
+    model = _real(name)
+    assert model.tied_embeddings and model.head_params == 0
+    assert model.non_embedding_params == non_embedding
+    assert model.total_params == pytest.approx(published, rel=1e-2)
+    assert model.norms_per_layer == 4 and model.head_dim == 256
+    assert model.warnings == ()
+
+
+def test_gemma2_alternates_local_and_global_layers() -> None:
+    # Gemma2Config: layer_types = sliding if (i + 1) % 2 else full; window 4096 (arXiv:2408.00118 Sec 2)
+    model = _real("gemma-2-2b")
+    assert model.sliding_window == 4096
+    assert model.layer_is_sliding() == (True, False) * 13
+    spans = model.attention_spans(8192)
+    assert spans[:4] == (4096, 8192, 4096, 8192)
+    assert model.mean_attention_span(8192) == (4096 + 8192) / 2
+    assert model.attention_spans(1000) == (1000,) * 26  # min(s, window)
+
+
+def test_opt_125m_config() -> None:
+    # facebook/opt-125m (Zhang et al. 2022, arXiv:2205.01068 Table 1: 125M). h=768, 12 layers,
+    # f=3072, V=50272, tied (OPTConfig leaves tie_word_embeddings at True), learned positions with
+    # OPT's offset of 2 (2050 rows), biases everywhere, LayerNorm.
+    # layer 4*768^2 + 4*768 + 2*768*3072 + 3072 + 768 + 2*2*768 = 7,087,872
+    # total 12*7,087,872 + 50272*768 + 2050*768 + final LayerNorm 1536 = 125,239,296
+    model = _real("opt-125m")
+    assert model.total_params == 125_239_296
+    assert model.total_params == pytest.approx(125e6, rel=1e-2)
+    assert model.tied_embeddings and model.embed_dim is None and model.warnings == ()
+
+
+def test_falcon_7b_config() -> None:
+    # tiiuae/falcon-7b model card: "a 7B parameters causal decoder-only model" (rounded; the exact
+    # count below is 6.92B). multi_query: one K and one V head; parallel attention + MLP under one
+    # LayerNorm; no biases; tied embeddings (FalconConfig leaves tie_word_embeddings at True).
+    # layer: query_key_value 4544*(4544 + 2*64) = 21,229,568 + dense 4544^2 = 20,647,936
+    #        + MLP 2*4544*18176 = 165,183,488 + LayerNorm 9,088 = 207,070,080
+    # total 32*207,070,080 + 65024*4544 + 9,088 = 6,921,720,704
+    model = _real("falcon-7b")
+    assert model.num_kv_heads == 1 and model.norms_per_layer == 1 and model.tied_embeddings
+    assert model.total_params == 6_921_720_704
+    assert 6.5e9 <= model.total_params < 7.5e9  # "7B"
+    assert model.warnings == ()
+
+
+def test_mamba_codestral_is_refused() -> None:
+    # mistralai/Mamba-Codestral-7B-v0.1 (model_type mamba2) was read as a 128-head transformer
+    with pytest.raises(InputError, match="mamba2"):
+        _real("mamba-codestral-7b")
+
+
+def test_every_real_config_is_covered() -> None:
+    names = {p.stem for p in HF_CONFIGS.glob("*.json")}
+    assert names == {
+        "deepseek-v3", "deepseek-v2", "qwen1.5-moe-a2.7b", "mixtral-8x7b", "llama-3.1-405b",
+        "gemma-2-2b", "gemma-2-9b", "opt-125m", "falcon-7b", "mamba-codestral-7b",
+    }  # fmt: skip
+
+
+# ================================================================== published totals from model cards
+
+
+def test_bloom_176b_by_model_card() -> None:
+    # bigscience/bloom model card: 176,247,271,424 parameters. h=14336, 70 layers, 112 heads,
+    # V=250880 tied, ALiBi (no position table), biases, LayerNorm, plus word_embeddings_layernorm.
+    # layer 12h^2 + 13h (as GPT-3) = 2,466,437,120; 70 layers + V*h + embedding LN 2h + final LN 2h
+    config = {"model_type": "bloom", "hidden_size": 14336, "n_layer": 70, "n_head": 112, "n_inner": None,
+              "vocab_size": 250880}  # fmt: skip
+    model = model_from_config(config, "bloom")
+    assert model.total_params == 70 * 2_466_437_120 + 250880 * 14336 + 4 * 14336 == 176_247_271_424
+    assert model.warnings == ()
+
+
+def test_gpt_neox_20b_by_model_card() -> None:
+    # EleutherAI/gpt-neox-20b model card: 20,554,567,680 parameters. h=6144, 44 layers, 64 heads,
+    # f=24576, V=50432, untied embed_in / embed_out, biases, two LayerNorms a layer.
+    # layer 4h^2 + 4h + 2*h*f + f + h + 4h = 453,064,704
+    config = {"model_type": "gpt_neox", "hidden_size": 6144, "num_hidden_layers": 44, "num_attention_heads": 64,
+              "intermediate_size": 24576, "vocab_size": 50432, "tie_word_embeddings": False}  # fmt: skip
+    model = model_from_config(config, "neox")
+    assert model.total_params == 44 * 453_064_704 + 2 * 50432 * 6144 + 2 * 6144 == 20_554_567_680
+
+
+# ================================================================== new math, tiny configs by hand
+
+
+def _tiny_mla(**overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "intermediate_size": 96, "moe_intermediate_size": 16, "n_routed_experts": 8,
+        "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+        "q_lora_rank": 16, "kv_lora_rank": 8, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4, "v_head_dim": 8,
+        "vocab_size": 100, "tie_word_embeddings": False,
+    }  # fmt: skip
+    config.update(overrides)
+    return config
+
+
+def test_tiny_mla_attention_by_hand() -> None:
+    # q_a 64*16 = 1024 + q_a_norm 16 + q_b 16*4*(8+4) = 768 + kv_a 64*(8+4) = 768 + kv_a_norm 8
+    # + kv_b 8*4*(8+8) = 512 + o 4*8*64 = 2048  => 5,144
+    assert model_from_config(_tiny_mla(), "mla").attention_params == 5_144
+    # q_lora_rank null (DeepSeek-V2-Lite): q_proj 64*4*12 = 3072 instead of 1024 + 16 + 768
+    assert model_from_config(_tiny_mla(q_lora_rank=None), "mla").attention_params == 6_408
+
+
+def test_tiny_deepseek_moe_by_hand() -> None:
+    # attention 5,144; norms 128; dense MLP 3*64*96 = 18,432 => dense layer 23,704
+    # expert 3*64*16 = 3,072; MoE layer 5,144 + 128 + router 8*64 + 8 (V3 bias) + shared 3,072
+    #   + 8*3,072 = 33,440;  total 23,704 + 3*33,440 + 100*64*2 + 64 = 136,888
+    # active = total - 3 layers * 6 idle experts * 3,072 = 81,592
+    model = model_from_config(_tiny_mla(), "ds")
+    assert model.layer_kinds() == ("dense", "moe", "moe", "moe")
+    assert model.dense_layer_params == 23_704 and model.layer_params == 33_440
+    assert model.total_params == 136_888
+    assert model.active_params == 81_592
+    assert model.layer_param_counts() == (23_704, 33_440, 33_440, 33_440)
+    # moe_layer_freq 2: MoE iff i >= 1 and i % 2 == 0 (DeepSeek's modeling code) -> only layer 2
+    model = model_from_config(_tiny_mla(moe_layer_freq=2), "ds")
+    assert model.layer_kinds() == ("dense", "dense", "moe", "dense")
+    assert model.total_params == 3 * 23_704 + 33_440 + 12_864
+
+
+def test_tiny_qwen2_moe_sparse_step_and_mlp_only_layers() -> None:
+    # decoder_sparse_step 2: MoE iff (i + 1) % 2 == 0 -> layers 1, 3; mlp_only_layers [3] -> only 1
+    # attention 4*64^2 + 3*64 (q/k/v biases) = 16,576; norms 128
+    # dense layer 16,576 + 128 + 3*64*96 = 35,136
+    # MoE layer 16,576 + 128 + router 4*64 + shared 3*64*48 + gate 64 + 4*3*64*16 = 38,528
+    config = _tiny_llama(model_type="qwen2_moe", num_key_value_heads=4, intermediate_size=96, num_experts=4,
+                         num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=48,
+                         decoder_sparse_step=2, mlp_only_layers=[3], num_hidden_layers=4)  # fmt: skip
+    model = model_from_config(config, "qmoe")
+    assert model.layer_kinds() == ("dense", "moe", "dense", "dense")
+    assert (model.dense_layers, model.num_dense_layers, model.num_moe_layers) == (1, 3, 1)
+    assert model.dense_ffn_hidden_size == 96 and model.ffn_hidden_size == 16
+    assert model.total_params == 3 * 35_136 + 38_528 + 2 * 6_400 + 64 == 156_800
+    assert model.active_params == 156_800 - 1 * 2 * 3 * 64 * 16
+
+
+def test_opt_word_embed_proj_dim_by_hand() -> None:
+    # OPT-350m style: word embeddings of width 32 projected to h=64 (project_in, project_out, no bias),
+    # post-LayerNorm (do_layer_norm_before false) => no final LayerNorm.
+    # layer 4*64^2 + 4*64 + 2*64*128 + 128 + 64 + 2*128 = 33,472; 2 layers 66,944
+    # embed 100*32 + (16+2)*64 + project_in 32*64 = 6,400; head: tied + project_out 64*32 = 2,048
+    config = {"model_type": "opt", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "ffn_dim": 128, "vocab_size": 100, "max_position_embeddings": 16, "word_embed_proj_dim": 32,
+              "do_layer_norm_before": False}  # fmt: skip
+    model = model_from_config(config, "opt350")
+    assert model.embed_dim == 32 and not model.final_norm
+    assert model.embedding_params == 6_400 and model.head_params == 2_048
+    assert model.total_params == 75_392
+
+
+def test_falcon_new_decoder_architecture_by_hand() -> None:
+    # Falcon-40B style: new_decoder_architecture, num_kv_heads 2, two LayerNorms (ln_attn, ln_mlp)
+    # h=64, 8 heads of 8: q 64*64 + kv 2*64*16 + o 64*64 = 10,240; MLP 2*64*256 = 32,768; LN 256
+    # 2 layers 86,528 + tied embedding 6,400 + final LayerNorm 128 = 93,056
+    config = {"model_type": "falcon", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 8,
+              "num_kv_heads": 2, "new_decoder_architecture": True, "vocab_size": 100}  # fmt: skip
+    model = model_from_config(config, "falcon40")
+    assert model.num_kv_heads == 2 and model.norms_per_layer == 2
+    assert model.total_params == 93_056
+
+
+def test_qk_norms_and_nonparametric_norms_by_hand() -> None:
+    base = _tiny_llama()  # llama total 99,136 (see test_tiny_gated_untied_by_hand); head_dim 16
+    # Qwen3: q_norm + k_norm RMSNorm(head_dim) a layer: + 2 layers * 2*16
+    qwen3 = model_from_config({**base, "model_type": "qwen3", "head_dim": 16}, "q3")
+    assert qwen3.total_params == 99_136 + 2 * 32
+    # OLMo 2: q_norm over q_dim 64, k_norm over kv_dim 32
+    olmo2 = model_from_config({**base, "model_type": "olmo2"}, "o2")
+    assert olmo2.total_params == 99_136 + 2 * (64 + 32)
+    # OLMo: LayerNorm without parameters (2 layers * 2 norms * 64 + final 64 gone)
+    olmo = model_from_config({**base, "model_type": "olmo"}, "o")
+    assert olmo.total_params == 99_136 - 2 * 128 - 64
+
+
+def test_gptj_layout_by_hand() -> None:
+    # GPT-J: rotary (no position table), untied head with a bias, one LayerNorm a layer,
+    # attention without biases, MLP with biases; n_inner null -> 4h
+    # layer 4*64^2 + 2*64*256 + 256 + 64 + 2*64 = 49,600; 2 layers 99,200
+    # + wte 6,400 + lm_head 6,400 + bias 100 + ln_f 128 = 112,228
+    config = {"model_type": "gptj", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": None, "vocab_size": 100,
+              "n_positions": 32, "rotary_dim": 8}  # fmt: skip
+    model = model_from_config(config, "gptj")
+    assert not model.learned_positions and model.lm_head_bias and model.norms_per_layer == 1
+    assert model.total_params == 112_228
+
+
+@pytest.mark.parametrize(
+    ("model_type", "tied"),
+    [("gemma", True), ("gemma2", True), ("gemma3_text", True), ("opt", True), ("falcon", True), ("bloom", True),
+     ("starcoder2", True), ("gpt2", True), ("llama", False), ("mistral", False), ("qwen2", False),
+     ("deepseek_v3", False), ("gpt_neox", False), ("gptj", False), ("nemotron", False), ("olmo", False)],
+)  # fmt: skip
+def test_tie_word_embeddings_follows_the_config_class(model_type: str, tied: bool) -> None:
+    config = _tiny_mla(model_type=model_type) if model_type == "deepseek_v3" else _tiny_llama(model_type=model_type)
+    del config["tie_word_embeddings"]
+    config.update(num_key_value_heads=4, head_dim=16)
+    assert model_from_config(config, "m").tied_embeddings is tied
+
+
+# ================================================================== sliding windows
+
+
+def test_mistral_v01_slides_on_every_layer() -> None:
+    # Mistral 7B (arXiv:2310.06825): sliding window W=4096 on all layers
+    model = model_from_config(_tiny_llama(model_type="mistral", sliding_window=4096), "mistral")
+    assert model.layer_is_sliding() == (True, True)
+    assert model.attention_spans(32768) == (4096, 4096)
+    assert model.attention_spans(100) == (100, 100)
+    assert model_from_config(_tiny_llama(model_type="mistral", sliding_window=None), "m").sliding_window is None
+
+
+def test_qwen2_sliding_layers_from_max_window_layers() -> None:
+    config = _tiny_llama(model_type="qwen2", num_hidden_layers=4, use_sliding_window=True, sliding_window=8,
+                         max_window_layers=2)  # fmt: skip
+    assert model_from_config(config, "q").layer_is_sliding() == (False, False, True, True)
+    config["use_sliding_window"] = False
+    assert model_from_config(config, "q").sliding_window is None
+
+
+def test_gemma3_five_local_one_global() -> None:
+    config = _tiny_llama(model_type="gemma3_text", num_hidden_layers=12, head_dim=16, sliding_window=1024)
+    sliding = model_from_config(config, "g3").layer_is_sliding()
+    assert [i for i, s in enumerate(sliding) if not s] == [5, 11]
+
+
+def test_explicit_layer_types() -> None:
+    config = _tiny_llama(model_type="gemma2", head_dim=16, sliding_window=16,
+                         layer_types=["full_attention", "sliding_attention"])  # fmt: skip
+    model = model_from_config(config, "g2")
+    assert model.layer_is_sliding() == (False, True)
+    assert model.attention_spans(64) == (64, 16)
+
+
+def test_sliding_window_changes_no_parameter() -> None:
+    plain = model_from_config(_tiny_llama(model_type="mistral", sliding_window=None), "m")
+    windowed = model_from_config(_tiny_llama(model_type="mistral", sliding_window=8), "m")
+    assert plain.total_params == windowed.total_params
+
+
+# ================================================================== refusals
+
+
+@pytest.mark.parametrize(
+    ("config", "match"),
+    [
+        ({"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}, "mamba"),
+        ({"model_type": "rwkv", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}, "rwkv"),
+        ({"model_type": "jamba", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}, "jamba"),
+        ({"model_type": "t5", "d_model": 64, "is_encoder_decoder": True}, "encoder"),
+        ({"model_type": "llava", "text_config": {"hidden_size": 64}}, "text_config"),
+    ],
+)
+def test_non_decoder_architectures_are_refused(config: dict[str, Any], match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        model_from_config(config, "x")
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ({"model_type": "newhybrid", "state_size": 16}, "state_size"),  # an SSM key in an unknown type
+        ({"model_type": "newhybrid", "hybrid_override_pattern": "M-M*"}, "hybrid_override_pattern"),
+        ({"model_type": "llama4_text", "interleave_moe_layer_step": 2}, "interleave_moe_layer_step"),
+        ({"model_type": "minimaxish", "shared_intermediate_size": 128}, "shared_intermediate_size"),
+        ({"add_cross_attention": True}, "add_cross_attention"),
+        ({"model_type": "qwen2", "layer_types": ["linear_attention", "full_attention"]}, "linear_attention"),
+        ({"model_type": "deepseek_v3", "moe_layer_freq": [0, 1]}, "moe_layer_freq"),
+    ],
+)
+def test_unmodelled_math_keys_are_refused(extra: dict[str, Any], key: str) -> None:
+    config = _tiny_mla(**extra) if extra.get("model_type") == "deepseek_v3" else _tiny_llama(**extra)
+    with pytest.raises(InputError, match=key):
+        model_from_config(config, "x")
+
+
+def test_error_names_the_key_present_in_the_file() -> None:
+    # GPT-2 n_inner: 0 used to be reported as 'intermediate_size' = 0
+    config = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_inner": 0, "vocab_size": 100}
+    with pytest.raises(InputError, match="'n_inner' = 0"):
+        model_from_config(config, "gpt2")
+    with pytest.raises(InputError, match="'n_routed_experts' = 0"):
+        model_from_config(_tiny_mla(n_routed_experts=0), "ds")
+
+
+def test_default_that_breaks_the_model_is_named_in_the_error() -> None:
+    # MistralConfig defaults to 8 KV heads, which 4 heads cannot hold; the message says it was assumed
+    config = _tiny_llama(model_type="mistral")
+    del config["num_key_value_heads"]
+    with pytest.raises(InputError, match="default 8 assumed"):
+        model_from_config(config, "m")
+
+
+# ================================================================== warnings
+
+
+def test_unknown_model_type_warns_with_its_name() -> None:
+    model = model_from_config(_tiny_llama(model_type="somethingnew"), "m")
+    assert model.total_params == 99_136
+    assert any("'somethingnew'" in w for w in model.warnings)
+    assert model_from_config(_tiny_llama(), "m").warnings == ()
+
+
+def test_unknown_key_warns() -> None:
+    model = model_from_config(_tiny_llama(mystery_width=128), "m")
+    assert any("'mystery_width'" in w and "neither" in w for w in model.warnings)
+
+
+def test_harmless_keys_do_not_warn() -> None:
+    config = _tiny_llama(rope_scaling={"rope_type": "llama3", "factor": 8.0}, attn_logit_softcapping=50.0,
+                         rope_theta=5e5, torch_dtype="bfloat16", initializer_range=0.02, bos_token_id=1,
+                         quantization_config={"quant_method": "fp8"}, _name_or_path="x")  # fmt: skip
+    assert model_from_config(config, "m").warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        (_tiny_llama(sliding_window=4096), "sliding_window"),  # LlamaAttention attends to everything
+        (_tiny_llama(num_local_experts=8, num_experts_per_tok=2), "num_local_experts"),  # Llama is dense
+        (_tiny_llama(model_type="gpt2"), "num_key_value_heads"),  # GPT-2 is multi-head attention
+        (_tiny_llama(model_type="falcon"), "num_key_value_heads"),  # old Falcon: multi_query
+        (_tiny_llama(model_type="bloom"), "intermediate_size"),  # BloomMLP always builds 4h
+        (_tiny_mla(index_topk=2048, index_n_heads=64), "index_topk"),  # DeepSeek-V3.2 indexer
+        (_tiny_llama(model_type="somethingnew", attention_chunk_size=8192), "attention_chunk_size"),
+    ],
+)
+def test_ignored_or_unmodelled_keys_warn(config: dict[str, Any], key: str) -> None:
+    model = model_from_config(config, "m")
+    assert any(f"'{key}'" in w for w in model.warnings), model.warnings
+
+
+def test_ignored_keys_do_not_change_the_count() -> None:
+    assert model_from_config(_tiny_llama(sliding_window=4096), "m").sliding_window is None
+    assert not model_from_config(_tiny_llama(num_local_experts=8, num_experts_per_tok=2), "m").is_moe
+
+
+def test_config_class_defaults_are_warned() -> None:
+    config = _tiny_llama(model_type="mixtral")  # no num_local_experts: MixtralConfig default 8, top-2
+    model = model_from_config(config, "mix")
+    assert model.num_experts == 8 and model.experts_top_k == 2
+    assert any("'num_local_experts'" in w and "default 8" in w for w in model.warnings)
+
+
+def test_generic_moe_keys_on_an_unknown_model_type() -> None:
+    # an unknown model_type with DeepSeek-style MoE keys (e.g. glm4_moe) reads them generically:
+    # first layer dense (f=96), then 4 routed + 1 shared experts of width 16, top-2
+    config = _tiny_llama(model_type="glm4_moe_like", num_key_value_heads=4, intermediate_size=96,
+                         n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=16,
+                         first_k_dense_replace=1)  # fmt: skip
+    model = model_from_config(config, "glm")
+    assert model.layer_kinds() == ("dense", "moe")
+    # dense layer 4*64^2 + 128 + 3*64*96 = 34,944; MoE layer 16,384 + 128 + 256 + 5*3,072 = 32,128
+    assert model.total_params == 34_944 + 32_128 + 2 * 6_400 + 64
+    assert any("'glm4_moe_like'" in w for w in model.warnings)
+
+
+# ================================================================== ModelSpec invariants
+
+
+def _spec(**extra: Any) -> ModelSpec:
+    fields: dict[str, Any] = dict(name="s", hidden_size=64, num_layers=4, num_heads=4, num_kv_heads=4, head_dim=16,
+                                  ffn_hidden_size=128, vocab_size=100, max_seq_len=32, mlp="gated",
+                                  tied_embeddings=False)  # fmt: skip
+    fields.update(extra)
+    return ModelSpec(**fields)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"dense_layer_ids": (0,)},  # dense model
+        {"num_shared_experts": 1},  # dense model
+        {"num_experts": 4, "experts_top_k": 2, "dense_layer_ids": (1, 0)},  # not increasing
+        {"num_experts": 4, "experts_top_k": 2, "dense_layer_ids": (4,)},  # beyond the last layer
+        {"q_lora_rank": 8},  # without kv_lora_rank
+        {"sliding_layer_ids": (0,)},  # without a window
+        {"kv_lora_rank": 8, "qk_rope_head_dim": 16},  # rope part as wide as the head
+    ],
+)
+def test_model_spec_rejects_inconsistent_fields(extra: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        _spec(**extra)
+
+
+def test_hand_built_spec_defaults_keep_the_classic_counts() -> None:
+    # no new field given: 2 RMSNorms a layer, final norm, no MoE extras -> the classic formula
+    spec = _spec()
+    layer = 4 * 64 * 64 + 3 * 64 * 128 + 2 * 64
+    assert spec.layer_params == layer
+    assert spec.total_params == 4 * layer + 2 * 100 * 64 + 64
+    assert spec.layer_kinds() == ("dense",) * 4 and spec.attention_spans(10) == (10,) * 4

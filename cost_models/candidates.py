@@ -1,0 +1,106 @@
+"""`Layouts`: many candidate layouts as one integer matrix, a column per `Layout` field.
+
+The columns are exactly the fields of `layout.Layout`, in its order: enums are stored as their
+members' integer values, booleans as 0/1. Cost models read a column as an attribute
+(`lay.tp`, `lay.recompute == Recompute.FULL`) and work on all candidates at once; a single
+layout is a matrix of one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from paraplan.cost_models.layout import BOOLS, ENUMS, Layout, Recompute
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+COLUMNS: tuple[str, ...] = tuple(Layout.model_fields)
+INDEX: dict[str, int] = {name: i for i, name in enumerate(COLUMNS)}
+
+
+class Layouts:
+    """Struct of arrays: row i of `data` is candidate i."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: IntArray):
+        if data.ndim != 2 or data.shape[1] != len(COLUMNS):
+            raise ValueError(f"a layout matrix has {len(COLUMNS)} columns, got shape {data.shape}")
+        self.data = data
+
+    def __getattr__(self, name: str) -> IntArray:
+        try:
+            return self.data[:, INDEX[name]]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @staticmethod
+    def of(layouts: Sequence[Layout]) -> Layouts:
+        rows = [[int(getattr(lay, name)) for name in COLUMNS] for lay in layouts]
+        return Layouts(np.array(rows, dtype=np.int64).reshape(len(rows), len(COLUMNS)))
+
+    @staticmethod
+    def empty() -> Layouts:
+        return Layouts(np.zeros((0, len(COLUMNS)), dtype=np.int64))
+
+    @staticmethod
+    def concat(parts: Sequence[Layouts]) -> Layouts:
+        if not parts:
+            return Layouts.empty()
+        return Layouts(np.concatenate([p.data for p in parts]))
+
+    def __len__(self) -> int:
+        return int(self.data.shape[0])
+
+    def at(self, i: int) -> Layout:
+        row = self.data[i]
+        values: dict[str, object] = {}
+        for name, raw in zip(COLUMNS, row.tolist(), strict=True):
+            if name in ENUMS:
+                values[name] = ENUMS[name](raw)
+            elif name in BOOLS:
+                values[name] = bool(raw)
+            else:
+                values[name] = raw
+        return Layout.model_validate(values)
+
+    def take(self, index: npt.NDArray[np.int64] | BoolArray) -> Layouts:
+        return Layouts(self.data[index])
+
+    def replace(self, **columns: IntArray | int) -> Layouts:
+        data = self.data.copy()
+        for name, values in columns.items():
+            data[:, INDEX[name]] = values
+        return Layouts(data)
+
+    # --- derived quantities used by several cost models ------------------------------------
+
+    @property
+    def gpus(self) -> IntArray:
+        return np.asarray(self.tp * self.pp * self.dp * self.cp)
+
+    @property
+    def num_micro_batches(self) -> FloatArray:
+        """Micro-batches each pipeline runs per step (fractional if the batch does not divide)."""
+        return np.asarray(self.global_batch / (self.dp * self.micro_batch))
+
+    def chunk_layers(self, num_layers: int) -> FloatArray:
+        """Layers in one model chunk of the most loaded GPU: ceil(l / (p * v))."""
+        return np.asarray(np.ceil(num_layers / (self.pp * self.virtual_stages).astype(np.float64)))
+
+    def full_recompute_share(self, num_layers: int) -> FloatArray:
+        """Share of a GPU's layers that full recompute covers: all of them, or with Megatron's
+        `--recompute-method block --recompute-num-layers N` the first N of every chunk (the
+        rest keep their activations). 0 without full recompute."""
+        chunk = self.chunk_layers(num_layers)
+        layers = np.where(self.recompute_layers <= 0, chunk, np.minimum(self.recompute_layers, chunk))
+        return np.asarray(np.where(self.recompute == Recompute.FULL, layers / chunk, 0.0))
+
+    @property
+    def seq_parallel_active(self) -> BoolArray:
+        return np.asarray((self.sequence_parallel == 1) & (self.tp > 1))

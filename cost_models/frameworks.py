@@ -1,0 +1,178 @@
+"""The training frameworks: what each can run, what its knobs cost, its defaults. Pinned versions.
+
+A rule that one framework imposes belongs to that framework, not to the hardware: the search
+proposes, and `validate` accepts, what the chosen framework runs. Each figure below is read from
+the framework's own source at the pinned version.
+
+Megatron-LM, main @ d98e8a64 (2026-08; Megatron-Core 0.19 era), `megatron/training/arguments.py`:
+  * ZeRO-1 is the distributed optimizer (--use-distributed-optimizer); ZeRO-2/3 are Megatron-FSDP
+    (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads | optim_grads_params),
+    with no assertion against pipeline parallelism at that commit.
+  * Interleaved schedule (virtual stages) with --overlap-p2p-communication on by default.
+  * Context parallelism: --cp-comm-type p2p (ring) or allgather.
+  * Optimizer offload: --optimizer-cpu-offload (HybridDeviceOptimizer; needs the distributed
+    optimizer). Parameters are not offloaded.
+  * Selective recompute (--recompute-granularity selective) recomputes core attention
+    (--recompute-modules core_attn, the default) whatever the attention backend: with flash
+    attention the flash forward runs again in the backward pass and little memory is saved.
+  * Gradients: fp32 main grads (bf16 training accumulates and all-reduces in fp32).
+  * Uneven first/last stages: --decoder-first/last-pipeline-num-layers.
+DeepSpeed 0.19.8 (PyPI), `deepspeed/runtime/pipe/engine.py` and `runtime/zero/config.py`:
+  * The pipeline engine asserts ZeRO stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline
+    parallelism"); it has no interleaved schedule; no ring/all-gather context parallelism
+    (its sequence parallelism is Ulysses all-to-all, not modelled).
+  * ZeRO-Offload (offload_optimizer, stages 1-3) and ZeRO-Infinity parameter offload
+    (offload_param, stage 3 only).
+  * Gradients in the training dtype (bf16) by default.
+torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
+  * FSDP2 shards the fp32 parameters (they are the optimizer's master weights), reduces
+    gradients in fp32 and keeps Adam's two moments (8 bytes/param): ZeRO-3, or ZeRO-2 when the
+    parameters are not resharded after the forward (parallelism.fsdp_reshard_after_forward =
+    "never", the default with pipeline parallelism). Replication without sharding is DDP
+    (ZeRO-0). ZeRO-1 does not exist there.
+  * FSDP combines with pipeline parallelism (as Llama 3 405B ran, Dubey et al. 2024 Sec 3.3.2).
+  * Interleaved schedules (Interleaved1F1B), context parallelism by all-gather or all-to-all
+    rotation (parallelism.context_parallel_rotate_method), float8 training.
+  * Selective activation checkpointing "op" saves every other matmul's output and recomputes
+    the rest of the layer; full AC recomputes every layer. No block method (first N layers).
+  * CPU offload (training.enable_cpu_offload) moves parameters, gradients and optimizer states
+    to the host (FSDP2 CPUOffloadPolicy): offload "all" with ZeRO-3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from paraplan.cost_models.candidates import BoolArray, Layouts
+from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Recompute
+from paraplan.cost_models.stack import Stack
+
+
+@dataclass(frozen=True)
+class FrameworkSpec:
+    framework: Framework
+    title: str
+    version: str
+    stack: Stack  # the framework's defaults
+    zero_stages: frozenset[int]  # the ZeRO stages it can run
+    zero_with_pp: int  # the highest ZeRO stage that combines with PP > 1
+    interleaved: bool  # virtual pipeline stages
+    cp_comms: frozenset[CpComm]  # context-parallel exchanges (empty: no CP)
+    offloads: frozenset[Offload]
+    fp8: bool
+    block_recompute: bool  # Megatron's block method: full recompute of N layers per chunk
+    selective: str  # what "selective" recomputes: "core_attention" or "op" (see module docstring)
+    param_bytes: int  # bytes per parameter of the parameters as stored (bf16 2, FSDP2 fp32 4)
+    optimizer_bytes: int  # bytes per parameter of the optimizer states on top of them
+    params_sharded_from: int  # ZeRO stage from which the parameters themselves are sharded
+
+
+FRAMEWORKS: dict[Framework, FrameworkSpec] = {
+    Framework.MEGATRON: FrameworkSpec(
+        Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
+        Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
+        cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}), fp8=True,
+        block_recompute=True, selective="core_attention", param_bytes=2, optimizer_bytes=12, params_sharded_from=3,
+    ),
+    Framework.DEEPSPEED: FrameworkSpec(
+        Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
+        Stack(main_grads="bf16", tp_overlap=True, p2p_overlap=False), zero_stages=frozenset({0, 1, 2, 3}),
+        zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload), fp8=False,
+        block_recompute=False, selective="core_attention", param_bytes=2, optimizer_bytes=12, params_sharded_from=3,
+    ),
+    Framework.TORCHTITAN: FrameworkSpec(
+        Framework.TORCHTITAN, "torchtitan", "0.3.0",
+        Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False), zero_stages=frozenset({0, 2, 3}),
+        zero_with_pp=3, interleaved=True, cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.ALL}),
+        fp8=True, block_recompute=False, selective="op", param_bytes=4, optimizer_bytes=8, params_sharded_from=2,
+    ),
+}  # fmt: skip
+
+
+def spec(framework: Framework | int) -> FrameworkSpec:
+    return FRAMEWORKS[Framework(framework)]
+
+
+def default_stack(framework: Framework) -> Stack:
+    return FRAMEWORKS[framework].stack
+
+
+Check = Callable[[Layouts], BoolArray]
+
+
+def per_framework(lay: Layouts, test: Callable[[FrameworkSpec, Layouts], BoolArray]) -> BoolArray:
+    """`test` applied to each framework's candidates (a question has one framework, but the
+    arrays may mix them)."""
+    out = np.zeros(len(lay), dtype=bool)
+    for fw, fs in FRAMEWORKS.items():
+        mine = lay.framework == fw
+        if mine.any():
+            out |= mine & test(fs, lay)
+    return out
+
+
+def _in(values: np.ndarray, allowed: frozenset[int] | frozenset[CpComm] | frozenset[Offload]) -> BoolArray:
+    return np.isin(values, np.array(sorted(int(v) for v in allowed), dtype=np.int64))
+
+
+def zero_unsupported(lay: Layouts) -> BoolArray:
+    return per_framework(lay, lambda fs, x: ~_in(x.zero, fs.zero_stages))
+
+
+def zero_with_pp(lay: Layouts) -> BoolArray:
+    return per_framework(lay, lambda fs, x: (x.pp > 1) & (x.zero > fs.zero_with_pp))
+
+
+def interleaved_unsupported(lay: Layouts) -> BoolArray:
+    return per_framework(lay, lambda fs, x: (x.virtual_stages > 1) & (not fs.interleaved))
+
+
+def cp_unsupported(lay: Layouts) -> BoolArray:
+    return per_framework(lay, lambda fs, x: (x.cp > 1) & ~_in(x.cp_comm, fs.cp_comms))
+
+
+def offload_unsupported(lay: Layouts) -> BoolArray:
+    """The framework lacks this offload, or it needs a ZeRO stage the layout does not have:
+    optimizer offload needs sharded optimizer states (ZeRO >= 1), parameter offload ZeRO-3. With a
+    single data-parallel rank every stage shards over one rank, so any stage will do (the
+    emitter writes the stage the framework requires)."""
+    needs = np.where(lay.offload == Offload.ALL, 3, np.where(lay.offload == Offload.OPTIMIZER, 1, 0))
+    sharding = (lay.zero < needs) & (lay.dp * lay.cp > 1)
+    return np.asarray(per_framework(lay, lambda fs, x: ~_in(x.offload, fs.offloads)) | sharding)
+
+
+def fp8_unsupported(lay: Layouts) -> BoolArray:
+    from paraplan.cost_models.layout import Precision
+
+    return per_framework(lay, lambda fs, x: (x.precision == Precision.FP8) & (not fs.fp8))
+
+
+def block_recompute_unsupported(lay: Layouts) -> BoolArray:
+    return per_framework(
+        lay, lambda fs, x: (x.recompute == Recompute.FULL) & (x.recompute_layers > 0) & (not fs.block_recompute)
+    )
+
+
+def unsupported_words(lay: Layout) -> str:
+    """Why the layout's framework cannot run it, in one sentence (for the limit messages)."""
+    fs = FRAMEWORKS[lay.framework]
+    one = Layouts.of([lay])
+    reasons = []
+    if zero_unsupported(one)[0]:
+        reasons.append(f"ZeRO-{lay.zero} (it runs ZeRO {', '.join(map(str, sorted(fs.zero_stages)))})")
+    if zero_with_pp(one)[0]:
+        reasons.append(f"ZeRO-{lay.zero} with pipeline parallelism (at most ZeRO-{fs.zero_with_pp} with PP > 1)")
+    if interleaved_unsupported(one)[0]:
+        reasons.append("an interleaved schedule (virtual stages)")
+    if cp_unsupported(one)[0]:
+        reasons.append(f"context parallelism by {lay.cp_comm}" if fs.cp_comms else "context parallelism")
+    if offload_unsupported(one)[0]:
+        reasons.append(f"offload {lay.offload} with ZeRO-{lay.zero}")
+    if fp8_unsupported(one)[0]:
+        reasons.append("FP8 training")
+    if block_recompute_unsupported(one)[0]:
+        reasons.append("block recompute (full recompute of N layers per chunk)")
+    return f"{fs.title} {fs.version} cannot run " + "; ".join(reasons)

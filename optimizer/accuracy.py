@@ -1,0 +1,97 @@
+"""Error bars: how far a prediction can be trusted, from the validation runs nearest its regime.
+
+`benchmarks/accuracy.py --write` predicts every published run in `benchmarks/data/runs_public.csv`
+and stores, per run, its hardware family, precision, GPU count, source and signed error
+e = predicted / measured - 1 in `optimizer/data/accuracy.json` (package data, so an installed
+paraplan carries it). For a new prediction the runs of the same regime are taken:
+
+  1. same hardware family and precision, GPU counts within 8x of this one;
+  2. else the same family and precision at any scale;
+  3. else the same family at any precision;
+  4. else none: the hardware was never checked against a measurement, which the basis says,
+     and the bar is the widest error of all runs.
+
+With errors e_min <= e_max over the chosen runs (and never narrower than +-MIN_BAR), the
+measured step time lies in [predicted / (1 + e_max), predicted / (1 + e_min)].
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+MIN_BAR = 0.02  # no error bar is quoted tighter than +-2%
+SCALE_WINDOW = 8.0  # "same scale": GPU counts within this factor
+
+
+@dataclass(frozen=True)
+class ValidationRun:
+    run: str
+    source: str
+    family: str
+    precision: str
+    gpus: int
+    error: float
+
+
+@dataclass(frozen=True)
+class ErrorBar:
+    low_factor: float  # measured >= predicted * low_factor
+    high_factor: float  # measured <= predicted * high_factor
+    runs: int
+    words: str  # the accuracy basis, one sentence
+    supported: bool  # False: no run of this hardware family
+
+    @property
+    def plus_minus(self) -> float:
+        return max(1.0 - self.low_factor, self.high_factor - 1.0)
+
+
+@cache
+def validation_runs() -> tuple[ValidationRun, ...]:
+    try:
+        text = resources.files("paraplan").joinpath("data", "accuracy.json").read_text()
+    except (FileNotFoundError, OSError):
+        return ()
+    data = json.loads(text)
+    return tuple(ValidationRun(**row) for row in data["runs"])
+
+
+def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, gpus: int) -> tuple[list[ValidationRun], str]:
+    same = [r for r in runs if r.family == family and r.precision == precision]
+    near = [r for r in same if 1 / SCALE_WINDOW <= r.gpus / gpus <= SCALE_WINDOW]
+    if len(near) >= 3:
+        return near, f"{family} {precision} runs at {min(r.gpus for r in near)}-{max(r.gpus for r in near)} GPUs"
+    if same:
+        return (
+            same,
+            f"{family} {precision} runs (none within 8x of {gpus} GPUs)" if not near else f"{family} {precision} runs",
+        )
+    fam = [r for r in runs if r.family == family]
+    if fam:
+        return fam, f"{family} runs at other precisions (none in {precision})"
+    return [], ""
+
+
+def error_bar(family: str, precision: str, gpus: int) -> ErrorBar:
+    runs = validation_runs()
+    chosen, what = _regime(runs, family, precision, gpus)
+    if not chosen:
+        if not runs:
+            return ErrorBar(
+                1.0, 1.0, 0, "no validation data is installed: the error of this prediction is unknown", False
+            )
+        worst = max(abs(r.error) for r in runs)
+        return ErrorBar(
+            1.0 / (1.0 + worst), 1.0 / max(1.0 - worst, 0.05), 0,
+            f"no published run on {family} hardware checks this prediction: the bar is the widest error of all "
+            f"{len(runs)} validation runs ({worst:.0%})", False,
+        )  # fmt: skip
+    low = min(min(r.error for r in chosen), -MIN_BAR)
+    high = max(max(r.error for r in chosen), MIN_BAR)
+    sources = sorted({r.source for r in chosen})
+    shown = "; ".join(sources[:3]) + (f"; and {len(sources) - 3} more" if len(sources) > 3 else "")
+    words = f"{len(chosen)} {what}, errors {low:+.0%}..{high:+.0%} (predicted/measured - 1); sources: {shown}"
+    return ErrorBar(1.0 / (1.0 + high), 1.0 / (1.0 + low), len(chosen), words, True)

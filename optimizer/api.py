@@ -1,0 +1,371 @@
+"""The public Python API: `paraplan.validate`, `optimize`, `compare`, `calibrate`, `load_model`,
+`load_hardware`. The CLI is a thin layer over these functions; both return (and print) the same
+result models (`paraplan.results`).
+
+Keyword arguments take the CLI's defaults. Layout knobs (`micro_batch=2`, `recompute="full"`,
+`framework="torchtitan"`, ...; the fields of `paraplan.Layout`) go as keyword arguments: a
+searched knob given is fixed, one left out is chosen. Stack settings (`flash_attention`,
+`dp_overlap`, `main_grads`, `tp_overlap`, `p2p_overlap`) go in `stack={...}` and default to the
+framework's. Bad input raises `paraplan.InputError` with a one-line message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal, Unpack
+
+import numpy as np
+
+from paraplan.advice import best_single_change, requirements, single_change_mask
+from paraplan.answers import evaluated
+from paraplan.cost_models.candidates import Layouts
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.evaluate import Evaluation
+from paraplan.cost_models.layout import DEGREES, KnobArgs, Layout, legend
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.models import load_model as _load_model
+from paraplan.cost_models.tco import usd_per_gpu_hour
+from paraplan.explain import binding_limits, bottleneck_sentence, why_loses
+from paraplan.hardware_specs.loader import load_cluster
+from paraplan.hardware_specs.schema import Cluster
+from paraplan.plan import parse_plan
+from paraplan.question import Question
+from paraplan.results import (
+    Change,
+    Explanation,
+    HardwareResult,
+    OptimizeResult,
+    Optimum,
+    ScalingPoint,
+    SolverOut,
+    ValidateResult,
+)
+from paraplan.search import (
+    Constraints,
+    Ranking,
+    best_per_count,
+    closest,
+    complete,
+    expansion_needed,
+    rank,
+    rank_space,
+)
+
+MAX_GPUS = 10_000_000
+MAX_TOP = 100
+Objective = Literal["time", "cost"]
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A model preset by name, or a Hugging Face style config.json."""
+    return _load_model(name_or_path)
+
+
+def load_hardware(name_or_path: str) -> Cluster:
+    """A hardware preset by name, or a TOML file of the same schema."""
+    return load_cluster(name_or_path)
+
+
+def _model(model: str | ModelSpec) -> ModelSpec:
+    return model if isinstance(model, ModelSpec) else load_model(model)
+
+
+def _cluster(hardware: str | Cluster) -> Cluster:
+    return hardware if isinstance(hardware, Cluster) else load_hardware(hardware)
+
+
+def _solver(ranking: Ranking, candidates: int) -> SolverOut:
+    return SolverOut(status=ranking.status, wall_s=ranking.wall_s, candidates=candidates, method="enumeration")
+
+
+# --- validate --------------------------------------------------------------------------------
+
+
+def validate(
+    model: str | ModelSpec,
+    gpus: int,
+    hardware: str | Cluster,
+    plan: str,
+    *,
+    mem_headroom: float = 0.0,
+    stack: Mapping[str, object] | None = None,
+    emit: str | None = None,
+    **knobs: Unpack[KnobArgs],
+) -> ValidateResult:
+    """Is this plan feasible, and how good is it? Knobs not given are chosen to make the plan as
+    good as it can be; the result gives the gap to the optimum and the best single change."""
+    spec, cluster = _model(model), _cluster(hardware)
+    _check_gpus(gpus)
+    parsed = parse_plan(plan, gpus)
+    given: dict[str, object] = dict(knobs)
+    if parsed.virtual_stages is not None:
+        if given.get("virtual_stages") not in (None, parsed.virtual_stages):
+            raise InputError(
+                f"plan '{plan}' gives VPP{parsed.virtual_stages} but virtual-stages is {given['virtual_stages']}"
+            )
+        given["virtual_stages"] = parsed.virtual_stages
+    question = Question.of(spec, cluster, given, stack, mem_headroom)
+    planned = question.fixed(tp=parsed.tp, pp=parsed.pp, dp=parsed.dp, cp=parsed.cp, ep=parsed.ep)
+    free = question.free()
+    plan_space, free_cores = planned.space(gpus), free.space(gpus, trading=False)
+    # One evaluation for the plan's candidates and the free space's cores; then, once, the
+    # trading variants that could beat the optimum or the best single change (`search`).
+    first = question.evaluate(Layouts.concat([plan_space, free_cores]))
+    plan_ev = first.take(np.arange(len(plan_space)))
+    free_base = first.take(np.arange(len(plan_space), len(first)))
+    neighbours = single_change_mask(free_base, parsed)
+    need = expansion_needed(free_base, Constraints(), 1, None) | expansion_needed(
+        free_base, Constraints(), 1, None, subset=neighbours
+    )
+    free_ev = complete(free, free_base, need)
+    price = usd_per_gpu_hour(cluster)
+    plan_rank = rank(plan_ev, Constraints(), 1)
+    free_rank = rank(free_ev, Constraints(), 1)
+    if len(plan_ev) == 0:
+        raise InputError(f"plan '{plan}' admits no layout of {spec.name} on {gpus} GPUs")
+    index = plan_rank.best[0] if plan_rank.groups else closest(plan_ev)
+    choice = evaluated(plan_ev, index, usd_per_gpu_hour=price)
+    optimum = None
+    change = None
+    if free_rank.groups:
+        j = free_rank.best[0]
+        best_step = float(free_ev.step_time_s[j])
+        optimum = Optimum(
+            layout=free_ev.layouts.at(j), step_time_s=best_step, mfu=float(free_ev.mfu[j]),
+            gap=choice.step_time_s / best_step - 1.0 if choice.feasible else None,
+        )  # fmt: skip
+        if choice.feasible:
+            found = best_single_change(free_ev, free_rank.order, parsed, choice.step_time_s)
+            if found is not None:
+                change = Change(
+                    change=found.words, layout=free_ev.layouts.at(found.index),
+                    step_time_s=float(free_ev.step_time_s[found.index]), gain=found.gain,
+                )  # fmt: skip
+    fixes: list[str] = []
+    if not choice.feasible:
+        from paraplan.fixes import fixes_for_plan
+
+        degrees = {"tp": parsed.tp, "pp": parsed.pp, "dp": parsed.dp, "cp": parsed.cp, "ep": parsed.ep}
+        fixes = fixes_for_plan(question, gpus, degrees, Constraints())
+    open_knobs = planned.open_knobs()
+    result = ValidateResult(
+        **choice.model_dump(exclude={"layout", "equivalent"}),
+        layout=choice.layout,
+        equivalent=choice.equivalent,
+        knobs_chosen=open_knobs,
+        requirements=requirements(plan_ev, open_knobs),
+        fixes=fixes,
+        solver=_solver(plan_rank, len(plan_space)),
+        optimum=optimum,
+        best_change=change,
+    )
+    if emit is not None:
+        from paraplan.emit import emit_launch
+
+        result = result.model_copy(update={"launch": {emit: emit_launch(emit, spec, choice.layout)}})
+    return result
+
+
+def _check_gpus(gpus: int) -> None:
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
+        raise InputError(f"gpus {gpus!r} must be a whole number in 1..{MAX_GPUS}")
+
+
+# --- optimize --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HardwareItem:
+    """One --hardware entry: a preset or TOML, with its own GPU count (or range) if given."""
+
+    name: str
+    count: str | None
+
+
+def hardware_items(values: str | Sequence[str]) -> list[HardwareItem]:
+    """'a100-80g,h100-sxm:512' or ['a100-80g', 'rtx4090:2048'] -> entries. A trailing ':COUNT'
+    (or ':LOW..HIGH') gives that hardware its own GPU count."""
+    texts = [values] if isinstance(values, str) else list(values)
+    items: list[HardwareItem] = []
+    for value in texts:
+        for part in value.split(","):
+            part = part.strip()
+            if not part:
+                raise InputError(f"hardware '{value}' has an empty entry")
+            name, sep, count = part.rpartition(":")
+            if not sep:
+                items.append(HardwareItem(part, None))
+                continue
+            if not name.strip():
+                raise InputError(f"hardware entry '{part}' has no name before ':'")
+            if not re.fullmatch(r"\s*\d{1,9}\s*(\.\.\s*\d{1,9}\s*)?", count):
+                raise InputError(
+                    f"hardware entry '{part}': the GPU count '{count}' must be a whole number (e.g. {name.strip()}:256)"
+                )
+            items.append(HardwareItem(name.strip(), count.strip()))
+    return items
+
+
+def gpu_counts(text: str | int | None, per_node: int, where: str = "gpus") -> list[int]:
+    """A count (1024) or a range (256..2048): the counts a range admits (`gpu_count_domain`)."""
+    if text is None:
+        raise InputError("gpus is required unless every hardware names its count as NAME:COUNT")
+    if isinstance(text, int) and not isinstance(text, bool):
+        _check_gpus(text)
+        return [text]
+    match = re.fullmatch(r"\s*(\d{1,9})\s*(?:\.\.\s*(\d{1,9})\s*)?", str(text))
+    if not match:
+        raise InputError(f"{where} '{text}' must be a GPU count (1024) or a range (256..2048)")
+    lo = int(match.group(1))
+    hi = int(match.group(2)) if match.group(2) else lo
+    if not 1 <= lo <= hi <= MAX_GPUS:
+        raise InputError(f"{where} '{text}': need 1 <= low <= high <= {MAX_GPUS}")
+    return [lo] if lo == hi else gpu_count_domain(lo, hi, per_node)
+
+
+def gpu_count_domain(lo: int, hi: int, per_node: int) -> list[int]:
+    """GPU counts a range admits: whole nodes (or one partial node) of the form 2^a or 3*2^a.
+
+    Layout degrees are products of small factors; counts with a large prime factor only admit
+    degenerate layouts. Powers of two and 1.5x powers of two cover the sizes clusters are built
+    in (256, 384, 512, 768, ...) at two counts per doubling.
+    """
+    counts = set()
+    value = 1
+    while value <= hi:
+        for count in (value, 3 * value):
+            if lo <= count <= hi and (count % per_node == 0 or count < per_node):
+                counts.add(count)
+        value *= 2
+    if not counts:
+        counts = {c for c in (lo, hi) if c % per_node == 0 or c < per_node} or {lo}
+    return sorted(counts)
+
+
+def constraints_from(
+    bounds: Mapping[str, int | None] | None, tp_within_node: bool, deadline_days: float | None, tokens: float | None
+) -> Constraints:
+    low: dict[str, int] = {}
+    high: dict[str, int] = {}
+    for key, value in (bounds or {}).items():
+        if value is None:
+            continue
+        side, _, dim = key.partition("_")
+        if side not in ("min", "max") or dim not in DEGREES:
+            raise InputError(f"unknown constraint {key!r}; accepted: min_/max_ + one of {', '.join(DEGREES)}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GPUS:
+            raise InputError(f"{key} {value!r} must be a whole number in 1..{MAX_GPUS}")
+        (low if side == "min" else high)[dim] = value
+    for dim in set(low) & set(high):
+        if low[dim] > high[dim]:
+            raise InputError(f"min_{dim} {low[dim]} exceeds max_{dim} {high[dim]}")
+    if deadline_days is not None and tokens is None:
+        raise InputError("a deadline needs tokens (how many tokens must be trained by then)")
+    return Constraints(low, high, tp_within_node, deadline_days, tokens)
+
+
+def optimize(
+    model: str | ModelSpec,
+    hardware: str | Cluster | Sequence[str | Cluster],
+    gpus: int | str | None = None,
+    *,
+    top: int = 5,
+    objective: Objective = "time",
+    tokens: float | None = None,
+    deadline_days: float | None = None,
+    bounds: Mapping[str, int | None] | None = None,
+    tp_within_node: bool = True,
+    mem_headroom: float = 0.0,
+    stack: Mapping[str, object] | None = None,
+    emit: str | None = None,
+    **knobs: Unpack[KnobArgs],
+) -> OptimizeResult:
+    """The best `top` layouts per hardware. Degrees given as knobs (tp=8) are fixed; `bounds`
+    ({"max_tp": 4, "min_dp": 16}) bound them; with `tokens`, each layout carries its training
+    time and cost; with `deadline_days`, only layouts that train `tokens` in time qualify."""
+    if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP:
+        raise InputError(f"top {top!r} must be a whole number in 1..{MAX_TOP}")
+    if objective not in ("time", "cost"):
+        raise InputError(f"objective {objective!r} must be time or cost")
+    cons = constraints_from(bounds, tp_within_node, deadline_days, tokens)
+    spec = _model(model)
+    entries = _hardware_entries(hardware)
+    results = [
+        _optimize_one(spec, cluster, gpu_counts(count if count is not None else gpus, cluster.gpus_per_node),
+                      cons, top, objective, tokens, mem_headroom, stack, emit, dict(knobs))
+        for cluster, count in entries
+    ]  # fmt: skip
+    return OptimizeResult(results=results, legend=legend())
+
+
+def _hardware_entries(hardware: str | Cluster | Sequence[str | Cluster]) -> list[tuple[Cluster, str | None]]:
+    if isinstance(hardware, Cluster):
+        return [(hardware, None)]
+    values = [hardware] if isinstance(hardware, str) else list(hardware)
+    out: list[tuple[Cluster, str | None]] = []
+    for value in values:
+        if isinstance(value, Cluster):
+            out.append((value, None))
+            continue
+        for item in hardware_items(value):
+            out.append((load_hardware(item.name), item.count))
+    return out
+
+
+def _optimize_one(
+    model: ModelSpec, cluster: Cluster, counts: list[int], cons: Constraints, top: int, objective: Objective,
+    tokens: float | None, mem_headroom: float, stack: Mapping[str, object] | None, emit: str | None,
+    knobs: Mapping[str, object],
+) -> HardwareResult:  # fmt: skip
+    question = Question.of(model, cluster, knobs, stack, mem_headroom, cons.bounds)
+    price = usd_per_gpu_hour(cluster)
+    if objective == "cost" and price is None:
+        raise InputError(
+            f"objective cost needs a price: hardware {cluster.name} has no [price] table "
+            "(gpu_usd and shares, or cloud_usd_per_gpu_hour)"
+        )
+    objective_price = price if objective == "cost" else None
+    ranking = rank_space(question, counts, cons, top, objective_price, per_count=len(counts) > 1)
+    ev = ranking.evaluation
+    layouts = [
+        evaluated(ev, int(g[0]), tokens=tokens, usd_per_gpu_hour=price, equivalent=[int(j) for j in g[1:]]) for g in ranking.groups
+    ]
+    result = HardwareResult(
+        hardware=cluster.name, gpus=layouts[0].gpus if layouts else counts[0], solver=_solver(ranking, len(ev)),
+        layouts=layouts, reason=ranking.reason,
+    )  # fmt: skip
+    if len(counts) > 1:
+        result = result.model_copy(update={"scaling": [
+            _scaling_point(ev, i, tokens, price) for i in best_per_count(ev, cons, objective_price)
+        ]})  # fmt: skip
+    if ranking.groups:
+        best = ranking.best[0]
+        result = result.model_copy(update={"explanation": Explanation(
+            best=[bottleneck_sentence(ev, best), *binding_limits(ev, best)],
+            runners_up=[why_loses(ev, best, ev, j, objective == "cost") for j in ranking.best[1:]],
+        )})  # fmt: skip
+        if emit is not None:
+            from paraplan.emit import emit_launch
+
+            result = result.model_copy(update={"launch": {emit: emit_launch(emit, model, layouts[0].layout)}})
+    else:
+        from paraplan.fixes import fixes_for
+
+        result = result.model_copy(update={"fixes": fixes_for(question, counts, ev, cons)})
+    return result
+
+
+def _scaling_point(ev: Evaluation, i: int, tokens: float | None, price: float | None) -> ScalingPoint:
+    step = float(ev.step_time_s[i])
+    gpus = int(ev.layouts.gpus[i])
+    train = step * tokens / float(ev.layouts.global_batch[i] * ev.layouts.seq_len[i]) if tokens else None
+    cost = train * gpus * price / 3600.0 if train is not None and price is not None else None
+    return ScalingPoint(gpus=gpus, layout=ev.layouts.at(i), step_time_s=step, train_time_s=train, ideal_time_s=train,
+                        cost_usd=cost)  # fmt: skip
+
+
+def evaluation_for(question: Question, layout: Layout) -> Evaluation:
+    """One layout evaluated under a question's model, hardware and stack."""
+    return question.evaluate(Layouts.of([layout]))

@@ -1,0 +1,112 @@
+"""What would fit: when no layout qualifies, the smallest changes that admit one.
+
+Tried in order of how little they change the question, each a new question evaluated once:
+  1. a knob the user fixed (recompute, ZeRO, micro-batch, offload, ...) left to the search;
+  2. the nearest global batches that some data-parallel degree divides;
+  3. more GPUs: the smallest count above the one asked (whole nodes, up to 64x) that fits;
+  4. another framework, where the chosen one lacks what would fit (DeepSpeed's parameter
+     offload, torchtitan's FSDP with pipeline parallelism, ...).
+Each fix is a sentence with the resulting layout and its step time, so it can be acted on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from paraplan.cost_models.evaluate import Evaluation
+from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, layout_words
+from paraplan.question import Question
+from paraplan.search import Constraints, rank_space
+from paraplan.units import fmt_seconds
+
+MAX_FIXES = 4
+NEAREST_BATCHES = 4
+GPU_GROWTH_LIMIT = 64
+
+
+def _best(question: Question, counts: Sequence[int], cons: Constraints) -> tuple[Evaluation, int] | None:
+    ranking = rank_space(question, counts, cons, 1)
+    return (ranking.evaluation, ranking.best[0]) if ranking.groups else None
+
+
+def _words(found: tuple[Evaluation, int]) -> str:
+    ev, i = found
+    lay = ev.layouts.at(i)
+    return f"{layout_words(lay)} on {lay.gpus} GPUs, {fmt_seconds(float(ev.step_time_s[i]))} per step"
+
+
+def _without(question: Question, name: str) -> Question:
+    given = {k: v for k, v in question.given.items() if k != name}
+    return Question(question.model, question.cluster, given, question.stack, question.mem_headroom, question.bounds)
+
+
+def _with(question: Question, **values: object) -> Question:
+    given = {**question.given, **values}
+    return Question(question.model, question.cluster, given, question.stack, question.mem_headroom, question.bounds)
+
+
+def fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: Constraints) -> list[str]:
+    """Changes that make some layout of `counts` GPUs (or of more) qualify."""
+    out: list[str] = []
+    for name in [n for n in SEARCHED if n in question.given]:
+        found = _best(_without(question, name), counts, cons)
+        if found:
+            out.append(f"leave {name.replace('_', '-')} to the search (not {question.given[name]}): {_words(found)}")
+    batch = int(question.given["global_batch"])
+    dps = sorted({int(d) for d in np.unique(ev.layouts.dp)}) if len(ev) else []
+    nearby = sorted({m * d for d in dps for m in (batch // d, batch // d + 1) if m * d > 0 and m * d != batch},
+                    key=lambda b: (abs(b - batch), b))[:NEAREST_BATCHES]  # fmt: skip
+    for candidate in nearby:
+        found = _best(_with(question, global_batch=candidate), counts, cons)
+        if found:
+            out.append(f"global batch {candidate} instead of {batch}: {_words(found)}")
+            break
+    per_node = question.cluster.gpus_per_node
+    top = max(counts)
+    step = per_node if top >= per_node else 1
+    for more in range(top + step, top * GPU_GROWTH_LIMIT + 1, step):
+        if more > top * 2 and more % (per_node * 8 if more > per_node * 8 else per_node):
+            continue  # beyond 2x, whole groups of 8 nodes are enough resolution
+        if "dp" in question.given:
+            break
+        found = _best(question, [more], cons)
+        if found:
+            out.append(f"{more} GPUs (the smallest count above {top} that fits): {_words(found)}")
+            break
+    for framework in Framework:
+        if framework == question.framework or len(out) >= MAX_FIXES:
+            continue
+        given = {**{k: v for k, v in question.given.items() if k != "framework"}, "framework": framework}
+        found = _best(Question.of(question.model, question.cluster, given, None, question.mem_headroom,
+                                  question.bounds), counts, cons)  # fmt: skip
+        if found:
+            out.append(f"framework {framework}: {_words(found)}")
+    return out[:MAX_FIXES]
+
+
+def fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: Constraints) -> list[str]:
+    """For an infeasible plan (its degrees in `plan`): the same, keeping the plan's TP/PP/CP."""
+    planned = question.fixed(**plan)
+    out: list[str] = []
+    for name in [n for n in SEARCHED if n in question.given]:
+        found = _best(_without(planned, name), [gpus], cons)
+        if found:
+            out.append(f"leave {name.replace('_', '-')} to the search (not {question.given[name]}): {_words(found)}")
+    for factor in (2, 3, 4, 6, 8, 16):
+        more = gpus * factor
+        bigger = question.fixed(**{d: plan[d] for d in DEGREES if d in plan and d != "dp"})
+        found = _best(bigger, [more], cons)
+        if found:
+            out.append(f"DP x{factor} ({more} GPUs): {_words(found)}")
+            break
+    for framework in Framework:
+        if framework == question.framework or len(out) >= MAX_FIXES:
+            continue
+        given = {**{k: v for k, v in planned.given.items() if k != "framework"}, "framework": framework}
+        other = Question.of(question.model, question.cluster, given, None, question.mem_headroom, question.bounds)
+        found = _best(other, [gpus], cons)
+        if found:
+            out.append(f"framework {framework}: {_words(found)}")
+    return out[:MAX_FIXES]

@@ -1,0 +1,54 @@
+"""Launch configurations of Megatron-LM, torchtitan and DeepSpeed: pinned schemas, checks, readers.
+
+* :mod:`paraplan.launch.schema` -- the vendored schemas (Megatron-LM d98e8a64, torchtitan 0.3.0
+  and v0.2.2, DeepSpeed 0.19.8) and ``check_megatron`` / ``check_torchtitan`` /
+  ``check_torchtitan_toml`` / ``check_deepspeed``;
+* :mod:`paraplan.launch.readers` -- ``read_launch`` and friends: a user's existing launch file
+  (bash script, argument list, torchtitan command line or TOML, DeepSpeed JSON) to
+  :class:`LaunchSettings`;
+* :mod:`paraplan.launch.shell` -- the static bash-subset reader they use (never executes anything).
+"""
+
+from .readers import (
+    MAX_BYTES,
+    Framework,
+    LaunchSettings,
+    detect_framework,
+    parse_launch_text,
+    read_deepspeed,
+    read_launch,
+    read_megatron,
+    read_torchtitan,
+)
+from .schema import (
+    DEEPSPEED_VERSION,
+    MEGATRON_COMMIT,
+    TORCHTITAN_TOML_VERSION,
+    TORCHTITAN_VERSION,
+    check_deepspeed,
+    check_megatron,
+    check_torchtitan,
+    check_torchtitan_toml,
+    load_schema,
+)
+
+__all__ = [
+    "DEEPSPEED_VERSION",
+    "MAX_BYTES",
+    "MEGATRON_COMMIT",
+    "TORCHTITAN_TOML_VERSION",
+    "TORCHTITAN_VERSION",
+    "Framework",
+    "LaunchSettings",
+    "check_deepspeed",
+    "check_megatron",
+    "check_torchtitan",
+    "check_torchtitan_toml",
+    "detect_framework",
+    "load_schema",
+    "parse_launch_text",
+    "read_deepspeed",
+    "read_launch",
+    "read_megatron",
+    "read_torchtitan",
+]

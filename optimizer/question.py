@@ -1,0 +1,130 @@
+"""One question's inputs, resolved and checked: model, hardware, knobs given, stack, headroom.
+
+`Question.of` is the single validation path for knobs from every entry point (CLI options, the
+Python API's keyword arguments, calibrate's CSV cells, a launch file read back): each value goes
+through `layout.parse_knob`, which applies the schema's types and bounds. Contradictory knobs
+are refused here (`InputError`), before any search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from paraplan.cost_models.candidates import Layouts
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.evaluate import Evaluation, evaluate
+from paraplan.cost_models.frameworks import default_stack
+from paraplan.cost_models.layout import (
+    DEGREES,
+    KNOBS,
+    SETTINGS,
+    Framework,
+    Layout,
+    Recompute,
+    default_global_batch,
+    parse_knob,
+)
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import STACK_FIELDS, Stack
+from paraplan.hardware_specs.schema import Cluster
+from paraplan.space import Bounds, enumerate_space, expand
+
+
+def knobs_from(raw: Mapping[str, object], where: str = "") -> dict[str, Any]:
+    """Parsed knob values (None entries dropped); InputError names the bad one."""
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        if value is None:
+            continue
+        if name not in KNOBS:
+            raise InputError(f"{where}unknown knob {name!r}; accepted: {', '.join(KNOBS)}")
+        try:
+            out[name] = parse_knob(name, value)
+        except ValueError as exc:
+            raise InputError(f"{where}{name.replace('_', '-')} {exc}") from None
+    _check_consistent(out, where)
+    return out
+
+
+def _check_consistent(knobs: Mapping[str, Any], where: str) -> None:
+    recompute = knobs.get("recompute")
+    layers = knobs.get("recompute_layers")
+    if layers and recompute is not None and recompute != Recompute.FULL:
+        raise InputError(
+            f"{where}recompute-layers {layers} needs recompute full, not recompute {recompute} "
+            "(give one of them, or recompute full)"
+        )
+
+
+def with_settings(knobs: Mapping[str, Any]) -> dict[str, Any]:
+    """The knobs with every setting filled in: the defaults, the global batch from seq-len."""
+    out = dict(knobs)
+    defaults = Layout()
+    for name in SETTINGS:
+        if name not in out:
+            out[name] = getattr(defaults, name)
+    if "global_batch" not in knobs:
+        out["global_batch"] = default_global_batch(int(out["seq_len"]))
+    return out
+
+
+def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> Stack:
+    """The framework's stack with the user's overrides (None keeps the framework's)."""
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    unknown = set(given) - set(STACK_FIELDS)
+    if unknown:
+        raise InputError(f"unknown stack setting(s) {', '.join(sorted(unknown))}; accepted: {', '.join(STACK_FIELDS)}")
+    if "main_grads" in given and given["main_grads"] not in ("fp32", "bf16"):
+        raise InputError(f"main-grads {given['main_grads']!r} is not fp32 or bf16")
+    for name, value in given.items():
+        if name != "main_grads" and not isinstance(value, bool):
+            raise InputError(f"{name.replace('_', '-')} must be true or false, not {value!r}")
+    return default_stack(framework).with_overrides(**given)
+
+
+@dataclass(frozen=True)
+class Question:
+    model: ModelSpec
+    cluster: Cluster
+    given: Mapping[str, Any]  # every setting, and the knobs the user fixed
+    stack: Stack
+    mem_headroom: float = 0.0
+    bounds: Bounds = field(default_factory=Bounds)
+
+    @staticmethod
+    def of(model: ModelSpec, cluster: Cluster, knobs: Mapping[str, object], stack: Mapping[str, object] | None = None,
+           mem_headroom: float = 0.0, bounds: Bounds | None = None) -> Question:  # fmt: skip
+        given = with_settings(knobs_from(knobs))
+        if not 0.0 <= mem_headroom < 1.0:
+            raise InputError(f"mem-headroom {mem_headroom} must be in 0..0.9")
+        return Question(model, cluster, given, stack_from(given["framework"], stack), mem_headroom, bounds or Bounds())
+
+    @property
+    def framework(self) -> Framework:
+        return Framework(self.given["framework"])
+
+    def fixed(self, **degrees: int | None) -> Question:
+        """The same question with some degrees fixed (a plan)."""
+        given = dict(self.given)
+        given.update({k: v for k, v in degrees.items() if v is not None})
+        return Question(self.model, self.cluster, given, self.stack, self.mem_headroom, self.bounds)
+
+    def free(self) -> Question:
+        """The same question with every degree and searched knob open (settings kept)."""
+        given = {k: v for k, v in self.given.items() if k in SETTINGS}
+        return Question(self.model, self.cluster, given, self.stack, self.mem_headroom, self.bounds)
+
+    def space(self, gpus: int, trading: bool = True) -> Layouts:
+        return enumerate_space(self.model, self.cluster, gpus, self.given, self.bounds, trading)
+
+    def expansion(self, cores: Layouts, gpus: int) -> Layouts:
+        return expand(cores, self.model, self.cluster, gpus, self.given, self.bounds)
+
+    def evaluate(self, layouts: Layouts) -> Evaluation:
+        return evaluate(self.model, self.cluster, layouts, self.stack, self.mem_headroom)
+
+    def open_knobs(self) -> list[str]:
+        """The searched knobs the user left to the search."""
+        return [n for n in KNOBS if n not in self.given and n not in DEGREES]
