@@ -27,8 +27,10 @@ Numeric = FloatArray | npt.NDArray[np.int64]
 _KEY_BASE = 1 << 31  # strides and sizes are GPU counts, far below 2^31
 
 
-def links(cluster: Cluster, size: Numeric, stride: Numeric) -> tuple[FloatArray, FloatArray]:
-    """(bandwidth, latency) arrays for groups of `size` ranks `stride` apart."""
+def links(cluster: Cluster, size: Numeric, stride: Numeric, all_to_all: bool = False) -> tuple[FloatArray, FloatArray]:
+    """(bandwidth, latency) arrays for groups of `size` ranks `stride` apart; with `all_to_all`
+    the bandwidth an all-to-all sees (its cross-node share over the NICs, see
+    `hardware_specs.topology`)."""
     size_i = np.asarray(size, dtype=np.int64).reshape(-1)
     stride_i = np.asarray(stride, dtype=np.int64).reshape(-1)
     # One int64 key per (size, stride): a 1-D unique is far cheaper than a row-wise one.
@@ -38,7 +40,8 @@ def links(cluster: Cluster, size: Numeric, stride: Numeric) -> tuple[FloatArray,
     lat = np.empty(len(unique))
     for i, key in enumerate(unique):
         link = group_link(cluster, int(key // _KEY_BASE), int(key % _KEY_BASE))
-        bw[i], lat[i] = link.bw_bytes_per_s, link.latency_s
+        bw[i] = link.a2a_bw_bytes_per_s if all_to_all else link.bw_bytes_per_s
+        lat[i] = link.latency_s
     return bw[inverse], lat[inverse]
 
 

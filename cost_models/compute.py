@@ -45,15 +45,16 @@ ELEMENTWISE_KERNELS_PER_LAYER = 8
 
 @dataclass(frozen=True)
 class MicroBatchTimes:
-    """Per micro-batch on one GPU of a stage, for all the stage's layers."""
+    """Per micro-batch on one GPU: one (mean) layer's times, and the LM head's (last stage)."""
 
-    forward_s: FloatArray
-    backward_s: FloatArray
-    recompute_s: FloatArray
+    layer_fwd_s: FloatArray
+    layer_bwd_s: FloatArray
+    layer_recompute_s: FloatArray
+    head_fwd_s: FloatArray  # LM head and loss, forward (the backward is twice it)
     attention_fwd_s: FloatArray  # core attention of one layer, forward (CP overlaps with it)
     attention_bwd_s: FloatArray  # ... and backward
-    wgrad_s: FloatArray  # the stage's weight-gradient GEMMs (half the backward GEMMs): the window
-    #                      that hides the backward TP collectives (`Stack.tp_overlap`)
+    layer_gemm_fwd_s: FloatArray  # one layer's forward GEMMs = its weight-gradient GEMMs, the window
+    #                               that hides the backward TP collectives (`Stack.tp_overlap`)
 
 
 def gemm_s(m: FloatArray, n: FloatArray, k: FloatArray, peak_flops: FloatArray | float, cluster: Cluster) -> FloatArray:
@@ -83,22 +84,35 @@ def matmul_peak_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
 
 
 def _layer_gemms_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
-    h, f = float(model.hidden_size), float(model.ffn_hidden_size)
+    """The GEMMs of a mean layer, forward: the attention projections as an input GEMM (QKV, or
+    MLA's latent and up-projections, equal in FLOPs) and the output projection; the MLP of a
+    dense layer, or for an MoE layer the router, the shared experts (on every token) and the
+    routed experts (top-k tokens spread over the E/EP local experts), weighted by the share of
+    each kind of layer."""
+    h = float(model.hidden_size)
     tp = lay.tp.astype(np.float64)
     peak = matmul_peak_flops(cluster, lay)
     ones = np.ones_like(tokens)
-    total = gemm_s(tokens, (model.q_dim + 2 * model.kv_dim) / tp, h * ones, peak, cluster)
-    total = total + gemm_s(tokens, h * ones, model.q_dim / tp, peak, cluster)
-    up_width = (2.0 if model.mlp == "gated" else 1.0) * f / tp
-    if model.is_moe:
-        local_experts = model.num_experts / lay.ep
-        expert_tokens = tokens * model.experts_top_k / local_experts
-        expert = gemm_s(expert_tokens, up_width, h * ones, peak, cluster)
-        expert = expert + gemm_s(expert_tokens, h * ones, f / tp, peak, cluster)
-        router = gemm_s(tokens, model.num_experts * ones, h * ones, cluster.gpu.peak_bf16_flops, cluster)
-        return np.asarray(total + local_experts * expert + router)
-    total = total + gemm_s(tokens, up_width, h * ones, peak, cluster)
-    return np.asarray(total + gemm_s(tokens, h * ones, f / tp, peak, cluster))
+    up = 2.0 if model.mlp == "gated" else 1.0
+    out_width = float(model.num_heads * (model.v_head_dim or model.head_dim))
+    attention_in = (model.attention_matmul_params - out_width * h) / h
+    total = gemm_s(tokens, attention_in / tp, h * ones, peak, cluster)
+    total = total + gemm_s(tokens, h * ones, out_width / tp, peak, cluster)
+
+    def mlp(width: float, rows: FloatArray) -> FloatArray:
+        return np.asarray(gemm_s(rows, up * width / tp, h * ones, peak, cluster) + gemm_s(rows, h * ones, width / tp, peak, cluster))
+
+    dense_ffn = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
+    dense = mlp(dense_ffn, tokens)
+    if not model.is_moe:
+        return np.asarray(total + dense)
+    local_experts = model.num_experts / lay.ep
+    routed = local_experts * mlp(float(model.ffn_hidden_size), tokens * model.experts_top_k / local_experts)
+    shared_ffn = float(model.shared_expert_ffn or model.ffn_hidden_size)
+    shared = model.num_shared_experts * mlp(shared_ffn, tokens) if model.num_shared_experts else 0.0
+    router = gemm_s(tokens, model.num_experts * ones, h * ones, cluster.gpu.peak_bf16_flops, cluster)
+    share = model.moe_share
+    return np.asarray(total + (1.0 - share) * dense + share * (routed + shared + router))
 
 
 def _attention_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
@@ -108,7 +122,8 @@ def _attention_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: St
     seq = lay.seq_len.astype(np.float64)
     peak = cluster.gpu.peak_bf16_flops
     if stack.flash_attention:
-        causal_flops = 0.5 * 4.0 * tokens * seq * heads * model.head_dim
+        keys = np.vectorize(model.mean_causal_keys, otypes=[np.float64])(seq)
+        causal_flops = 2.0 * tokens * keys * model.attention_core_width / lay.tp
         return np.asarray(causal_flops / (peak * cluster.efficiency.attention) + cluster.efficiency.kernel_overhead_s)
     batch = lay.micro_batch * heads
     q_rows = seq / lay.cp
@@ -123,11 +138,11 @@ def _memory_s(nbytes: FloatArray, cluster: Cluster) -> FloatArray:
 
 
 def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
-    h, f = float(model.hidden_size), float(model.ffn_hidden_size)
+    h = float(model.hidden_size)
     tp = lay.tp.astype(np.float64)
     per_token_shared = 20.0 * h + (10.0 * h if model.dropout else 0.0)
     shared = np.where(lay.seq_parallel_active, per_token_shared / tp, per_token_shared)
-    activation = (6.0 if model.mlp == "gated" else 4.0) * f / tp * model.experts_top_k
+    activation = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active / tp
     rotary = 0.0 if model.learned_positions else 4.0 * (model.q_dim + model.kv_dim) / tp
     launches = ELEMENTWISE_KERNELS_PER_LAYER * cluster.efficiency.kernel_overhead_s
     return np.asarray(_memory_s(tokens * (shared + activation + rotary), cluster) + launches)
@@ -142,11 +157,9 @@ def head_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
     return np.asarray(gemm + _memory_s(tokens * vocab * 4.0 * 2.0, cluster))
 
 
-def micro_batch_times(
-    model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, layers: FloatArray
-) -> MicroBatchTimes:
-    """The slowest stage: the last, whose layers are followed by the LM head. (The first stage's
-    extra work, the embedding lookup, moves T*h*2 bytes: negligible next to the head's GEMM.)
+def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> MicroBatchTimes:
+    """One layer's times and the LM head's, per micro-batch. (The first stage's extra work, the
+    embedding lookup, moves T*h*2 bytes: negligible next to the head's GEMM.)
 
     Recompute, per micro-batch: full recompute runs the forward of the recomputed layers again;
     Megatron's selective recompute runs core attention again (flash or not: Megatron-Core
@@ -166,14 +179,14 @@ def micro_batch_times(
         [lay.full_recompute_share(model.num_layers) * layer_fwd, selective],
         default=0.0,
     )
-    head = head_fwd_s(model, lay, cluster)
     return MicroBatchTimes(
-        forward_s=np.asarray(layers * layer_fwd + head),
-        backward_s=np.asarray(layers * layer_bwd + 2.0 * head),
-        recompute_s=np.asarray(layers * layer_recompute),
+        layer_fwd_s=np.asarray(layer_fwd),
+        layer_bwd_s=np.asarray(layer_bwd),
+        layer_recompute_s=np.asarray(layer_recompute),
+        head_fwd_s=head_fwd_s(model, lay, cluster),
         attention_fwd_s=attention,
         attention_bwd_s=np.asarray(attention_bwd),
-        wgrad_s=np.asarray(layers * gemms),
+        layer_gemm_fwd_s=np.asarray(gemms),
     )
 
 

@@ -24,13 +24,8 @@ from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.compute import matmul_peak_flops, micro_batch_times, offload_s, optimizer_step_s
 from paraplan.cost_models.flops import model_flops_per_step, recompute_flops_per_step
 from paraplan.cost_models.limits import Target, limit_checks
-from paraplan.cost_models.memory import (
-    MemoryBreakdown,
-    host_state_bytes,
-    layers_per_stage,
-    peak_memory,
-    stage_params,
-)
+from paraplan.cost_models.memory import MemoryBreakdown, StageParams, host_state_bytes, peak_memory, stage_params
+from paraplan.cost_models.stages import most_layers, stage_layers
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.pipeline import bubble_s
 from paraplan.cost_models.stack import Stack
@@ -56,6 +51,7 @@ class Evaluation:
     model_flops_palm: FloatArray  # per step, PaLM convention (full attention)
     recompute_flops: FloatArray  # per step, spent again by recompute
     peak_flops: FloatArray  # per GPU, the peak MFU and HFU are ratios of
+    host_bytes: FloatArray  # per GPU, state offloaded to host memory
     checks: dict[str, BoolArray] = field(repr=False)
 
     def __len__(self) -> int:
@@ -112,7 +108,8 @@ class Evaluation:
             usable_bytes=self.usable_bytes, times={k: v[index] for k, v in self.times.items()},
             step_time_s=self.step_time_s[index], model_flops=self.model_flops[index],
             model_flops_palm=self.model_flops_palm[index], recompute_flops=self.recompute_flops[index],
-            peak_flops=self.peak_flops[index], checks={k: v[index] for k, v in self.checks.items()},
+            peak_flops=self.peak_flops[index], host_bytes=self.host_bytes[index],
+            checks={k: v[index] for k, v in self.checks.items()},
         )  # fmt: skip
 
     @staticmethod
@@ -131,7 +128,7 @@ class Evaluation:
             memory=MemoryBreakdown.concat([p.memory for p in parts]), capacity_bytes=first.capacity_bytes,
             usable_bytes=first.usable_bytes, times={k: np.concatenate([p.times[k] for p in parts]) for k in TIME_TERMS},
             step_time_s=join("step_time_s"), model_flops=join("model_flops"), model_flops_palm=join("model_flops_palm"),
-            recompute_flops=join("recompute_flops"), peak_flops=join("peak_flops"),
+            recompute_flops=join("recompute_flops"), peak_flops=join("peak_flops"), host_bytes=join("host_bytes"),
             checks={k: np.concatenate([p.checks[k] for p in parts]) for k in first.checks},
         )  # fmt: skip
 
@@ -149,21 +146,40 @@ def usable_memory_bytes(cluster: Cluster, mem_headroom: float) -> float:
     return float(np.floor(cluster.gpu.memory_bytes * (1.0 - mem_headroom)))
 
 
+def _pick(index: npt.NDArray[np.int64], options: list[FloatArray]) -> FloatArray:
+    return np.asarray(np.choose(index, options))
+
+
 def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem_headroom: float = 0.0) -> Evaluation:
-    layers = layers_per_stage(model, lay)
-    times = micro_batch_times(model, lay, cluster, stack, layers)
-    comm = micro_batch_comm(model, lay, cluster, stack, layers, times)
+    times = micro_batch_times(model, lay, cluster, stack)
+    layer = times.layer_fwd_s + times.layer_bwd_s
+    chunk = most_layers(model, lay) / lay.virtual_stages * layer
+    comm = micro_batch_comm(model, lay, cluster, stack, times, chunk)
+    layer_comm = comm.tp_layer_s + comm.cp_layer_s + comm.ep_layer_s
+    first, middle, last = stage_layers(model, lay)
+    head = times.head_fwd_s
+    # Per stage, per micro-batch: (layers, LM head). The slot is the slowest stage's.
+    stages = [(first, np.where(lay.pp == 1, head, 0.0)), (middle, np.zeros(len(lay))), (last, head)]
+    slots = [n * (layer + times.layer_recompute_s + layer_comm) + 3.0 * h + comm.pp_s for n, h in stages]
+    critical = np.asarray(np.argmax(np.stack(slots), axis=0), dtype=np.int64)
+    n = _pick(critical, [s[0] for s in stages])
+    h = _pick(critical, [s[1] for s in stages])
+    slot = _pick(critical, slots)
     m = lay.num_micro_batches
-    slot = times.forward_s + times.backward_s + times.recompute_s + comm.tp_s + comm.cp_s + comm.ep_s + comm.pp_s
-    # DP traffic and the optimizer step scale with the stage holding the most weights: the last
-    # (LM head, final norm), or the whole model with one stage.
-    params = stage_params(model, lay, first=lay.pp == 1, last=True)
+    # DP traffic and the optimizer step scale with the stage holding the most weights.
+    candidates = [
+        stage_params(model, lay, first, first=True, last=lay.pp == 1),
+        stage_params(model, lay, middle, first=False, last=False),
+        stage_params(model, lay, last, first=lay.pp == 1, last=True),
+    ]
+    heaviest = np.asarray(np.argmax(np.stack([c.dense + c.expert for c in candidates]), axis=0), dtype=np.int64)
+    params = StageParams(*(_pick(heaviest, [getattr(c, f) for c in candidates]) for f in StageParams.FIELDS))
     breakdown = {
-        "compute": m * (times.forward_s + times.backward_s) + optimizer_step_s(params, lay, cluster, stack),
-        "recompute": m * times.recompute_s,
-        "tp_comm": m * comm.tp_s,
-        "cp_comm": m * comm.cp_s,
-        "ep_comm": m * comm.ep_s,
+        "compute": m * (n * layer + 3.0 * h) + optimizer_step_s(params, lay, cluster, stack),
+        "recompute": m * n * times.layer_recompute_s,
+        "tp_comm": m * n * comm.tp_layer_s,
+        "cp_comm": m * n * comm.cp_layer_s,
+        "ep_comm": m * n * comm.ep_layer_s,
         "pp_comm": m * comm.pp_s,
         "dp_comm": dp_exposed_s(params, lay, cluster, stack, overlap_windows(slot)),
         "bubble": bubble_s(lay, slot),
@@ -174,7 +190,8 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
     usable = usable_memory_bytes(cluster, mem_headroom)
     checks = limit_checks(Target(model, cluster), lay)
     checks["memory"] = np.asarray(memory.total > usable)
-    checks["host"] = host_exceeded(cluster, lay, host_state_bytes(params, lay, stack))
+    host = host_state_bytes(params, lay, stack)
+    checks["host"] = host_exceeded(cluster, lay, host)
     return Evaluation(
         model=model,
         cluster=cluster,
@@ -189,5 +206,6 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
         model_flops_palm=model_flops_per_step(model, lay, causal=False),
         recompute_flops=recompute_flops_per_step(model, lay),
         peak_flops=matmul_peak_flops(cluster, lay),
+        host_bytes=host,
         checks=checks,
     )

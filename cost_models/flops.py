@@ -35,35 +35,38 @@ from paraplan.cost_models.layout import Framework, Recompute
 from paraplan.cost_models.models import ModelSpec
 
 
-def layer_matmul_weights_active(model: ModelSpec) -> int:
-    """Matmul weights one token passes through in one layer (biases and norms excluded)."""
-    h = model.hidden_size
-    attention = 2 * h * model.q_dim + 2 * h * model.kv_dim
-    mlp = model.experts_top_k * model.mlp_matrices * h * model.ffn_hidden_size
-    return attention + mlp + (h * model.num_experts if model.is_moe else 0)
+def layer_matmul_weights_active(model: ModelSpec) -> float:
+    """Matmul weights one token passes through in a layer, averaged over the layers (biases and
+    norms excluded; MLA's latent projections, shared experts and dense layers included:
+    `ModelSpec.layer_matmul_params_active`)."""
+    return model.mean_matmul_params_active
 
 
-def causal_keys(seq_len: FloatArray) -> FloatArray:
-    """Keys a query attends to on average under the causal mask: (s + 1) / 2."""
-    return np.asarray((seq_len + 1.0) / 2.0)
+def causal_keys(model: ModelSpec, seq_len: FloatArray) -> FloatArray:
+    """Keys a query attends to on average under the causal mask: (s + 1) / 2, less on layers with
+    a sliding window (`ModelSpec.mean_causal_keys`)."""
+    return np.asarray(np.vectorize(model.mean_causal_keys, otypes=[np.float64])(seq_len))
 
 
 def forward_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
-    """Forward FLOPs per token with `keys` attended keys per query."""
-    layers = model.num_layers * (2.0 * layer_matmul_weights_active(model) + 4.0 * keys * model.q_dim)
-    return np.asarray(layers + 2.0 * model.vocab_size * model.hidden_size)
+    """Forward FLOPs per token with `keys` attended keys per query: 2 per multiply-add over the
+    matmul weights, and 2 * keys * (a*d_qk + a*d_v) for the attention scores and their use."""
+    core = 2.0 * keys * model.attention_core_width
+    layers = model.num_layers * (2.0 * layer_matmul_weights_active(model) + core)
+    return np.asarray(layers + 2.0 * model.vocab_size * model.word_embed_dim)
 
 
 def model_flops_per_step(model: ModelSpec, lay: Layouts, causal: bool = True) -> FloatArray:
     seq = lay.seq_len.astype(np.float64)
-    keys = causal_keys(seq) if causal else seq
+    keys = causal_keys(model, seq) if causal else seq
     return np.asarray(3.0 * lay.global_batch * seq * forward_flops_per_token(model, keys))
 
 
 def recompute_flops_per_step(model: ModelSpec, lay: Layouts) -> FloatArray:
     """FLOPs spent again by activation recompute (the HFU - MFU numerator), causal-aware."""
     tokens = (lay.global_batch * lay.seq_len).astype(np.float64)
-    attention_core = 4.0 * causal_keys(lay.seq_len.astype(np.float64)) * model.q_dim * model.num_layers
+    attention_core = 2.0 * causal_keys(model, lay.seq_len.astype(np.float64)) * model.attention_core_width
+    attention_core = attention_core * model.num_layers
     matmuls = model.num_layers * 2.0 * layer_matmul_weights_active(model)
     full = matmuls + attention_core
     # torchtitan's op-level policy recomputes every other matmul; Megatron's the attention core.

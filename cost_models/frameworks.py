@@ -64,6 +64,7 @@ class FrameworkSpec:
     offloads: frozenset[Offload]
     fp8: bool
     block_recompute: bool  # Megatron's block method: full recompute of N layers per chunk
+    even_split_divides: bool  # an even pipeline split needs PP x VPP to divide the layers
     selective: str  # what "selective" recomputes: "core_attention" or "op" (see module docstring)
     param_bytes: int  # bytes per parameter of the parameters as stored (bf16 2, FSDP2 fp32 4)
     optimizer_bytes: int  # bytes per parameter of the optimizer states on top of them
@@ -75,19 +76,22 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
         Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
         cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}), fp8=True,
-        block_recompute=True, selective="core_attention", param_bytes=2, optimizer_bytes=12, params_sharded_from=3,
+        block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
+        params_sharded_from=3,
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
         Stack(main_grads="bf16", tp_overlap=True, p2p_overlap=False), zero_stages=frozenset({0, 1, 2, 3}),
         zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload), fp8=False,
-        block_recompute=False, selective="core_attention", param_bytes=2, optimizer_bytes=12, params_sharded_from=3,
+        block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
+        optimizer_bytes=12, params_sharded_from=3,
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
         Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False), zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.ALL}),
-        fp8=True, block_recompute=False, selective="op", param_bytes=4, optimizer_bytes=8, params_sharded_from=2,
+        fp8=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
+        params_sharded_from=2,
     ),
 }  # fmt: skip
 
@@ -156,11 +160,22 @@ def block_recompute_unsupported(lay: Layouts) -> BoolArray:
     )
 
 
-def unsupported_words(lay: Layout) -> str:
+def even_split_needs_divisor(lay: Layouts, num_layers: int) -> BoolArray:
+    """Megatron-LM asserts 'Number of layers should be divisible by the pipeline-model-parallel
+    size' (and by PP x VPP with virtual stages) unless the first/last stage counts are given."""
+    even = (lay.first_stage_layers == 0) & (lay.last_stage_layers == 0) & (lay.pp > 1)
+    return per_framework(lay, lambda fs, x: even & fs.even_split_divides & (num_layers % (x.pp * x.virtual_stages) != 0))
+
+
+def unsupported_words(lay: Layout, num_layers: int) -> str:
     """Why the layout's framework cannot run it, in one sentence (for the limit messages)."""
     fs = FRAMEWORKS[lay.framework]
     one = Layouts.of([lay])
     reasons = []
+    if even_split_needs_divisor(one, num_layers)[0]:
+        chunks = lay.pp * lay.virtual_stages
+        reasons.append(f"an even split of {num_layers} layers over {chunks} pipeline chunks (give first/last stage "
+                       "layer counts)")  # fmt: skip
     if zero_unsupported(one)[0]:
         reasons.append(f"ZeRO-{lay.zero} (it runs ZeRO {', '.join(map(str, sorted(fs.zero_stages)))})")
     if zero_with_pp(one)[0]:

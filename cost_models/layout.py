@@ -275,6 +275,17 @@ class Layout(BaseModel):
         word=lambda v: f"offload {v}", short=lambda v: f"off-{v}" if v != Offload.NONE else None,
         legend="off-WHAT: offload to host memory", domain=_all(list(Offload)), trades_memory=True,
     )] = Offload.NONE  # fmt: skip
+    first_stage_layers: Annotated[int, Field(ge=0, le=100_000), Knob(
+        Role.SEARCHED, "Layers on the first pipeline stage (its GPU's chunks together); 0 = the even split.",
+        word=lambda v: f"first stage {v} layers" if v else "even split", short=lambda v: f"f{v}" if v else None,
+        legend="fN/lN: N layers on the first/last pipeline stage (uneven split)", title="first-stage layers",
+        flags={Framework.MEGATRON: "--decoder-first-pipeline-num-layers"},
+    )] = 0  # fmt: skip
+    last_stage_layers: Annotated[int, Field(ge=0, le=100_000), Knob(
+        Role.SEARCHED, "Layers on the last pipeline stage (with the LM head and loss); 0 = the even split.",
+        word=lambda v: f"last stage {v} layers" if v else "even split", short=lambda v: f"l{v}" if v else None,
+        title="last-stage layers", flags={Framework.MEGATRON: "--decoder-last-pipeline-num-layers"},
+    )] = 0  # fmt: skip
     cp_comm: Annotated[CpComm, Knob(
         Role.SEARCHED, "How context parallelism exchanges K/V: ring (p2p) or all-gather.",
         word=lambda v: f"CP {v}", short=lambda v: f"cp-{v}" if v != CpComm.RING else None,
@@ -311,6 +322,8 @@ class KnobArgs(TypedDict, total=False):
     precision: Precision | str
     framework: Framework | str
     offload: Offload | str
+    first_stage_layers: int
+    last_stage_layers: int
     cp_comm: CpComm | str
 
 
@@ -421,6 +434,8 @@ def layout_words(lay: Layout) -> str:
                 words[-1] += f" ({KNOBS[name].word(value)})"
             continue
         if (name == "offload" and value == Offload.NONE) or (name == "cp_comm" and lay.cp == 1):
+            continue
+        if name in ("first_stage_layers", "last_stage_layers") and not (lay.first_stage_layers or lay.last_stage_layers):
             continue
         words.append(KNOBS[name].word(value))
     if lay.framework != Framework.MEGATRON:

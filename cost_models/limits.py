@@ -28,6 +28,7 @@ from paraplan.cost_models import frameworks
 from paraplan.cost_models.candidates import BoolArray, Layouts
 from paraplan.cost_models.layout import CpComm, Layout, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stages import split_valid
 from paraplan.hardware_specs.schema import Cluster
 
 if TYPE_CHECKING:
@@ -82,9 +83,21 @@ def _experts_words(t: Target, lay: Layout) -> str:
     return f"EP {lay.ep} does not divide DP x CP = {lay.dp * lay.cp}, the ranks it is carved from"
 
 
+def _stages_words(t: Target, lay: Layout) -> str:
+    f, last, layers = lay.first_stage_layers, lay.last_stage_layers, t.model.num_layers
+    if lay.pp == 1:
+        return "first/last stage layer counts need pipeline parallelism (PP > 1)"
+    if lay.pp == 2:
+        return f"first {f} + last {last} stage layers must add up to the {layers} layers with PP 2"
+    return (
+        f"the {layers} layers less first {f} and last {last} do not split evenly over the {lay.pp - 2} middle stages"
+    )
+
+
 def _framework(t: Target, lay: Layouts) -> BoolArray:
     return np.asarray(
-        frameworks.zero_unsupported(lay)
+        frameworks.even_split_needs_divisor(lay, t.model.num_layers)
+        | frameworks.zero_unsupported(lay)
         | frameworks.zero_with_pp(lay)
         | frameworks.interleaved_unsupported(lay)
         | frameworks.cp_unsupported(lay)
@@ -110,16 +123,19 @@ LIMITS: tuple[Limit, ...] = (
           lambda t, x: np.asarray(x.global_batch % (x.dp * x.micro_batch) != 0),
           lambda t, lay: f"global batch {lay.global_batch} is not divisible by DP {lay.dp} x micro-batch "
                          f"{lay.micro_batch}"),
-    Limit("virtual", ("pp", "virtual_stages", "global_batch", "dp", "micro_batch"), _virtual, _virtual_words),
+    Limit("virtual", ("pp", "virtual_stages", "global_batch", "dp", "micro_batch", "first_stage_layers",
+                      "last_stage_layers"), _virtual, _virtual_words),
     Limit("recompute_layers", ("recompute", "recompute_layers"),
           lambda t, x: np.asarray((x.recompute_layers > 0) & (x.recompute != Recompute.FULL)),
           lambda t, lay: f"recompute_layers {lay.recompute_layers} needs full recompute, not {lay.recompute}"),
+    Limit("stages", ("pp", "virtual_stages", "first_stage_layers", "last_stage_layers"),
+          lambda t, x: np.asarray(split_valid(t.model, x) == 0), _stages_words),
     Limit("fp8", ("precision",),
           lambda t, x: np.asarray((x.precision == Precision.FP8) & (t.cluster.gpu.peak_fp8_flops is None)),
           lambda t, lay: f"{t.cluster.gpu.name} has no FP8 tensor cores"),
     Limit("framework", ("framework", "zero", "pp", "virtual_stages", "cp", "cp_comm", "offload", "precision",
-                        "recompute", "recompute_layers"), _framework,
-          lambda t, lay: frameworks.unsupported_words(lay)),
+                        "recompute", "recompute_layers", "first_stage_layers", "last_stage_layers"), _framework,
+          lambda t, lay: frameworks.unsupported_words(lay, t.model.num_layers)),
 )  # fmt: skip
 
 LIMIT_NAMES = (*(lim.name for lim in LIMITS), "memory", "host")
@@ -151,11 +167,7 @@ def host_message(ev: Evaluation, i: int) -> str:
     cluster = ev.cluster
     if cluster.host is None:
         return f"offload needs host figures: hardware {cluster.name} has no [host] table (memory, CPU Adam rate)"
-    from paraplan.cost_models.memory import host_state_bytes, stage_params
-
-    one = ev.layouts.take(np.array([i]))
-    lay = one.at(0)
-    per_gpu = float(host_state_bytes(stage_params(ev.model, one, first=lay.pp == 1, last=True), one, ev.stack)[0])
+    per_gpu = float(ev.host_bytes[i])
     need = per_gpu * cluster.gpus_per_node
     return (
         f"offloaded state {need / GB:.0f} GB per node exceeds the host's {cluster.host.memory_bytes / GB:.0f} GB "

@@ -59,6 +59,7 @@ from paraplan.cost_models.frameworks import FRAMEWORKS
 from paraplan.cost_models.layout import Framework, Offload, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
+from paraplan.cost_models.stages import stage_layers
 
 MEMORY_TERMS = ("params", "grads", "optimizer", "activations", "other")
 ZERO3_PREFETCH_LAYERS = 2  # the layer being computed and the next one, gathered ahead
@@ -74,6 +75,8 @@ class StageParams:
     expert: FloatArray  # replicated over DP*CP/EP
     layer_max: FloatArray  # the largest single layer on this GPU (ZeRO-3 gather buffer)
     layers: FloatArray  # layers on this GPU (ZeRO-3 gathers them one at a time)
+
+    FIELDS = ("dense", "expert", "layer_max", "layers")
 
 
 @dataclass(frozen=True)
@@ -96,32 +99,21 @@ class MemoryBreakdown:
         return MemoryBreakdown(*(np.concatenate([getattr(p, t) for p in parts]) for t in MEMORY_TERMS))
 
 
-def layers_per_stage(model: ModelSpec, lay: Layouts) -> FloatArray:
-    """Layers on the most loaded GPU of the pipeline: v chunks of ceil(l/(p*v)) layers.
-
-    Uneven splits are allowed (Megatron-LM's --decoder-first/last-pipeline-num-layers and
-    --pipeline-model-parallel-layout; Llama 3 405B ran 126 layers on PP16 with one layer fewer
-    on the first and last stages, Dubey et al. 2024 Sec 3.3.2): the slowest stage carries the
-    rounded-up share, which is what the step waits for.
-    """
-    chunks = (lay.pp * lay.virtual_stages).astype(np.float64)
-    return np.asarray(np.ceil(model.num_layers / chunks) * lay.virtual_stages, dtype=np.float64)
-
-
-def stage_params(model: ModelSpec, lay: Layouts, first: Stage, last: Stage) -> StageParams:
-    """`first`/`last`: whether the stage is the first/last (per candidate, or for all)."""
+def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stage, last: Stage) -> StageParams:
+    """A GPU of a stage holding `layers` layers; `first`/`last`: whether it is the first/last stage
+    (per candidate, or for all). Layers are priced as the model's mean layer."""
     tp = lay.tp.astype(np.float64)
-    layers = layers_per_stage(model, lay)
-    dense_layer = (model.attention_params + model.router_params) / tp + 2 * model.norm_params
-    expert_layer = (model.num_experts / lay.ep) * model.expert_params / tp
-    positions = model.embedding_params - model.vocab_size * model.hidden_size
-    embedding = model.vocab_size * model.hidden_size / tp + positions
+    norms = model.layer_norm_params
+    dense_layer = (model.mean_layer_dense_params - norms) / tp + norms
+    expert_layer = model.mean_layer_expert_params / lay.ep / tp
+    positions = model.embedding_params - model.vocab_size * model.word_embed_dim
+    embedding = model.vocab_size * model.word_embed_dim / tp + positions
     head_is_separate = (not model.tied_embeddings) | (lay.pp > 1)
-    head = np.where(head_is_separate, model.vocab_size * model.hidden_size / tp, 0.0) + model.norm_params
+    head = np.where(head_is_separate, model.vocab_size * model.word_embed_dim / tp, 0.0) + model.final_norm_params
     dense = layers * dense_layer + np.where(first, embedding, 0.0) + np.where(last, head, 0.0)
     return StageParams(
         dense=np.asarray(dense), expert=np.asarray(layers * expert_layer),
-        layer_max=np.asarray(dense_layer + expert_layer), layers=layers,
+        layer_max=np.asarray(dense_layer + expert_layer), layers=np.asarray(layers, dtype=np.float64),
     )  # fmt: skip
 
 
@@ -174,14 +166,14 @@ def _selective_op(lay: Layouts) -> BoolArray:
 
 def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     """Stored activations of one layer per token on one GPU, per the table in the docstring."""
-    h, f = model.hidden_size, model.ffn_hidden_size
+    h = model.hidden_size
     tp = lay.tp.astype(np.float64)
     dropout = 1.0 if model.dropout else 0.0
     replicated = 8.0 * h + 2.0 * h * dropout
-    mlp_inner = (6.0 if model.mlp == "gated" else 4.0) * f
+    mlp_inner = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active
     if model.is_moe:
-        mlp_inner = model.experts_top_k * (mlp_inner + 2.0 * h)
-    split: float | FloatArray = 4.0 * model.q_dim + 4.0 * model.kv_dim + mlp_inner
+        mlp_inner += model.moe_share * model.experts_top_k * 2.0 * h  # the dispatched copy of each token
+    split: float | FloatArray = 4.0 * model.q_dim + 2.0 * model.kv_dim + 2.0 * model.v_dim + mlp_inner
     if not stack.flash_attention:
         scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout)
         split = split + np.where(lay.recompute == Recompute.NONE, scores, 0.0)
@@ -190,7 +182,7 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     layer_input = np.where(lay.seq_parallel_active, 2.0 * h / tp, 2.0 * h)
     op_policy = (
         np.where(lay.seq_parallel_active, 4.0 * h / tp, 4.0 * h)
-        + (4.0 * model.q_dim + 2.0 * model.kv_dim + 2.0 * f * model.experts_top_k) / tp
+        + (4.0 * model.q_dim + 2.0 * model.v_dim + 2.0 * model.mean_mlp_inner_active) / tp
     )
     share = lay.full_recompute_share(model.num_layers)
     stored = share * layer_input + (1.0 - share) * full_layer
@@ -212,43 +204,46 @@ def in_flight_micro_batches(lay: Layouts, stage: FloatArray | int) -> FloatArray
     return np.asarray(np.where(lay.virtual_stages > 1, interleaved, one_f_one_b))
 
 
-def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, first: Stage, last: Stage) -> FloatArray:
+def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: FloatArray, stage: FloatArray | float,
+                     first: Stage, last: Stage) -> FloatArray:  # fmt: skip
+    """Activations at the peak of stage `stage` (0 = first) holding `layers` layers."""
     tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
     per_layer = activation_bytes_per_token_layer(model, lay, stack) * tokens
-    stage_index = np.where(first, 0.0, lay.pp - 1.0)
-    in_flight = in_flight_micro_batches(lay, stage_index)
-    stored = per_layer * layers_per_stage(model, lay) * in_flight
+    in_flight = in_flight_micro_batches(lay, stage)
+    stored = per_layer * layers * in_flight
     recompute_peak = np.where(
         lay.recompute == Recompute.FULL, _full_layer_bytes_per_token(model, lay, stack) * tokens, 0.0
     )
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
     logits = FP32_BYTES * model.vocab_size / lay.tp * tokens  # fp32, vocab-parallel cross entropy
     total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0)
-    return np.asarray(total)
+    return np.asarray(np.where(layers > 0, total, 0.0))
 
 
-def stage_memory(
-    model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float, first: Stage, last: Stage
-) -> MemoryBreakdown:
+def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float, layers: FloatArray,
+                 stage: FloatArray | float, first: Stage, last: Stage) -> MemoryBreakdown:  # fmt: skip
     """Whole bytes (rounded up), so that every consumer compares the same integers."""
-    weights, grads, optimizer = model_state_bytes(stage_params(model, lay, first, last), lay, stack)
+    weights, grads, optimizer = model_state_bytes(stage_params(model, lay, layers, first, last), lay, stack)
     return MemoryBreakdown(
         params=np.ceil(weights),
         grads=np.ceil(grads),
         optimizer=np.ceil(optimizer),
-        activations=np.ceil(activation_bytes(model, lay, stack, first, last)),
+        activations=np.ceil(activation_bytes(model, lay, stack, layers, stage, first, last)),
         other=np.full(len(lay), float(np.ceil(reserve_bytes))),
     )
 
 
 def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float) -> MemoryBreakdown:
-    """The breakdown of whichever of the first and last stage holds more. These are the two
-    extremes: the first holds the most activations and the embedding, the last the LM head and
-    the logits; middle stages hold no more than the first. With one stage, both are the same."""
+    """The breakdown of whichever stage holds most: the first (the most micro-batches in flight and
+    the embedding), the second (the most loaded middle stage under an uneven split: nearly as many
+    in flight, more layers) or the last (the LM head and the logits). With one stage, all alike."""
+    first_l, middle_l, last_l = stage_layers(model, lay)
     single = lay.pp == 1
-    first = stage_memory(model, lay, stack, reserve_bytes, first=True, last=single)
-    last = stage_memory(model, lay, stack, reserve_bytes, first=single, last=True)
-    return _where(first.total >= last.total, first, last)
+    first = stage_memory(model, lay, stack, reserve_bytes, first_l, 0.0, first=True, last=single)
+    middle = stage_memory(model, lay, stack, reserve_bytes, middle_l, 1.0, first=False, last=False)
+    last = stage_memory(model, lay, stack, reserve_bytes, last_l, lay.pp - 1.0, first=single, last=True)
+    peak = _where(first.total >= last.total, first, last)
+    return _where(middle.total > peak.total, middle, peak)
 
 
 def _where(mask: np.ndarray, a: MemoryBreakdown, b: MemoryBreakdown) -> MemoryBreakdown:

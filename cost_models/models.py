@@ -406,6 +406,68 @@ class ModelSpec(BaseModel):
         moe = attention + h * self.num_experts + shared + self.experts_top_k * m * h * self.ffn_hidden_size
         return tuple(dense if kind == "dense" else moe for kind in self.layer_kinds())
 
+    # --- per-layer means, for cost models that price "a layer" of a stage ------------------------
+    # A stage's layers are priced as the model's mean layer: exact for uniform models, and for
+    # DeepSeek-style leading dense layers an average over the model (they sit on the first stage).
+
+    @property
+    def moe_share(self) -> float:
+        """Share of the layers with routed experts."""
+        return self.num_moe_layers / self.num_layers
+
+    @property
+    def mean_layer_dense_params(self) -> float:
+        """Per layer, the parameters replicated over expert parallelism (attention, norms, router,
+        shared experts; the MLP of a dense layer)."""
+        dense = self.num_dense_layers * self.dense_layer_params
+        return (dense + self.num_moe_layers * self.layer_dense_params) / self.num_layers
+
+    @property
+    def mean_layer_expert_params(self) -> float:
+        """Per layer, the routed experts' parameters (all E of them; 0 for dense models)."""
+        return self.moe_share * self.num_experts * self.expert_params if self.is_moe else 0.0
+
+    @property
+    def attention_matmul_params(self) -> int:
+        """Matrix weights of one layer's attention (QKV or MLA's projections, and the output)."""
+        h = self.hidden_size
+        if self.kv_lora_rank is None:
+            return 2 * h * self.q_dim + 2 * h * self.kv_dim
+        d_v, r_kv, rope, q_lora = self.v_head_dim or self.head_dim, self.kv_lora_rank, self.qk_rope_head_dim, self.q_lora_rank
+        q = h * self.num_heads * self.head_dim if q_lora is None else h * q_lora + q_lora * self.num_heads * self.head_dim
+        return q + h * (r_kv + rope) + r_kv * self.num_heads * (self.head_dim - rope + d_v) + self.num_heads * d_v * h
+
+    @property
+    def mean_matmul_params_active(self) -> float:
+        return sum(self.layer_matmul_params_active()) / self.num_layers
+
+    @property
+    def attention_core_width(self) -> int:
+        """Q.K^T and P.V per key: a*d_qk + a*d_v multiply-adds (4*s*a*d FLOPs per token in the
+        usual case d_v = d_qk = d)."""
+        return self.q_dim + self.num_heads * (self.v_head_dim or self.head_dim)
+
+    def mean_causal_keys(self, seq_len: float) -> float:
+        """Keys a query attends to under the causal mask, averaged over positions and layers:
+        (s + 1)/2 with full attention; with a window w < s, (w(w + 1)/2 + (s - w) w) / s."""
+        full = (seq_len + 1.0) / 2.0
+        if self.sliding_window is None or self.sliding_window >= seq_len:
+            return full
+        w = float(self.sliding_window)
+        windowed = (w * (w + 1.0) / 2.0 + (seq_len - w) * w) / seq_len
+        sliding = sum(self.layer_is_sliding())
+        return (sliding * windowed + (self.num_layers - sliding) * full) / self.num_layers
+
+    @property
+    def mean_mlp_inner_active(self) -> float:
+        """Per token and layer, the MLP widths a token passes through: the dense MLP, or top-k
+        routed experts plus the shared experts."""
+        moe = self.experts_top_k * self.ffn_hidden_size + self.num_shared_experts * (
+            self.shared_expert_ffn or self.ffn_hidden_size
+        )
+        dense = self.dense_ffn_hidden_size or self.ffn_hidden_size
+        return (self.num_dense_layers * dense + self.num_moe_layers * moe) / self.num_layers
+
     @property
     def embedding_params(self) -> int:
         """Token embedding (+ OPT's project_in) + learned positions (+ BLOOM's embedding norm)."""

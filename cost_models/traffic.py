@@ -60,11 +60,12 @@ ACTIVATION_BYTES = float(BF16_BYTES)
 
 @dataclass(frozen=True)
 class MicroBatchComm:
-    """Exposed communication per micro-batch on one GPU of a stage."""
+    """Exposed communication per micro-batch on one GPU: per layer (TP, CP, EP) and per stage
+    boundary crossing (PP)."""
 
-    tp_s: FloatArray
-    cp_s: FloatArray
-    ep_s: FloatArray
+    tp_layer_s: FloatArray
+    cp_layer_s: FloatArray
+    ep_layer_s: FloatArray
     pp_s: FloatArray
 
 
@@ -121,7 +122,7 @@ def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, times: Micr
 def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
     if not model.is_moe:
         return np.zeros(len(lay))
-    bw, lat = links(cluster, lay.ep, lay.tp)
+    bw, lat = links(cluster, lay.ep, lay.tp, all_to_all=True)
     tokens = np.where(lay.seq_parallel_active, _tokens(lay) / lay.tp, _tokens(lay))
     nbytes = tokens * model.experts_top_k * model.hidden_size * ACTIVATION_BYTES
     return np.asarray(2.0 * (_forward_passes(model, lay) + 1.0) * all_to_all_s(nbytes, lay.ep, bw, lat))
@@ -140,16 +141,15 @@ def pp_per_micro_batch_s(
     return np.asarray(np.where(lay.pp > 1, 2.0 * lay.virtual_stages * exposed, 0.0))
 
 
-def micro_batch_comm(
-    model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, layers: FloatArray, times: MicroBatchTimes
-) -> MicroBatchComm:
-    per_layer_gemm = times.wgrad_s / np.maximum(layers, 1.0)
-    chunk_compute = (times.forward_s + times.backward_s) / (2.0 * lay.virtual_stages)
+def micro_batch_comm(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, times: MicroBatchTimes,
+                     chunk_compute_s: FloatArray) -> MicroBatchComm:  # fmt: skip
+    """`chunk_compute_s`: the compute of one model chunk per micro-batch, forward and backward
+    (the window that hides the interleaved schedule's transfers)."""
     return MicroBatchComm(
-        tp_s=np.asarray(layers * tp_per_layer_s(model, lay, cluster, stack, per_layer_gemm)),
-        cp_s=np.asarray(layers * cp_per_layer_s(model, lay, cluster, times)),
-        ep_s=np.asarray(layers * ep_per_layer_s(model, lay, cluster)),
-        pp_s=pp_per_micro_batch_s(model, lay, cluster, stack, chunk_compute),
+        tp_layer_s=tp_per_layer_s(model, lay, cluster, stack, times.layer_gemm_fwd_s),
+        cp_layer_s=cp_per_layer_s(model, lay, cluster, times),
+        ep_layer_s=ep_per_layer_s(model, lay, cluster),
+        pp_s=pp_per_micro_batch_s(model, lay, cluster, stack, chunk_compute_s / 2.0),
     )
 
 

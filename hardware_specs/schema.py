@@ -58,7 +58,8 @@ class Link(_Spec):
 class IntraNode(_Spec):
     """How the GPUs of one server talk to each other.
 
-    `nvswitch`/`xgmi`: all-to-all at `link` rate. `nvlink_bridge`: pairs (ranks 2i, 2i+1) share
+    `nvswitch`: all-to-all at `link` rate (per GPU). `xgmi`: a full mesh, `link` is one pair's
+    link (a group of k GPUs gets k-1 of them). `nvlink_bridge`: pairs (ranks 2i, 2i+1) share
     a bridge at `link` rate; other pairs cross `pcie`. `pcie_p2p`: every pair goes through the
     PCIe switch/root complex directly. `pcie_host`: no peer-to-peer; every transfer is staged
     through host memory (stock-driver GeForce cards).

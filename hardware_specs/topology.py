@@ -8,8 +8,10 @@ node a "cpu{node}" root complex that every GPU's PCIe edge goes to, per node an
 GPU's NIC edge reaches. Edges carry `bw_bytes_per_s` (nominal * efficiency, per direction),
 `latency_s` and `kind` (the GroupLink kind the hop stands for).
 
-- nvswitch / xgmi: GPU <-> hub over `intra_node.link`; a GPU pair talks through the hub at the
-  full per-GPU rate (NVSwitch is non-blocking; xGMI's per-GPU aggregate is its rate too).
+- nvswitch: GPU <-> hub over `intra_node.link`; a GPU pair talks through the hub at the full
+  per-GPU rate (NVSwitch is non-blocking).
+- xgmi: a direct edge between every pair of GPUs over `intra_node.link`, the rate of one pair
+  link (MI300X: 64 GB/s per direction; 7 of them per GPU).
 - nvlink_bridge: a direct GPU(2i) <-> GPU(2i+1) bridge edge over `intra_node.link`; other
   pairs go GPU -> cpu -> GPU over `intra_node.pcie`.
 - pcie_p2p: GPU <-> cpu over `intra_node.link` (the P2P path through the switch/root complex).
@@ -19,11 +21,23 @@ GPU's NIC edge reaches. Edges carry `bw_bytes_per_s` (nominal * efficiency, per 
 Hub, root-complex and NIC edges carry half of their link's latency each, so a GPU -> hub -> GPU
 path adds up to the link's latency once.
 
-`group_link` treats a group as one ring over its members in rank order (and back to the
-first), as NCCL's ring algorithms do. Each consecutive pair's route is the lowest-latency path
-in the graph; its bandwidth is the narrowest edge on the route and its latency the sum. The
-group gets the narrowest bandwidth and the largest latency of all its pairs, and the kind of
-its narrowest hop.
+`group_link` prices a group's collectives:
+- Inside one node, a ring over the members in rank order (and back to the first), as NCCL's
+  ring algorithms do. Each consecutive pair's route is the lowest-latency path in the graph;
+  its bandwidth is the narrowest edge on the route and its latency the sum. The group gets the
+  narrowest bandwidth and the largest latency of all its pairs, and the kind of its narrowest
+  hop. On an xGMI mesh (MI300X: a dedicated link between every pair of GPUs, no switch) RCCL
+  runs k-1 rings over disjoint links, so a group of k GPUs gets (k-1) pair links (ROCm docs,
+  "AI workload tuning", RCCL: "for collective operations, the best performance is achieved
+  when all 8 GPUs and, hence, all the links between them are used").
+- Across nodes, with k members on each node: NCCL runs one ring channel per NIC, so the bus
+  bandwidth approaches k x the per-GPU NIC share, capped by the members' intra-node ring
+  (the NCCL tests' busbw across DGX nodes, NVIDIA "Doubling all2all Performance with NVIDIA
+  Collective Communication Library 2.12" and the NCCL documentation's ring/channel model).
+  One member per node gets one NIC's share.
+- All-to-all (expert parallelism) moves (n-k)/n of each rank's buffer across the network, over
+  its own NIC share, and (k-1)/n inside the node: `a2a_bw_bytes_per_s` is the bandwidth that
+  gives that time in the (n-1)/n B / bw form.
 
 Assumptions
 -----------
@@ -62,6 +76,7 @@ class GroupLink:
     bw_bytes_per_s: float
     latency_s: float
     kind: str  # "local", "nvlink", "xgmi", "pcie", "pcie_host" or "network"
+    a2a_bw_bytes_per_s: float = math.inf  # all-to-all bandwidth (see the module docstring)
 
 
 LOCAL = GroupLink(math.inf, 0.0, "local")
@@ -110,11 +125,13 @@ def _add_node(graph: nx.Graph[str], cluster: Cluster, node: int) -> None:
     for gpu in gpus:
         _add_edge(graph, gpu, cpu, pcie_link, pcie_kind, pcie_link.latency_s / 2)
         _add_edge(graph, gpu, NETWORK, cluster.inter_node, "network", cluster.inter_node.latency_s / 2)
-    if intra.kind in ("nvswitch", "xgmi"):
-        hub = f"{intra.kind}{node}"
-        kind = "nvlink" if intra.kind == "nvswitch" else "xgmi"
+    if intra.kind == "nvswitch":
+        hub = f"nvswitch{node}"
         for gpu in gpus:
-            _add_edge(graph, gpu, hub, intra.link, kind, intra.link.latency_s / 2)
+            _add_edge(graph, gpu, hub, intra.link, "nvlink", intra.link.latency_s / 2)
+    elif intra.kind == "xgmi":
+        for a, b in itertools.combinations(gpus, 2):  # a full mesh of pair links
+            _add_edge(graph, a, b, intra.link, "xgmi", intra.link.latency_s)
     elif intra.kind == "nvlink_bridge":
         for left, right in zip(gpus[0::2], gpus[1::2], strict=False):  # odd count: last unbridged
             _add_edge(graph, left, right, intra.link, "nvlink", intra.link.latency_s)
@@ -134,12 +151,40 @@ def group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
     key = (size, stride)
     found = cache.groups.get(key)
     if found is None:
-        members = [i * stride for i in range(size)]
-        ring = itertools.pairwise([*members, members[0]])  # consecutive members, closing the ring
-        keys = {_pair_key(cluster.gpus_per_node, a, b) for a, b in ring}
-        found = _slowest(_pair_route(cluster, cache, k) for k in keys)
+        found = _group(cluster, cache, size, stride)
         cache.groups[key] = found
     return found
+
+
+def _group(cluster: Cluster, cache: _ClusterCache, size: int, stride: int) -> GroupLink:
+    per_node = cluster.gpus_per_node
+    members = [i * stride for i in range(size)]
+    nodes = {m // per_node for m in members}
+    local = [m for m in members if m // per_node == 0]  # every node holds the same pattern
+    k = max(1, len(local))
+    if len(nodes) == 1:
+        return _within_node(cluster, cache, members)
+    network = _pair_route(cluster, cache, (0, 0, True))  # a GPU's NIC share, to another node
+    inside = _within_node(cluster, cache, local) if k > 1 else LOCAL
+    bw = min(k * network.bw_bytes_per_s, inside.bw_bytes_per_s)
+    cross = (size - k) / network.bw_bytes_per_s
+    intra = (k - 1) / inside.bw_bytes_per_s if k > 1 else 0.0
+    a2a = (size - 1) / max(cross, intra)
+    return GroupLink(bw, max(network.latency_s, inside.latency_s), "network", a2a)
+
+
+def _within_node(cluster: Cluster, cache: _ClusterCache, members: list[int]) -> GroupLink:
+    """A ring over members of one node (an xGMI mesh: k-1 rings over disjoint pair links)."""
+    if len(members) == 1:
+        return LOCAL
+    if cluster.intra_node.kind == "xgmi":
+        link = cluster.intra_node.link
+        bw = (len(members) - 1) * link.effective_bw_bytes_per_s
+        return GroupLink(bw, link.latency_s, "xgmi", bw)
+    ring = itertools.pairwise([*members, members[0]])  # consecutive members, closing the ring
+    keys = {_pair_key(cluster.gpus_per_node, a, b) for a, b in ring}
+    found = _slowest(_pair_route(cluster, cache, key) for key in keys)
+    return GroupLink(found.bw_bytes_per_s, found.latency_s, found.kind, found.bw_bytes_per_s)
 
 
 def pair_link(cluster: Cluster, rank_a: int, rank_b: int) -> GroupLink:

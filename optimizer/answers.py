@@ -8,7 +8,7 @@ import numpy as np
 
 from paraplan.accuracy import error_bar
 from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation
-from paraplan.cost_models.memory import MEMORY_TERMS, host_state_bytes, stage_params
+from paraplan.cost_models.memory import MEMORY_TERMS
 from paraplan.explain import NEAR_LIMIT, bottleneck_sentence, dominant_term
 from paraplan.results import (
     BottleneckOut,
@@ -34,8 +34,7 @@ def evaluated(
     lay = ev.layouts.at(i)
     step = float(ev.step_time_s[i])
     memory = {t: float(getattr(ev.memory, t)[i]) for t in MEMORY_TERMS}
-    one = ev.layouts.take(np.array([i]))
-    host = float(host_state_bytes(stage_params(ev.model, one, first=lay.pp == 1, last=True), one, ev.stack)[0])
+    host = float(ev.host_bytes[i])
     bar = error_bar(ev.cluster.gpu_family, str(lay.precision), lay.gpus)
     term, share = dominant_term(ev, i)
     margin = float(ev.memory_margin_bytes[i])

@@ -3,8 +3,9 @@
 Options for the layout knobs and the stack settings are generated from their schemas
 (`cost_models.layout.Layout`, `cost_models.stack.Stack`), so a new knob is a new option without
 touching this file. Exit codes: 0 feasible / done, 1 infeasible, 2 bad input (one `Error:` line
-on stderr, never a traceback), 3 an output stream that cannot be written (or an internal error,
-one `Error:` line), 141 a closed pipe (quietly, as `head` expects).
+on stderr, never a traceback), 3 an output stream that cannot be written, or an internal error
+(one `Error:` line; PARAPLAN_DEBUG=1 shows the traceback), 141 a closed pipe (quietly, as `head`
+expects).
 
 Heavy modules (numpy, ortools, pydantic models of the results) are imported inside the commands,
 so that `paraplan --help` and `paraplan list` start fast.
@@ -340,10 +341,12 @@ def main(argv: list[str] | None = None) -> None:
         _quiet_pipe()
     except OSError as exc:
         _fail(f"cannot write the output: {exc.strerror or exc}", EXIT_OUTPUT)
-    except (ValueError, AttributeError) as exc:
+    except Exception as exc:  # a bug: one line, no traceback (PARAPLAN_DEBUG=1 shows it)
         if _stdout_unusable():
             _fail("cannot write the output: standard output is closed", EXIT_OUTPUT)
-        raise exc
+        if os.environ.get("PARAPLAN_DEBUG"):
+            raise
+        _fail(f"internal error ({type(exc).__name__}: {exc}); please report it with the command line", EXIT_OUTPUT)
     sys.exit(code if isinstance(code, int) else EXIT_OK)
 
 

@@ -29,6 +29,7 @@ from paraplan.cost_models.candidates import COLUMNS, INDEX, IntArray, Layouts
 from paraplan.cost_models.layout import DEGREES, KNOBS, SEARCHED, SETTINGS, DomainContext, Layout
 from paraplan.cost_models.limits import LIMITS, REDUNDANT, Target
 from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stages import split_options
 from paraplan.hardware_specs.schema import Cluster
 
 ORDER: tuple[str, ...] = (*SETTINGS, "tp", "pp", "cp", "dp", "ep", *(n for n in SEARCHED))
@@ -100,7 +101,12 @@ def _fill(table: IntArray, names: tuple[str, ...] | list[str], fixed: Mapping[st
     """Cross `table` with each knob of `names` in turn, dropping rows as the module docstring says."""
     done = set(COLUMNS) - set(names)
     for name in names:
-        if name == "dp":
+        if name == "last_stage_layers" and "first_stage_layers" in names:
+            continue  # set with the first stage's count, as a pair
+        if name == "first_stage_layers":
+            table = _derive_splits(table, ctx, fixed)
+            done.add("last_stage_layers")
+        elif name == "dp":
             table = _derive_dp(table, ctx.gpus, fixed.get("dp"))
             if "dp" not in fixed and len(table):
                 dps = table[:, INDEX["dp"]]
@@ -146,6 +152,27 @@ def _derive_dp(table: IntArray, gpus: int, fixed: Any) -> IntArray:
     out: IntArray = table[keep].copy()
     out[:, INDEX["dp"]] = gpus // product[keep]
     return out
+
+
+def _derive_splits(table: IntArray, ctx: DomainContext, fixed: Mapping[str, Any]) -> IntArray:
+    """Each row with every layer split `stages.split_options` gives for its PP and virtual stages
+    (or the user's counts)."""
+    if "first_stage_layers" in fixed or "last_stage_layers" in fixed:
+        out = table.copy()
+        out[:, INDEX["first_stage_layers"]] = int(fixed.get("first_stage_layers", 0))
+        out[:, INDEX["last_stage_layers"]] = int(fixed.get("last_stage_layers", 0))
+        return out
+    pairs = table[:, [INDEX["pp"], INDEX["virtual_stages"]]]
+    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    parts = []
+    for k, (pp, v) in enumerate(unique.tolist()):
+        rows = table[inverse.reshape(-1) == k]
+        for first, last in split_options(ctx.model, int(pp), int(v)):
+            block = rows.copy()
+            block[:, INDEX["first_stage_layers"]] = first
+            block[:, INDEX["last_stage_layers"]] = last
+            parts.append(block)
+    return np.concatenate(parts) if parts else table[:0]
 
 
 def _drop(table: IntArray, bad: np.ndarray, keep_if_all: bool) -> IntArray:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paraplan.cost_models.errors import InputError
@@ -36,6 +36,7 @@ from paraplan.launch import (
     read_megatron,
     read_torchtitan,
 )
+from paraplan.launch.convert import torchtitan_toml_to_flags
 from paraplan.launch.schema import megatron_args, torchtitan_fields
 from paraplan.launch.shell import ShellLimitError, ShellSyntaxError, interpret
 
@@ -353,6 +354,8 @@ def test_check_deepspeed_batch_identity_and_strict_mode() -> None:
     assert has(strict, "zero_optimization.cpu_offload", "deprecated", "offload_optimizer")
     assert has(strict, "activation_checkpointing.partition", "ignored")
     assert has(check_deepspeed([1, 2]), "must be a JSON object")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="dp_world_size"):
+        check_deepspeed(config, dp_world_size=0)
 
 
 # ============================================================================================
@@ -468,6 +471,27 @@ def test_read_torchtitan_v022_toml(tmp_path: Path) -> None:
     alone = read_launch(cmd)
     assert alone.schema == "torchtitan 0.2.2" and alone.values["training.seq_len"] == 8192
     assert alone.values["training.steps"] == 50
+
+
+def test_torchtitan_v022_toml_to_030_flags() -> None:
+    config = tomllib.loads(TITAN_TOML.read_text(encoding="utf-8"))
+    conv = torchtitan_toml_to_flags(config)
+    assert check_torchtitan(conv.flags) == []
+    f = conv.flags
+    assert f[0] == "activation-checkpoint:selective"
+    assert f[f.index("--module") + 1] == "llama3"
+    assert f[f.index("--training.seq_len") + 1] == "8192"
+    assert f[f.index("--parallelism.data_parallel_shard_degree") + 1] == "-1"
+    assert f[f.index("--dataloader.dataset") + 1] == "c4"  # training.dataset moved to [dataloader]
+    assert "--checkpoint.no-enable" in f and "--compile.no-enable" in f
+    assert f[f.index("--compile.components") + 1] == "model,loss"
+    assert conv.dropped["model.flavor"] == "model size is chosen with --config in 0.3.0"
+    assert set(conv.dropped) >= {"job.description", "activation_checkpoint.selective_ac_option"}
+    memory = torchtitan_toml_to_flags({"activation_checkpoint": {"mode": "memory_budget", "memory_budget": 0.3}})
+    assert memory.flags == ["activation-checkpoint:memory-budget", "--activation_checkpoint.memory_budget", "0.3"]
+    wrong = torchtitan_toml_to_flags({"training": {"steps": "many"}, "bogus": {"x": 1}})
+    assert wrong.flags == [] and "not an integer" in wrong.dropped["training.steps"]
+    assert "not a field" in wrong.dropped["bogus.x"]
 
 
 def test_read_deepspeed_json_with_its_launcher(tmp_path: Path) -> None:
@@ -747,6 +771,30 @@ def test_shell_syntax_and_limits() -> None:
     with pytest.raises(ShellLimitError):
         interpret("A=0123456789abcdef\n" + "A=$A$A$A$A\n" * 12)
     assert last("echo $((2**100)) $((1/0)) $((08))") == ["echo", "$((2**100))", "$((1/0))", "$((08))"]
+
+
+HOSTILE_TOKENS = [
+    "torchrun ", "deepspeed ", "--num-layers ", "--parallelism.", "if ", "then ", "fi", "${A[@]}", "A=(", "$((",
+    "<<E\n", "E\n", "eval ", "[[ ", " ]]", "case ", "esac", "--deepspeed_config x.json ",
+]  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.sampled_from(
+            [*"aX_=$(){}[]\"'`\\ \n;&|<>#-.:0123456789", *HOSTILE_TOKENS]
+        ),
+        max_size=40,
+    ).map("".join),
+    st.sampled_from(["x.sh", "x.json", "x.toml", "x"]),
+)  # fmt: skip
+def test_readers_fail_only_with_input_error(text: str, name: str) -> None:
+    """Hostile text: a LaunchSettings or a one-line InputError, nothing else."""
+    try:
+        parse_launch_text(text, name=name).problems()
+    except InputError as e:
+        assert "\n" not in str(e)
 
 
 SAFE = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00", exclude_categories=["Cs"]), max_size=12)

@@ -6,9 +6,11 @@
 * :mod:`paraplan.launch.readers` -- ``read_launch`` and friends: a user's existing launch file
   (bash script, argument list, torchtitan command line or TOML, DeepSpeed JSON) to
   :class:`LaunchSettings`;
+* :mod:`paraplan.launch.convert` -- ``torchtitan_toml_to_flags``: a v0.2.2 TOML as 0.3.0 flags;
 * :mod:`paraplan.launch.shell` -- the static bash-subset reader they use (never executes anything).
 """
 
+from .convert import TitanConversion, torchtitan_toml_to_flags
 from .readers import (
     MAX_BYTES,
     Framework,
@@ -40,6 +42,7 @@ __all__ = [
     "TORCHTITAN_VERSION",
     "Framework",
     "LaunchSettings",
+    "TitanConversion",
     "check_deepspeed",
     "check_megatron",
     "check_torchtitan",
@@ -51,4 +54,5 @@ __all__ = [
     "read_launch",
     "read_megatron",
     "read_torchtitan",
+    "torchtitan_toml_to_flags",
 ]

@@ -996,6 +996,8 @@ def check_deepspeed(config: dict[str, Any], *, dp_world_size: int | None = None,
     train_batch_size = micro x accumulation x data-parallel size when `dp_world_size` is given
     (without it: divisibility).  ``"auto"`` values pass (HF integration fills them in).
     `strict` also reports deprecated fields and sub-keys DeepSpeed would ignore."""
+    if dp_world_size is not None and dp_world_size <= 0:
+        raise ValueError(f"dp_world_size must be a positive number of ranks, not {dp_world_size}")
     return _check_deepspeed(config, dp_world_size, strict)[0]
 
 

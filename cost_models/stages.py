@@ -1,0 +1,95 @@
+"""How a model's layers split over the pipeline stages: the first, a middle and the last stage.
+
+Even split (`first_stage_layers = last_stage_layers = 0`): every GPU holds v chunks of
+ceil(l / (p v)) layers at most; the slowest stage carries the rounded-up share (Megatron-LM
+requires l to divide evenly, a framework rule in `limits`; torchtitan and DeepSpeed split
+unevenly on their own).
+
+Uneven split (Megatron-LM's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-
+layers, or --account-for-embedding-in-pipeline-split / --account-for-loss-in-pipeline-split with
+virtual stages; torchtitan's per-stage module lists): f layers on the first stage and l on the
+last, the rest evenly over the p - 2 middle stages. Llama 3 405B ran 126 layers on PP16 with one
+layer fewer on the first and last stages (Dubey et al. 2024, Sec 3.3.2): 7 + 14 x 8 + 7. NeMo's
+recipes count the embedding and the loss as one layer each: 30 layers on PP4 x VPP8 make
+32 chunks of one layer, the first and last holding the embedding and the loss instead.
+
+`split_options` gives the splits the search tries for a layout: the even split, and for a single
+chunk per GPU first/last stages up to 3 layers lighter than ceil(l/p) (the first stage holds the
+most micro-batches in flight, the last the LM head and loss), the middle stages taking the rest
+evenly; for interleaved stages, the embedding-and-loss accounting when l + 2 (or l + 1) divides
+into p v chunks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paraplan.cost_models.candidates import FloatArray, IntArray, Layouts
+from paraplan.cost_models.models import ModelSpec
+
+MAX_LIGHTER = 3  # first/last stages at most this many layers lighter than ceil(l / p)
+
+
+def stage_layers(model: ModelSpec, lay: Layouts) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(first, middle, last): layers on a GPU of the first stage, of a middle stage (the most
+    loaded; 0 without one) and of the last stage."""
+    p = lay.pp.astype(np.float64)
+    v = lay.virtual_stages.astype(np.float64)
+    even = np.ceil(model.num_layers / (p * v)) * v
+    uneven = (lay.first_stage_layers > 0) | (lay.last_stage_layers > 0)
+    f = np.where(uneven, lay.first_stage_layers, even)
+    last = np.where(uneven, lay.last_stage_layers, even)
+    rest = model.num_layers - f - last
+    middle_uneven = np.where(p > 2, np.ceil(np.maximum(rest, 0.0) / np.maximum(p - 2.0, 1.0)), 0.0)
+    middle = np.where(uneven, middle_uneven, np.where(p > 2, even, 0.0))
+    single = lay.pp == 1
+    all_layers = float(model.num_layers)
+    return (
+        np.asarray(np.where(single, all_layers, f)),
+        np.asarray(np.where(single, 0.0, middle)),
+        np.asarray(np.where(single, all_layers, last)),
+    )
+
+
+def most_layers(model: ModelSpec, lay: Layouts) -> FloatArray:
+    """Layers on the most loaded GPU of the pipeline."""
+    first, middle, last = stage_layers(model, lay)
+    return np.asarray(np.maximum(np.maximum(first, middle), last))
+
+
+def split_options(model: ModelSpec, pp: int, virtual_stages: int) -> list[tuple[int, int]]:
+    """(first, last) layer counts to try for a pipeline of pp stages; (0, 0) is the even split."""
+    layers = model.num_layers
+    options = [(0, 0)]
+    if pp == 1:
+        return options
+    if virtual_stages > 1:
+        for extra, (f_less, l_less) in ((2, (1, 1)), (1, (0, 1))):
+            if (layers + extra) % (pp * virtual_stages) == 0:
+                share = (layers + extra) // pp
+                options.append((share - f_less, share - l_less))
+        return options
+    ceil = -(-layers // pp)
+    for f in range(max(1, ceil - MAX_LIGHTER), ceil + 1):
+        for last in range(max(1, ceil - MAX_LIGHTER), ceil + 1):
+            rest = layers - f - last
+            if pp == 2 and rest != 0:
+                continue
+            if pp > 2 and (rest <= 0 or rest % (pp - 2) or rest // (pp - 2) < max(f, last)):
+                continue
+            if pp > 2 and f == last == rest // (pp - 2):
+                continue  # that is the even split
+            if pp == 2 and f == last:
+                continue
+            options.append((f, last))
+    return options
+
+
+def split_valid(model: ModelSpec, lay: Layouts) -> IntArray:
+    """1 where the layout's first/last counts describe a split of the model's layers."""
+    f, last, p = lay.first_stage_layers, lay.last_stage_layers, lay.pp
+    uneven = (f > 0) | (last > 0)
+    rest = model.num_layers - f - last
+    ok_two = (p == 2) & (rest == 0) & (f > 0) & (last > 0)
+    ok_many = (p > 2) & (rest > 0) & (f > 0) & (last > 0) & (rest % np.maximum(p - 2, 1) == 0)
+    return np.asarray((~uneven | ok_two | ok_many).astype(np.int64))
