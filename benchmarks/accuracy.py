@@ -1,71 +1,189 @@
-"""Predicted vs measured step time on published training runs.
+"""Predicted vs measured step time (and peak memory) on published training runs.
 
-    python benchmarks/accuracy.py [--runs benchmarks/data/runs_public.csv] [--hardware H] [--plot FILE.png] [--json]
+    python benchmarks/accuracy.py [--runs benchmarks/data/runs_public.csv] [--memory benchmarks/data/runs_memory.csv]
+                                  [--cv] [--write] [--plot FILE.png] [--json]
 
-For each run: the model (its config.json), hardware preset and full layout as published; the
-knobs the source states are fixed, the rest chosen as `paraplan validate` chooses them. The
-measured step time is the paper's: Narayanan et al. 2021 report TFLOP/s by their eq. 3, which
-the reference table converts with the paper's own batch and FLOP formula; Korthikanti et al.
-2022 give iteration times. Prints the error per run, the mean absolute percentage error (MAPE)
-and the worst error. The runs file may use the reference table's columns or the contract's
-calibrate columns (see `optimizer.calibrate.load_runs`).
+For each run: the model (its config.json), the hardware preset and the full layout as published;
+the knobs the source states are fixed, the rest chosen as `paraplan validate` chooses them.
+Reports the error per run, the mean absolute percentage error (MAPE) per source (`group`), the
+macro average over sources (each source weighs the same, however many rows it has) and the
+micro average over runs.
+
+--cv: leave-one-source-out cross-validation of `paraplan calibrate`: for each hardware family,
+fit the constants on every other source's runs of that family, predict the held-out source.
+--write: store every run's signed error in optimizer/data/accuracy.json, the validation data
+behind the error bars every prediction carries (`paraplan.accuracy`).
+--memory: predicted peak memory against the measured peaks (the most loaded GPU, reserve
+included), per run and as MAPE; runs that fit in practice must not be predicted out of memory.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
+from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
-from paraplan.hardware_specs.loader import load_cluster
-from paraplan.calibrate import Run, chosen_layouts, load_runs, predict
+from paraplan.calibrate import Run, calibrate, chosen_layouts, load_runs, predict  # noqa: E402
+from paraplan.cost_models.candidates import Layouts  # noqa: E402
+from paraplan.cost_models.errors import InputError  # noqa: E402
+from paraplan.cost_models.layout import layout_short  # noqa: E402
+from paraplan.hardware_specs.loader import load_cluster  # noqa: E402
+from paraplan.hardware_specs.schema import Cluster  # noqa: E402
 
-DEFAULT_RUNS = Path(__file__).resolve().parent / "data" / "runs_public.csv"
+DEFAULT_RUNS = REPO / "benchmarks" / "data" / "runs_public.csv"
+DEFAULT_MEMORY = REPO / "benchmarks" / "data" / "runs_memory.csv"
+ACCURACY_JSON = REPO / "optimizer" / "data" / "accuracy.json"
+GIB = 2**30
+CV_FIT = ["gemm_max", "attention", "inter_node", "dp_overlap"]
 
 
 @dataclass(frozen=True)
 class RunResult:
-    run_id: str
+    run: str
+    source: str
     hardware: str
+    family: str
+    precision: str
+    gpus: int
     measured_s: float
     predicted_s: float
-    layout: dict[str, Any]
+    layout: str
 
     @property
     def error(self) -> float:
         return self.predicted_s / self.measured_s - 1.0
 
 
-def hardware_column(path: Path) -> list[str]:
-    import csv
-
-    with path.open(newline="") as fh:
-        return [row.get("hardware", "") for row in csv.DictReader(fh)]
-
-
-def assess(runs: list[Run], hardware: list[str], override: str | None = None) -> list[RunResult]:
-    """One prediction per run; a run whose hardware cannot be loaded is reported and skipped."""
-    results = []
-    for run, name in zip(runs, hardware, strict=True):
+def _cluster(name: str, cache: dict[str, Cluster]) -> Cluster | None:
+    if name not in cache:
         try:
-            cluster = load_cluster(override or name)
-        except ValueError as exc:
+            cache[name] = load_cluster(name)
+        except InputError as exc:
+            print(f"skipped hardware {name!r}: {exc}", file=sys.stderr)
+            return None
+    return cache[name]
+
+
+def assess(runs: list[Run], clusters: dict[str, Cluster] | None = None) -> list[RunResult]:
+    """One prediction per run (a run whose hardware cannot be loaded is reported and skipped)."""
+    cache = clusters if clusters is not None else {}
+    out = []
+    for run in runs:
+        cluster = _cluster(run.hardware, cache)
+        if cluster is None:
+            continue
+        try:
+            layout = chosen_layouts([run], cluster)[0]
+        except InputError as exc:
             print(f"skipped {run.label}: {exc}", file=sys.stderr)
             continue
-        layout = chosen_layouts([run], cluster)[0]
         predicted = float(predict([run], [layout], cluster)[0])
-        results.append(RunResult(run.label, cluster.name, run.measured_s, predicted, asdict(layout)))
-    return results
+        out.append(RunResult(run.label, run.group, cluster.name, cluster.gpu_family, str(layout.precision), run.gpus,
+                             run.measured_s, predicted, layout_short(layout)))  # fmt: skip
+    return out
 
 
-def summary(results: list[RunResult]) -> dict[str, float]:
-    errors = [abs(r.error) for r in results]
-    return {"runs": len(results), "mape": sum(errors) / len(errors), "worst": max(errors)}
+def mape(errors: list[float]) -> float:
+    return sum(abs(e) for e in errors) / len(errors) if errors else math.nan
+
+
+def by_source(results: list[RunResult]) -> dict[str, list[RunResult]]:
+    groups: dict[str, list[RunResult]] = defaultdict(list)
+    for r in results:
+        groups[r.source].append(r)
+    return dict(sorted(groups.items()))
+
+
+def summary(results: list[RunResult]) -> dict[str, Any]:
+    sources = {s: mape([r.error for r in rs]) for s, rs in by_source(results).items()}
+    return {
+        "runs": len(results),
+        "sources": len(sources),
+        "macro_mape": statistics.fmean(sources.values()) if sources else math.nan,
+        "micro_mape": mape([r.error for r in results]),
+        "worst": max((abs(r.error) for r in results), default=math.nan),
+        "per_source": sources,
+    }
+
+
+def cross_validate(runs: list[Run], results: list[RunResult]) -> dict[str, dict[str, float]]:
+    """Leave one source out, per hardware family: fit on the others, predict the held-out one."""
+    family = {r.run: r.family for r in results}
+    hardware = {r.run: r.hardware for r in results}
+    out: dict[str, dict[str, float]] = {}
+    for source, held in by_source(results).items():
+        fam = held[0].family
+        train = [r for r in runs if family.get(r.label) == fam and r.group != source]
+        test = [r for r in runs if r.group == source and r.label in family]
+        if len(train) < len(CV_FIT) or not test:
+            continue
+        preset = load_cluster(hardware[test[0].label])
+        try:
+            fitted = calibrate(preset, train, fit_names=list(CV_FIT))
+        except InputError as exc:
+            print(f"cv {source}: {exc}", file=sys.stderr)
+            continue
+        import tomllib
+
+        from paraplan.hardware_specs.schema import Cluster as ClusterModel
+
+        cluster = ClusterModel.model_validate(tomllib.loads(fitted.toml))
+        after = assess(test, {hardware[r.label]: cluster for r in test})
+        out[source] = {"before": mape([r.error for r in held]), "after": mape([r.error for r in after])}
+    return out
+
+
+def memory_check(path: Path) -> list[dict[str, Any]]:
+    """Predicted peak memory (most loaded GPU, reserve included) vs the measured peaks."""
+    import csv
+
+    from paraplan.calibrate import _run
+
+    rows = list(csv.DictReader(path.open(newline="", encoding="utf-8-sig")))
+    out = []
+    cache: dict[str, Cluster] = {}
+    for n, row in enumerate(rows, start=2):
+        if not (row.get("measured_peak_memory_gib") or "").strip() or not row.get("hardware"):
+            continue
+        row = {**row, "step_time_s": row.get("measured_step_time_s") or "1"}
+        try:
+            run = _run(row, path, n)
+        except InputError as exc:
+            print(f"memory: skipped line {n}: {exc}", file=sys.stderr)
+            continue
+        cluster = _cluster(run.hardware, cache)
+        if cluster is None:
+            continue
+        layout = chosen_layouts([run], cluster)[0]
+        ev = run.question(cluster).evaluate(Layouts.of([layout]))
+        measured = float(row["measured_peak_memory_gib"]) * GIB
+        out.append({
+            "run": run.label, "source": run.group, "hardware": cluster.name, "kind": row.get("memory_kind", ""),
+            "oom": (row.get("oom") or "").strip().lower() == "true", "measured_bytes": measured,
+            "predicted_bytes": float(ev.memory.total[0]), "fits": bool(ev.feasible[0]),
+            "error": float(ev.memory.total[0]) / measured - 1.0, "layout": layout_short(layout),
+        })  # fmt: skip
+    return out
+
+
+def write_accuracy(results: list[RunResult]) -> None:
+    rows = [
+        {"run": r.run, "source": r.source, "family": r.family, "precision": r.precision, "gpus": r.gpus,
+         "error": round(r.error, 6)}
+        for r in results
+    ]  # fmt: skip
+    ACCURACY_JSON.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps({"generated_by": "benchmarks/accuracy.py --write", "runs": rows}, indent=1) + "\n"
+    ACCURACY_JSON.write_text(text)
 
 
 def plot(results: list[RunResult], path: Path) -> None:
@@ -74,52 +192,70 @@ def plot(results: list[RunResult], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 6))
-    xs = [r.measured_s for r in results]
-    ys = [r.predicted_s for r in results]
-    ax.loglog(xs, ys, "o", color="tab:blue")
-    lo, hi = min(xs + ys) * 0.8, max(xs + ys) * 1.25
-    ax.plot([lo, hi], [lo, hi], "k--", lw=1, label="exact")
-    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], alpha=0.15, label="+-10%")
-    for r in results:
-        ax.annotate(r.run_id.split("_", 1)[-1], (r.measured_s, r.predicted_s), fontsize=6)
+    fig, ax = plt.subplots(figsize=(7, 6.5))
+    for source, rs in by_source(results).items():
+        ax.loglog([r.measured_s for r in rs], [r.predicted_s for r in rs], "o", ms=4, label=source)
+    values = [r.measured_s for r in results] + [r.predicted_s for r in results]
+    lo, hi = min(values) * 0.8, max(values) * 1.25
+    ax.plot([lo, hi], [lo, hi], "k--", lw=1)
+    ax.fill_between([lo, hi], [lo * 0.9, hi * 0.9], [lo * 1.1, hi * 1.1], alpha=0.12, color="grey", label="+-10%")
     stats = summary(results)
     ax.set_xlabel("measured step time (s)")
     ax.set_ylabel("predicted step time (s)")
-    ax.set_title(f"paraplan vs published runs: MAPE {stats['mape']:.1%}, worst {stats['worst']:.1%}")
-    ax.legend()
+    ax.set_title(f"paraplan vs {stats['runs']} published runs: macro MAPE {stats['macro_mape']:.1%}")
+    ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-
-
-def _words(lay: dict[str, Any]) -> str:
-    return (
-        f"TP{lay['tp']}/PP{lay['pp']}/DP{lay['dp']}/CP{lay['cp']} mb{lay['micro_batch']} v{lay['virtual_stages']} "
-        f"{lay['recompute']} z{lay['zero']}{' SP' if lay['sequence_parallel'] else ''}"
-    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
-    parser.add_argument("--hardware", default=None, help="predict every run on this preset or TOML instead")
-    parser.add_argument("--plot", type=Path, default=None, help="write a predicted-vs-measured PNG (needs matplotlib)")
+    parser.add_argument("--memory", type=Path, nargs="?", const=DEFAULT_MEMORY, default=None)
+    parser.add_argument("--cv", action="store_true", help="leave-one-source-out cross-validation of calibrate")
+    parser.add_argument("--write", action="store_true", help="store the errors behind the error bars")
+    parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    results = assess(load_runs(args.runs), hardware_column(args.runs), args.hardware)
+    runs = load_runs(args.runs)
+    results = assess(runs)
     if not results:
         print("no run could be predicted", file=sys.stderr)
         return 2
     stats = summary(results)
-    if args.json:
-        print(json.dumps({"summary": stats, "runs": [asdict(r) | {"error": r.error} for r in results]}, indent=2))
-    else:
-        print(f"{'run':36} {'measured':>9} {'predicted':>9} {'error':>7}  layout (knobs not published: chosen)")
-        for r in results:
-            print(f"{r.run_id:36} {r.measured_s:9.2f} {r.predicted_s:9.2f} {r.error:+7.1%}  {_words(r.layout)}")
-        print(f"\nruns {stats['runs']}   MAPE {stats['mape']:.1%}   worst {stats['worst']:.1%}")
+    report: dict[str, Any] = {"summary": stats, "runs": [asdict(r) | {"error": r.error} for r in results]}
+    if args.cv:
+        report["cross_validation"] = cross_validate(runs, results)
+    if args.memory:
+        report["memory"] = memory_check(args.memory)
+    if args.write:
+        write_accuracy(results)
     if args.plot:
         plot(results, args.plot)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"{'run':44} {'measured':>9} {'predicted':>9} {'error':>7}  layout (knobs not published: chosen)")
+    for r in results:
+        print(f"{r.run[:44]:44} {r.measured_s:9.3f} {r.predicted_s:9.3f} {r.error:+7.1%}  {r.layout}")
+    print(f"\n{'source':32} {'runs':>4} {'MAPE':>7}")
+    for source, rs in by_source(results).items():
+        print(f"{source:32} {len(rs):4} {stats['per_source'][source]:7.1%}")
+    print(f"\nruns {stats['runs']}, sources {stats['sources']}: macro MAPE {stats['macro_mape']:.1%}, "
+          f"micro {stats['micro_mape']:.1%}, worst {stats['worst']:.1%}")  # fmt: skip
+    if args.cv:
+        print("\nleave-one-source-out calibrate (fit on the family's other sources):")
+        for source, cv in report["cross_validation"].items():
+            print(f"  {source:32} {cv['before']:7.1%} -> {cv['after']:7.1%}")
+    if args.memory:
+        rows = report["memory"]
+        fits = [m for m in rows if not m["oom"]]
+        print(f"\nmemory: {len(rows)} runs, MAPE {mape([m['error'] for m in rows]):.1%}; "
+              f"predicted out of memory although they ran: {sum(not m['fits'] for m in fits)}")  # fmt: skip
+        for m in rows:
+            flag = "" if m["fits"] or m["oom"] else "  <- predicted OOM"
+            print(f"  {m['run'][:40]:40} {m['kind']:18} {m['measured_bytes'] / GIB:6.1f} GiB -> "
+                  f"{m['predicted_bytes'] / GIB:6.1f} GiB {m['error']:+6.1%}{flag}")  # fmt: skip
     return 0
 
 

@@ -57,14 +57,15 @@ class MicroBatchTimes:
     #                               that hides the backward TP collectives (`Stack.tp_overlap`)
 
 
-def gemm_s(m: FloatArray, n: FloatArray, k: FloatArray, peak_flops: FloatArray | float, cluster: Cluster) -> FloatArray:
+def gemm_s(m: FloatArray, n: FloatArray, k: FloatArray, rate_flops: FloatArray | float, cluster: Cluster) -> FloatArray:
+    """`rate_flops`: the large-GEMM rate, peak x gemm_max of the precision (`matmul_rate`)."""
     eff = cluster.efficiency
     half = eff.gemm_half_dim
 
     def q(x: FloatArray) -> FloatArray:
         return np.asarray(x / (x + half))
 
-    compute = 2.0 * m * n * k / (peak_flops * eff.gemm_max * q(m) * q(n) * q(k))
+    compute = 2.0 * m * n * k / (rate_flops * q(m) * q(n) * q(k))
     memory = 2.0 * (m * k + k * n + m * n) / (cluster.gpu.mem_bw_bytes_per_s * eff.memory_bound)
     return np.asarray(np.maximum(compute, memory) + eff.kernel_overhead_s)
 
@@ -83,6 +84,18 @@ def matmul_peak_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
     )
 
 
+def matmul_rate(cluster: Cluster, lay: Layouts) -> FloatArray:
+    """The rate large projection and MLP GEMMs reach: the precision's peak x its gemm_max."""
+    eff = cluster.efficiency
+    fp8_max = eff.gemm_max_fp8 if eff.gemm_max_fp8 is not None else eff.gemm_max
+    return np.asarray(matmul_peak_flops(cluster, lay) * np.where(lay.precision == Precision.FP8, fp8_max, eff.gemm_max))
+
+
+def bf16_rate(cluster: Cluster) -> float:
+    """The rate of GEMMs kept in 16 bits whatever the training precision (router, LM head)."""
+    return cluster.gpu.peak_bf16_flops * cluster.efficiency.gemm_max
+
+
 def _layer_gemms_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
     """The GEMMs of a mean layer, forward: the attention projections as an input GEMM (QKV, or
     MLA's latent and up-projections, equal in FLOPs) and the output projection; the MLP of a
@@ -91,7 +104,7 @@ def _layer_gemms_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens:
     each kind of layer."""
     h = float(model.hidden_size)
     tp = lay.tp.astype(np.float64)
-    peak = matmul_peak_flops(cluster, lay)
+    peak = matmul_rate(cluster, lay)
     ones = np.ones_like(tokens)
     up = 2.0 if model.mlp == "gated" else 1.0
     out_width = float(model.num_heads * (model.v_head_dim or model.head_dim))
@@ -110,7 +123,7 @@ def _layer_gemms_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens:
     routed = local_experts * mlp(float(model.ffn_hidden_size), tokens * model.experts_top_k / local_experts)
     shared_ffn = float(model.shared_expert_ffn or model.ffn_hidden_size)
     shared = model.num_shared_experts * mlp(shared_ffn, tokens) if model.num_shared_experts else 0.0
-    router = gemm_s(tokens, model.num_experts * ones, h * ones, cluster.gpu.peak_bf16_flops, cluster)
+    router = gemm_s(tokens, model.num_experts * ones, h * ones, bf16_rate(cluster), cluster)
     share = model.moe_share
     return np.asarray(total + (1.0 - share) * dense + share * (routed + shared + router))
 
@@ -128,7 +141,8 @@ def _attention_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: St
     batch = lay.micro_batch * heads
     q_rows = seq / lay.cp
     d = float(model.head_dim) * np.ones_like(seq)
-    scores = batch * (gemm_s(q_rows, seq, d, peak, cluster) + gemm_s(q_rows, d, seq, peak, cluster))
+    rate = bf16_rate(cluster)
+    scores = batch * (gemm_s(q_rows, seq, d, rate, cluster) + gemm_s(q_rows, d, seq, rate, cluster))
     softmax_bytes = tokens * heads * seq * (4.0 + (5.0 if model.dropout else 0.0))
     return np.asarray(scores + _memory_s(softmax_bytes, cluster))
 
@@ -144,8 +158,13 @@ def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, 
     shared = np.where(lay.seq_parallel_active, per_token_shared / tp, per_token_shared)
     activation = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active / tp
     rotary = 0.0 if model.learned_positions else 4.0 * (model.q_dim + model.kv_dim) / tp
+    # FP8: each GEMM's activation input is cast (read bf16, write fp8: 3 B per element) -- the
+    # QKV and first-MLP inputs (h each, gathered over TP), the output projection's and the second
+    # MLP projection's (a*d/TP, f/TP). Weights are cast once per step (TE reuses them across
+    # micro-batches), a memory-bound pass too small to matter here.
+    casts = np.where(lay.precision == Precision.FP8, 3.0 * (2.0 * h + (model.q_dim + model.mean_mlp_inner_active) / tp), 0.0)
     launches = ELEMENTWISE_KERNELS_PER_LAYER * cluster.efficiency.kernel_overhead_s
-    return np.asarray(_memory_s(tokens * (shared + activation + rotary), cluster) + launches)
+    return np.asarray(_memory_s(tokens * (shared + activation + rotary + casts), cluster) + launches)
 
 
 def head_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
@@ -153,7 +172,7 @@ def head_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
     tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
     vocab = model.vocab_size / lay.tp
     ones = np.ones_like(tokens)
-    gemm = gemm_s(tokens, vocab, model.hidden_size * ones, cluster.gpu.peak_bf16_flops, cluster)
+    gemm = gemm_s(tokens, vocab, model.hidden_size * ones, bf16_rate(cluster), cluster)
     return np.asarray(gemm + _memory_s(tokens * vocab * 4.0 * 2.0, cluster))
 
 

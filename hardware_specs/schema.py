@@ -74,6 +74,8 @@ class Efficiency(_Spec):
     """Achieved fractions of the hardware peaks, used by the compute and communication models.
 
     gemm_max: fraction of the dense peak that a large, well-shaped GEMM reaches.
+    gemm_max_fp8: the same for FP8 GEMMs against the FP8 peak (None: as gemm_max). FP8 reaches a
+        smaller fraction of its doubled peak (S. Bekman's MAMF tables: H100 BF16 80.3%, FP8 70.9%).
     gemm_half_dim: a GEMM dimension of this size halves the efficiency along that dimension:
         eff(m, n, k) = gemm_max * q(m) q(n) q(k), q(x) = x / (x + gemm_half_dim).
     attention: fraction of the dense peak reached by fused (flash) attention kernels.
@@ -84,6 +86,7 @@ class Efficiency(_Spec):
     """
 
     gemm_max: float = Field(ge=0.01, le=1.0)
+    gemm_max_fp8: float | None = Field(default=None, ge=0.01, le=1.0)
     gemm_half_dim: float = Field(ge=0, le=1e5)
     attention: float = Field(ge=0.01, le=1.0)
     memory_bound: float = Field(ge=0.01, le=1.0)

@@ -59,8 +59,12 @@ def _check_consistent(knobs: Mapping[str, Any], where: str) -> None:
 
 
 def with_settings(knobs: Mapping[str, Any]) -> dict[str, Any]:
-    """The knobs with every setting filled in: the defaults, the global batch from seq-len."""
+    """The knobs with every setting filled in: the defaults, the global batch from seq-len. A
+    recompute mode given without `recompute_layers` means every layer, as Megatron-LM's full
+    recompute does by default (the block method's N is the search's refinement)."""
     out = dict(knobs)
+    if "recompute" in out and "recompute_layers" not in out:
+        out["recompute_layers"] = 0
     defaults = Layout()
     for name in SETTINGS:
         if name not in out:
