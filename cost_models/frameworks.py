@@ -34,7 +34,9 @@ torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
   * Interleaved schedules (Interleaved1F1B), context parallelism by all-gather or all-to-all
     rotation (parallelism.context_parallel_rotate_method), float8 training.
   * Selective activation checkpointing "op" saves every other matmul's output and recomputes
-    the rest of the layer; full AC recomputes every layer. No block method (first N layers).
+    the rest of the layer; full AC recomputes every layer; selective "layer" AC with option k
+    fully recomputes every k-th block, which costs what Megatron's block method costs for l/k
+    of a chunk's l layers (paraplan's recompute_layers = l/k).
   * CPU offload (training.enable_cpu_offload) moves parameters, gradients and optimizer states
     to the host (FSDP2 CPUOffloadPolicy): offload "all" with ZeRO-3.
 """
@@ -90,7 +92,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
         Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False), zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.ALL}),
-        fp8=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
+        fp8=True, block_recompute=True, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2,
     ),
 }  # fmt: skip

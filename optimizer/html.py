@@ -79,7 +79,8 @@ def _e(text: object) -> str:
 
 
 def _label(text: str, width: int = 36) -> str:
-    """A chart label: short enough for an axis."""
+    """A chart label (matplotlib escapes it): printable and short enough for an axis."""
+    text = safe(text)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
@@ -90,6 +91,11 @@ def _pyplot() -> Any:
         raise InputError(INSTALL_HINT) from None
     matplotlib.use("Agg")
     return importlib.import_module("matplotlib.pyplot")
+
+
+def check_available() -> None:
+    """InputError (exit 2) before any work when matplotlib is missing."""
+    _pyplot()
 
 
 def _version() -> str:
@@ -201,18 +207,38 @@ def _colors(plt: Any, terms: Sequence[str]) -> dict[str, Any]:
     return {term: cmap(i % 10) for i, term in enumerate(terms)}
 
 
-def _time_figure(plt: Any, rows: Sequence[tuple[str, EvaluatedLayout]]) -> Any:
-    """Horizontal bars, one per layout: the exposed time terms stacked, the error bar on top."""
-    fig, ax = plt.subplots(figsize=(11, 0.9 + 0.45 * len(rows)))
-    colors = _colors(plt, TIME_WORDS)
-    ys = list(range(len(rows)))
-    left = [0.0] * len(rows)
-    for term in TIME_WORDS:
-        values = [getattr(e.time_s, term) for _, e in rows]
+def _stacked(
+    plt: Any, names: Sequence[str], parts: Sequence[tuple[str, list[float], Any]], xlabel: str
+) -> tuple[Any, Any]:
+    """Horizontal bars, one per name, of `parts` (label, a value per name, color) stacked."""
+    fig, ax = plt.subplots(figsize=(11, max(1.7, 0.8 + 0.55 * len(names))))
+    ys = list(range(len(names)))
+    left = [0.0] * len(names)
+    for label, values, color in parts:
         if any(v > 0 for v in values):
-            ax.barh(ys, values, 0.6, left=left, label=term, color=colors[term])
+            ax.barh(ys, values, 0.6, left=left, label=label, color=color)
             left = [a + b for a, b in zip(left, values, strict=True)]
-    for y, (_, e) in zip(ys, rows, strict=True):
+    ax.set_yticks(ys, ["\n".join(_label(line) for line in name.split("\n")) for name in names])
+    ax.invert_yaxis()
+    ax.set_xlabel(xlabel)
+    ax.margins(x=0.2)
+    return fig, ax
+
+
+def _note(ax: Any, x: float, y: float, text: str) -> None:
+    ax.annotate(text, (x, y), xytext=(6, 0), textcoords="offset points", va="center", fontsize=8)
+
+
+def _legend(ax: Any, rows: int) -> None:
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), ncols=1 if rows > 2 else 3)
+
+
+def _time_figure(plt: Any, rows: Sequence[tuple[str, EvaluatedLayout]]) -> Any:
+    """The exposed time terms of each layout stacked, its error bar and MFU at the end."""
+    colors = _colors(plt, TIME_WORDS)
+    parts = [(t, [getattr(e.time_s, t) for _, e in rows], colors[t]) for t in TIME_WORDS]
+    fig, ax = _stacked(plt, [name for name, _ in rows], parts, "seconds per step (exposed time by term)")
+    for y, (_, e) in enumerate(rows):
         lo, hi = e.step_time_range_s
         if hi > lo:
             ax.errorbar(
@@ -222,40 +248,31 @@ def _time_figure(plt: Any, rows: Sequence[tuple[str, EvaluatedLayout]]) -> Any:
                 fmt="none",
                 ecolor="black",
                 capsize=3,
+                label="error bar" if y == 0 else None,
             )
-        ax.annotate(
-            f" {fmt_seconds(e.step_time_s)}  MFU {e.mfu:.3f}", (max(hi, e.step_time_s), y), va="center", fontsize=8
-        )
-    ax.set_yticks(ys, [_label(name) for name, _ in rows])
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds per step (exposed time by term)")
-    ax.margins(x=0.18)
-    ax.legend(fontsize=8, ncols=5, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(rows) < 3 else -0.18))
+        _note(ax, max(hi, e.step_time_s), y, f"{fmt_seconds(e.step_time_s)}  MFU {e.mfu:.3f}")
+    _legend(ax, len(rows))
     return fig
 
 
 def _memory_figure(plt: Any, rows: Sequence[tuple[str, EvaluatedLayout]]) -> Any:
-    """Horizontal bars, one per layout: the memory terms of the most loaded GPU against its capacity."""
-    fig, ax = plt.subplots(figsize=(11, 0.9 + 0.45 * len(rows)))
+    """The memory terms of each layout's most loaded GPU stacked, a black mark at its capacity."""
     colors = _colors(plt, MEMORY_WORDS)
-    ys = list(range(len(rows)))
-    left = [0.0] * len(rows)
-    for term in MEMORY_WORDS:
-        values = [getattr(e.memory_bytes, term) / GB for _, e in rows]
-        ax.barh(ys, values, 0.6, left=left, label="reserve" if term == "other" else term, color=colors[term])
-        left = [a + b for a, b in zip(left, values, strict=True)]
-    for y, (_, e) in zip(ys, rows, strict=True):
-        cap = e.memory_bytes.capacity / GB
+    parts = [
+        ("reserve" if t == "other" else t, [getattr(e.memory_bytes, t) / GB for _, e in rows], colors[t])
+        for t in MEMORY_WORDS
+    ]
+    fig, ax = _stacked(plt, [name for name, _ in rows], parts, "GB per GPU (most loaded GPU)")
+    for y, (_, e) in enumerate(rows):
+        cap, total = e.memory_bytes.capacity / GB, e.memory_bytes.total / GB
         ax.plot([cap, cap], [y - 0.4, y + 0.4], color="black", linewidth=2, label="capacity" if y == 0 else None)
-        ax.annotate(
-            f" {e.memory_bytes.total / GB:.1f} of {cap:.1f} GB", (max(cap, left[y]), y), va="center", fontsize=8
-        )
-    ax.set_yticks(ys, [_label(name) for name, _ in rows])
-    ax.invert_yaxis()
-    ax.set_xlabel("GB per GPU (most loaded GPU)")
-    ax.margins(x=0.15)
-    ax.legend(fontsize=8, ncols=6, loc="upper center", bbox_to_anchor=(0.5, -0.35 if len(rows) < 3 else -0.18))
+        _note(ax, max(cap, total), y, f"{total:.1f} of {cap:.1f} GB")
+    _legend(ax, len(rows))
     return fig
+
+
+def _dims(e: EvaluatedLayout) -> str:
+    return layout_short(e.layout).split(" ")[0]
 
 
 def pareto(points: Sequence[tuple[float, float]]) -> list[bool]:
@@ -325,6 +342,9 @@ def _scaling_figure(plt: Any, series: Sequence[tuple[str, list[ScalingPoint], in
     if times and max(times) > 20 * min(times):
         ax_t.set_yscale("log")
         ax_f.set_xscale("log")
+        for axis in (ax_t.yaxis, ax_f.xaxis):  # plain numbers: the default labels are mathtext
+            axis.set_major_formatter(ticker.LogFormatter())
+            axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False))
     if axes_of.priced:
         usd = ticker.FuncFormatter(lambda v, _: fmt_usd(v))
         ax_c.yaxis.set_major_formatter(usd)
@@ -336,7 +356,7 @@ def _scaling_figure(plt: Any, series: Sequence[tuple[str, list[ScalingPoint], in
     ax_f.set_xlabel(axes_of.time_label)
     ax_f.set_ylabel(axes_of.cost_label)
     ax_f.set_title("Pareto front (labels: GPUs)")
-    ax_t.legend(fontsize=8)
+    ax_t.legend(fontsize=8, loc="best")
     return fig
 
 
@@ -390,7 +410,8 @@ def _step_facts(e: EvaluatedLayout) -> list[tuple[str, object]]:
         (
             "memory",
             f"{e.memory_bytes.total / GB:.1f} of {e.memory_bytes.capacity / GB:.1f} GB, margin "
-            f"{e.memory_margin_bytes / GB:.1f} GB" + (" (near the limit)" if e.near_memory_limit else ""),
+            f"{e.memory_margin_bytes / GB:.1f} GB"
+            + (" (near the limit)" if e.near_memory_limit and e.feasible else ""),
         ),
     ]
 
@@ -430,7 +451,7 @@ def _validate_page(page: Page, r: ValidateResult) -> None:
     if r.best_change is not None:
         c = r.best_change
         page.p(f"Best single change: {c.change}: {fmt_seconds(c.step_time_s)} ({c.gain:.1%} faster)")
-    row = [(layout_short(r.layout), r)]
+    row = [(_dims(r), r)]
     page.h2("Time per step")
     page.chart(_time_figure(page.plt, row), "Exposed (not overlapped) time by term; the terms sum to the step time.")
     page.table(
@@ -524,7 +545,7 @@ def _hardware_section(page: Page, r: HardwareResult) -> None:
         )
     bases = sorted({e.accuracy_basis for e in r.layouts})
     page.p(f"Error bars: {'; '.join(bases)}", "muted")
-    labelled = [(f"#{i} {layout_short(e.layout)}", e) for i, e in enumerate(r.layouts, 1)]
+    labelled = [(f"#{i} {_dims(e)}", e) for i, e in enumerate(r.layouts, 1)]
     page.chart(
         _time_figure(page.plt, labelled),
         "Step time of each layout by exposed term (stacked), with its error bar and MFU.",
@@ -732,7 +753,7 @@ def _compare_page(page: Page, r: CompareResult) -> None:
         _cost_figure(page.plt, done),
         "Cost of the run split into hardware, energy and staff; energy at the predicted utilization.",
     )
-    rows = [(f"{_name(e)} {layout_short(e.best.layout)}", e.best) for e in done if e.best is not None]
+    rows = [(f"{_name(e)}\n{_dims(e.best)}", e.best) for e in done if e.best is not None]
     page.h2("The best layout of each hardware")
     page.chart(_time_figure(page.plt, rows), "Step time by exposed term (stacked), with its error bar and MFU.")
     page.chart(_memory_figure(page.plt, rows), "Memory of the most loaded GPU by term; the black mark is the capacity.")
