@@ -9,8 +9,8 @@ Reports the error per run, the mean absolute percentage error (MAPE) per source 
 macro average over sources (each source weighs the same, however many rows it has) and the
 micro average over runs.
 
---cv: leave-one-source-out cross-validation of `paraplan calibrate`: for each hardware family,
-fit the constants on every other source's runs of that family, predict the held-out source.
+--cv: leave-one-source-out cross-validation of the whole fit (benchmarks/fit_presets.py): refit
+every per-hardware and per-stack constant without one source, predict that source.
 --write: store every run's signed error in optimizer/data/accuracy.json, the validation data
 behind the error bars every prediction carries (`paraplan.accuracy`).
 --memory: predicted peak memory against the measured peaks (the most loaded GPU, reserve
@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from paraplan.calibrate import Run, calibrate, chosen_layouts, load_runs, predict  # noqa: E402
+from paraplan.cost_models import frameworks  # noqa: E402
 from paraplan.cost_models.candidates import Layouts  # noqa: E402
 from paraplan.cost_models.errors import InputError  # noqa: E402
 from paraplan.cost_models.layout import layout_short  # noqa: E402
@@ -43,7 +44,6 @@ DEFAULT_RUNS = REPO / "benchmarks" / "data" / "runs_public.csv"
 DEFAULT_MEMORY = REPO / "benchmarks" / "data" / "runs_memory.csv"
 ACCURACY_JSON = REPO / "optimizer" / "data" / "accuracy.json"
 GIB = 2**30
-CV_FIT = ["gemm_max", "attention", "inter_node", "dp_overlap"]
 
 
 @dataclass(frozen=True)
@@ -116,29 +116,26 @@ def summary(results: list[RunResult]) -> dict[str, Any]:
 
 
 def cross_validate(runs: list[Run], results: list[RunResult]) -> dict[str, dict[str, float]]:
-    """Leave one source out, per hardware family: fit on the others, predict the held-out one."""
-    family = {r.run: r.family for r in results}
-    hardware = {r.run: r.hardware for r in results}
+    """Leave one source out: redo the whole fit (`benchmarks/fit_presets.py`: per-hardware
+    constants on Megatron-family runs, per-stack kernel efficiencies) without that source, and
+    predict it with the refitted constants."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from fit_presets import apply_stacks, fit_all
+
     out: dict[str, dict[str, float]] = {}
     for source, held in by_source(results).items():
-        fam = held[0].family
-        train = [r for r in runs if family.get(r.label) == fam and r.group != source]
-        test = [r for r in runs if r.group == source and r.label in family]
-        if len(train) < len(CV_FIT) or not test:
-            continue
-        preset = load_cluster(hardware[test[0].label])
+        train = [r for r in runs if r.group != source]
+        test = [r for r in runs if r.group == source]
+        _, stacks, clusters = fit_all(train, quiet=True)
+        saved = apply_stacks(stacks)
         try:
-            fitted = calibrate(preset, train, fit_names=list(CV_FIT))
-        except InputError as exc:
-            print(f"cv {source}: {exc}", file=sys.stderr)
-            continue
-        import tomllib
-
-        from paraplan.hardware_specs.schema import Cluster as ClusterModel
-
-        cluster = ClusterModel.model_validate(tomllib.loads(fitted.toml))
-        after = assess(test, {hardware[r.label]: cluster for r in test})
-        out[source] = {"before": mape([r.error for r in held]), "after": mape([r.error for r in after])}
+            cache = {r.hardware: clusters.get(r.hardware) or load_cluster(r.hardware) for r in test if r.hardware}
+            after = assess(test, {k: v for k, v in cache.items() if v is not None})
+        finally:
+            frameworks.FRAMEWORKS.update(saved)
+        out[source] = {"in_sample": mape([r.error for r in held]), "held_out": mape([r.error for r in after])}
+        print(f"  cv {source:32} in-sample {out[source]['in_sample']:6.1%}  held out {out[source]['held_out']:6.1%}",
+              file=sys.stderr)  # fmt: skip
     return out
 
 
@@ -246,7 +243,9 @@ def main() -> int:
     if args.cv:
         print("\nleave-one-source-out calibrate (fit on the family's other sources):")
         for source, cv in report["cross_validation"].items():
-            print(f"  {source:32} {cv['before']:7.1%} -> {cv['after']:7.1%}")
+            print(f"  {source:32} in-sample {cv['in_sample']:7.1%}   held out {cv['held_out']:7.1%}")
+        held = [cv["held_out"] for cv in report["cross_validation"].values()]
+        print(f"  macro MAPE over held-out sources: {statistics.fmean(held):.1%}")
     if args.memory:
         rows = report["memory"]
         fits = [m for m in rows if not m["oom"]]

@@ -102,5 +102,15 @@ class Layouts:
         return np.asarray(np.where(self.recompute == Recompute.FULL, layers / chunk, 0.0))
 
     @property
+    def etp(self) -> IntArray:
+        """Expert tensor parallelism (`expert_tp`, 0 = TP)."""
+        return np.asarray(np.where(self.expert_tp > 0, self.expert_tp, self.tp))
+
+    @property
+    def expert_dp(self) -> FloatArray:
+        """Ranks that replicate each expert: TP x DP x CP / (EP x expert TP), at least 1."""
+        return np.asarray(np.maximum((self.tp * self.dp * self.cp) / (self.ep * self.etp), 1.0))
+
+    @property
     def seq_parallel_active(self) -> BoolArray:
         return np.asarray((self.sequence_parallel == 1) & (self.tp > 1))

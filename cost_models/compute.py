@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost_models.candidates import FloatArray, Layouts
+from paraplan.cost_models.frameworks import FRAMEWORKS
 from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
 from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
@@ -87,7 +88,7 @@ def matmul_peak_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
 def matmul_rate(cluster: Cluster, lay: Layouts) -> FloatArray:
     """The rate large projection and MLP GEMMs reach: the precision's peak x its gemm_max."""
     eff = cluster.efficiency
-    fp8_max = eff.gemm_max_fp8 if eff.gemm_max_fp8 is not None else eff.gemm_max
+    fp8_max = eff.gemm_max * eff.fp8_gemm_ratio
     return np.asarray(matmul_peak_flops(cluster, lay) * np.where(lay.precision == Precision.FP8, fp8_max, eff.gemm_max))
 
 
@@ -120,7 +121,14 @@ def _layer_gemms_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens:
     if not model.is_moe:
         return np.asarray(total + dense)
     local_experts = model.num_experts / lay.ep
-    routed = local_experts * mlp(float(model.ffn_hidden_size), tokens * model.experts_top_k / local_experts)
+    etp = lay.etp.astype(np.float64)
+    # Each GPU computes tokens x top-k / TP expert-token rows' worth of its experts' work; with
+    # expert TP below TP the experts are wider and see proportionally fewer rows each.
+    rows = tokens * model.experts_top_k * etp / (tp * local_experts)
+    ffn = float(model.ffn_hidden_size)
+    routed = local_experts * np.asarray(
+        gemm_s(rows, up * ffn / etp, h * ones, peak, cluster) + gemm_s(rows, h * ones, ffn / etp, peak, cluster)
+    )
     shared_ffn = float(model.shared_expert_ffn or model.ffn_hidden_size)
     shared = model.num_shared_experts * mlp(shared_ffn, tokens) if model.num_shared_experts else 0.0
     router = gemm_s(tokens, model.num_experts * ones, h * ones, bf16_rate(cluster), cluster)
@@ -198,21 +206,30 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
         [lay.full_recompute_share(model.num_layers) * layer_fwd, selective],
         default=0.0,
     )
+    slow = 1.0 / kernel_efficiency(lay)
     return MicroBatchTimes(
-        layer_fwd_s=np.asarray(layer_fwd),
-        layer_bwd_s=np.asarray(layer_bwd),
-        layer_recompute_s=np.asarray(layer_recompute),
-        head_fwd_s=head_fwd_s(model, lay, cluster),
-        attention_fwd_s=attention,
-        attention_bwd_s=np.asarray(attention_bwd),
-        layer_gemm_fwd_s=np.asarray(gemms),
+        layer_fwd_s=np.asarray(slow * layer_fwd),
+        layer_bwd_s=np.asarray(slow * layer_bwd),
+        layer_recompute_s=np.asarray(slow * layer_recompute),
+        head_fwd_s=np.asarray(slow * head_fwd_s(model, lay, cluster)),
+        attention_fwd_s=np.asarray(slow * attention),
+        attention_bwd_s=np.asarray(slow * attention_bwd),
+        layer_gemm_fwd_s=np.asarray(slow * gemms),
     )
+
+
+def kernel_efficiency(lay: Layouts) -> FloatArray:
+    """The layout's framework's kernel throughput relative to Megatron-LM's (`frameworks`)."""
+    out = np.ones(len(lay))
+    for fw, fs in FRAMEWORKS.items():
+        out = np.where(lay.framework == fw, fs.kernel_efficiency, out)
+    return np.asarray(out)
 
 
 def local_params(params: StageParams, lay: Layouts, from_stage: int) -> FloatArray:
     """Parameters of one GPU's shard: divided over DP*CP (experts DP*CP/EP) from that ZeRO stage on."""
     dp_dense = (lay.dp * lay.cp).astype(np.float64)
-    dp_expert = np.maximum(dp_dense / lay.ep, 1.0)
+    dp_expert = lay.expert_dp
     sharded = lay.zero >= from_stage
     return np.asarray(
         np.where(sharded, params.dense / dp_dense, params.dense)

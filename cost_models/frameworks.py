@@ -71,7 +71,21 @@ class FrameworkSpec:
     param_bytes: int  # bytes per parameter of the parameters as stored (bf16 2, FSDP2 fp32 4)
     optimizer_bytes: int  # bytes per parameter of the optimizer states on top of them
     params_sharded_from: int  # ZeRO stage from which the parameters themselves are sharded
+    kernel_efficiency: float  # the framework's kernel throughput relative to Megatron-LM + Transformer Engine
 
+
+# The hardware presets' efficiency constants are fitted on Megatron-family runs (NeMo,
+# Megatron-Bridge, Megatron-LM: Transformer Engine kernels). Other stacks run other kernels
+# (DeepSpeed's Megatron-DeepSpeed fork of 2021-22; torchtitan and llm-foundry: PyTorch-native
+# cuBLAS, SDPA and compiled or eager elementwise kernels, FSDP hooks): their throughput relative
+# to those kernels is one number per stack, fitted on the published runs of that stack over every
+# hardware by `python benchmarks/fit_presets.py` (figures and cross-validation in its output and
+# the README). Compute time is divided by it; communication is not.
+KERNEL_EFFICIENCY: dict[Framework, float] = {
+    Framework.MEGATRON: 1.0,
+    Framework.DEEPSPEED: 0.753,
+    Framework.TORCHTITAN: 0.838,
+}
 
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
@@ -79,21 +93,21 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
         cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}), fp8=True,
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
-        params_sharded_from=3,
+        params_sharded_from=3, kernel_efficiency=1.0,
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
         Stack(main_grads="bf16", tp_overlap=True, p2p_overlap=False), zero_stages=frozenset({0, 1, 2, 3}),
         zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload), fp8=False,
         block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
-        optimizer_bytes=12, params_sharded_from=3,
+        optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
         Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False), zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.ALL}),
         fp8=True, block_recompute=True, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
-        params_sharded_from=2,
+        params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 

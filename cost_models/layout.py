@@ -16,9 +16,10 @@ Rank order follows Megatron-LM's `RankGenerator` ("tp-cp-ep-dp-pp"): TP varies f
 CP, then DP, then PP. So a TP group is `tp` consecutive ranks, a CP group has stride `tp`, a DP
 group stride `tp*cp` (the DP x CP group that reduces dense gradients: `dp*cp` ranks at stride
 `tp`), and consecutive pipeline stages are `tp*cp*dp` ranks apart. Expert layers re-divide the
-same DP x CP ranks as "tp-ep-dp" (Megatron's expert rank generator with expert TP = TP): an EP
-group is `ep` ranks at stride `tp`, the expert-data-parallel group `dp*cp/ep` ranks at stride
-`tp*ep`.
+TP x DP x CP ranks as "etp-ep-dp" (Megatron's expert rank generator, "MoE parallel folding"):
+expert layers run with their own tensor parallelism ETP (`expert_tp`; 0 = ETP equal to TP), an EP
+group is `ep` ranks at stride ETP, the expert-data-parallel group `tp*dp*cp/(ep*ETP)` ranks at
+stride `ETP*ep`. With ETP = TP this is the classic layout: EP carved from DP x CP.
 
 This module imports pydantic only (no numpy), so that `paraplan --help` stays fast.
 """
@@ -219,7 +220,7 @@ class Layout(BaseModel):
         {Framework.MEGATRON: "--context-parallel-size", Framework.TORCHTITAN: "parallelism.context_parallel_degree"},
     )] = 1  # fmt: skip
     ep: Annotated[int, Field(ge=1, le=MAX_DEGREE), _degree(
-        "ep", "Expert parallelism: experts spread over EP GPUs carved from DP x CP.",
+        "ep", "Expert parallelism: experts spread over EP GPUs (carved from TP x DP x CP over expert TP).",
         {Framework.MEGATRON: "--expert-model-parallel-size", Framework.TORCHTITAN: "parallelism.expert_parallel_degree"},
     )] = 1  # fmt: skip
     micro_batch: Annotated[int, Field(ge=1, le=1_000_000), Knob(
@@ -275,6 +276,12 @@ class Layout(BaseModel):
         word=lambda v: f"offload {v}", short=lambda v: f"off-{v}" if v != Offload.NONE else None,
         legend="off-WHAT: offload to host memory", domain=_all(list(Offload)), trades_memory=True,
     )] = Offload.NONE  # fmt: skip
+    expert_tp: Annotated[int, Field(ge=0, le=MAX_DEGREE), Knob(
+        Role.SEARCHED, "Tensor parallelism inside the expert layers (Megatron's --expert-tensor-parallel-size); "
+        "0 = the same as TP.", word=lambda v: f"expert TP {v}" if v else "expert TP = TP",
+        short=lambda v: f"etp{v}" if v else None, legend="etpN: expert layers with tensor parallelism N",
+        title="expert TP", domain=_all([0, 1]), flags={Framework.MEGATRON: "--expert-tensor-parallel-size"},
+    )] = 0  # fmt: skip
     first_stage_layers: Annotated[int, Field(ge=0, le=100_000), Knob(
         Role.SEARCHED, "Layers on the first pipeline stage (its GPU's chunks together); 0 = the even split.",
         word=lambda v: f"first stage {v} layers" if v else "even split", short=lambda v: f"f{v}" if v else None,
@@ -322,6 +329,7 @@ class KnobArgs(TypedDict, total=False):
     precision: Precision | str
     framework: Framework | str
     offload: Offload | str
+    expert_tp: int
     first_stage_layers: int
     last_stage_layers: int
     cp_comm: CpComm | str

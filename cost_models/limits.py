@@ -80,7 +80,11 @@ def _experts_words(t: Target, lay: Layout) -> str:
         return f"EP {lay.ep} needs a mixture-of-experts model; {t.model.name} is dense"
     if t.model.num_experts % lay.ep:
         return f"EP {lay.ep} does not divide the {t.model.num_experts} experts"
-    return f"EP {lay.ep} does not divide DP x CP = {lay.dp * lay.cp}, the ranks it is carved from"
+    etp = lay.expert_tp or lay.tp
+    if etp > lay.tp or lay.tp % etp:
+        return f"expert TP {etp} must divide TP {lay.tp}"
+    ranks = lay.tp * lay.dp * lay.cp
+    return f"EP {lay.ep} x expert TP {etp} does not divide TP x DP x CP = {ranks}, the ranks experts are carved from"
 
 
 def _stages_words(t: Target, lay: Layout) -> str:
@@ -117,8 +121,9 @@ LIMITS: tuple[Limit, ...] = (
     Limit("sequence", ("cp", "seq_len"), lambda t, x: np.asarray((x.cp > 1) & (x.seq_len % (2 * x.cp) != 0)),
           lambda t, lay: f"sequence length {lay.seq_len} is not divisible by 2 x CP = {2 * lay.cp} "
                          "(load-balanced causal chunks)"),
-    Limit("experts", ("ep", "dp", "cp"),
-          lambda t, x: np.asarray((t.model.num_experts % x.ep != 0) | ((x.dp * x.cp) % x.ep != 0)), _experts_words),
+    Limit("experts", ("ep", "dp", "cp", "tp", "expert_tp"),
+          lambda t, x: np.asarray((t.model.num_experts % x.ep != 0) | ((x.tp * x.dp * x.cp) % (x.ep * x.etp) != 0)
+                                  | (x.etp > x.tp) | (x.tp % x.etp != 0)), _experts_words),
     Limit("batch", ("global_batch", "dp", "micro_batch"),
           lambda t, x: np.asarray(x.global_batch % (x.dp * x.micro_batch) != 0),
           lambda t, lay: f"global batch {lay.global_batch} is not divisible by DP {lay.dp} x micro-batch "
@@ -155,6 +160,7 @@ REDUNDANT: dict[str, tuple[tuple[str, ...], Callable[[Target, Layouts], BoolArra
                          lambda t, x: np.asarray(((x.recompute != Recompute.FULL) & (x.recompute_layers > 0))
                                                  | (x.recompute_layers >= _chunk(t, x)))),
     "cp_comm": (("cp",), lambda t, x: np.asarray((x.cp == 1) & (x.cp_comm != CpComm.RING))),
+    "expert_tp": (("tp",), lambda t, x: np.asarray((x.expert_tp > 0) & ((not t.model.is_moe) | (x.expert_tp >= x.tp)))),
 }  # fmt: skip
 
 

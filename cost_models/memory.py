@@ -105,7 +105,7 @@ def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stag
     tp = lay.tp.astype(np.float64)
     norms = model.layer_norm_params
     dense_layer = (model.mean_layer_dense_params - norms) / tp + norms
-    expert_layer = model.mean_layer_expert_params / lay.ep / tp
+    expert_layer = model.mean_layer_expert_params / lay.ep / lay.etp
     positions = model.embedding_params - model.vocab_size * model.word_embed_dim
     embedding = model.vocab_size * model.word_embed_dim / tp + positions
     head_is_separate = (not model.tied_embeddings) | (lay.pp > 1)
@@ -127,7 +127,7 @@ def _per_framework(lay: Layouts, attribute: str) -> FloatArray:
 def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(weights, gradients, optimizer states) in bytes on the GPU under the ZeRO stage."""
     dp_dense = (lay.dp * lay.cp).astype(np.float64)
-    dp_expert = np.maximum(dp_dense / lay.ep, 1.0)
+    dp_expert = lay.expert_dp
 
     def count(sharded: BoolArray) -> FloatArray:
         dense = np.where(sharded, params.dense / dp_dense, params.dense)
@@ -153,7 +153,7 @@ def host_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> FloatAr
     """Bytes per GPU that offload keeps in host memory: the optimizer states (and the master
     copy), plus the sharded parameters and gradients when everything is offloaded."""
     dp_dense = (lay.dp * lay.cp).astype(np.float64)
-    local = params.dense / dp_dense + params.expert / np.maximum(dp_dense / lay.ep, 1.0)
+    local = params.dense / dp_dense + params.expert / lay.expert_dp
     optimizer = np.where(lay.offload != Offload.NONE, (_per_framework(lay, "optimizer_bytes")) * local, 0.0)
     rest = np.where(lay.offload == Offload.ALL, (_per_framework(lay, "param_bytes") + stack.grad_bytes) * local, 0.0)
     return np.asarray(optimizer + rest)

@@ -122,7 +122,7 @@ def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, times: Micr
 def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
     if not model.is_moe:
         return np.zeros(len(lay))
-    bw, lat = links(cluster, lay.ep, lay.tp, all_to_all=True)
+    bw, lat = links(cluster, lay.ep, lay.etp, all_to_all=True)
     tokens = np.where(lay.seq_parallel_active, _tokens(lay) / lay.tp, _tokens(lay))
     nbytes = tokens * model.experts_top_k * model.hidden_size * ACTIVATION_BYTES
     return np.asarray(2.0 * (_forward_passes(model, lay) + 1.0) * all_to_all_s(nbytes, lay.ep, bw, lat))
@@ -177,10 +177,10 @@ def dp_exposed_s(
     overlap = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
     m = np.maximum(lay.num_micro_batches, 1.0)
     dense_n = (lay.dp * lay.cp).astype(np.float64)
-    expert_n = np.maximum(dense_n / lay.ep, 1.0)
+    expert_n = lay.expert_dp
     groups = (
         (params.dense, dense_n, links(cluster, dense_n.astype(np.int64), lay.tp)),
-        (params.expert, expert_n, links(cluster, expert_n.astype(np.int64), lay.tp * lay.ep)),
+        (params.expert, expert_n, links(cluster, expert_n.astype(np.int64), lay.etp * lay.ep)),
     )
     all_reduce = np.zeros(len(lay))
     scatter = np.zeros(len(lay))

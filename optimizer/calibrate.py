@@ -52,7 +52,7 @@ MAX_ITERATIONS = 40
 
 
 def with_constants(cluster: Cluster, values: dict[str, float]) -> Cluster:
-    efficiency_fields = ("gemm_max", "gemm_max_fp8", "gemm_half_dim", "attention", "memory_bound", "dp_overlap",
+    efficiency_fields = ("gemm_max", "gemm_half_dim", "attention", "memory_bound", "dp_overlap",
                          "kernel_overhead_s")
     eff_updates = {k: v for k, v in values.items() if k in efficiency_fields}
     eff = cluster.efficiency.model_copy(update=eff_updates)

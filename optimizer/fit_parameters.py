@@ -23,7 +23,6 @@ class Parameter:
 
 _PATHS = {
     "gemm_max": lambda c: c.efficiency.gemm_max,
-    "gemm_max_fp8": lambda c: c.efficiency.gemm_max_fp8 if c.efficiency.gemm_max_fp8 is not None else c.efficiency.gemm_max,
     "kernel_overhead_s": lambda c: c.efficiency.kernel_overhead_s,
     "gemm_half_dim": lambda c: c.efficiency.gemm_half_dim,
     "attention": lambda c: c.efficiency.attention,
@@ -37,7 +36,6 @@ PARAMETERS = {
     p.name: p
     for p in (
         Parameter("gemm_max", 0.2, 1.0),
-        Parameter("gemm_max_fp8", 0.2, 1.0),
         Parameter("kernel_overhead_s", 0.0, 5e-5),
         Parameter("gemm_half_dim", 0.0, 1024.0),
         Parameter("attention", 0.1, 1.0),
