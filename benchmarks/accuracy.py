@@ -53,6 +53,7 @@ class RunResult:
     hardware: str
     family: str
     precision: str
+    framework: str
     gpus: int
     measured_s: float
     predicted_s: float
@@ -87,8 +88,8 @@ def assess(runs: list[Run], clusters: dict[str, Cluster] | None = None) -> list[
             print(f"skipped {run.label}: {exc}", file=sys.stderr)
             continue
         predicted = float(predict([run], [layout], cluster)[0])
-        out.append(RunResult(run.label, run.group, cluster.name, cluster.gpu_family, str(layout.precision), run.gpus,
-                             run.measured_s, predicted, layout_short(layout)))  # fmt: skip
+        out.append(RunResult(run.label, run.group, cluster.name, cluster.gpu_family, str(layout.precision),
+                             str(layout.framework), run.gpus, run.measured_s, predicted, layout_short(layout)))  # fmt: skip
     return out
 
 
@@ -174,8 +175,8 @@ def memory_check(path: Path) -> list[dict[str, Any]]:
 
 def write_accuracy(results: list[RunResult]) -> None:
     rows = [
-        {"run": r.run, "source": r.source, "family": r.family, "precision": r.precision, "gpus": r.gpus,
-         "error": round(r.error, 6)}
+        {"run": r.run, "source": r.source, "family": r.family, "precision": r.precision, "framework": r.framework,
+         "gpus": r.gpus, "error": round(r.error, 6)}
         for r in results
     ]  # fmt: skip
     ACCURACY_JSON.parent.mkdir(parents=True, exist_ok=True)

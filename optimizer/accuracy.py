@@ -5,11 +5,13 @@ and stores, per run, its hardware family, precision, GPU count, source and signe
 e = predicted / measured - 1 in `optimizer/data/accuracy.json` (package data, so an installed
 paraplan carries it). For a new prediction the runs of the same regime are taken:
 
-  1. same hardware family and precision, GPU counts within 8x of this one;
-  2. else the same family and precision at any scale;
-  3. else the same family at any precision;
-  4. else none: the hardware was never checked against a measurement, which the basis says,
+  1. same hardware family, precision and framework, GPU counts within 8x of this one;
+  2. else the same family, precision and framework at any scale;
+  3. else the same family and precision, any framework;
+  4. else the same family at any precision;
+  5. else none: the hardware was never checked against a measurement, which the basis says,
      and the bar is the widest error of all runs.
+At least 3 runs make a regime (fewer: the next, wider one).
 
 With errors e_min <= e_max over the chosen runs (and never narrower than +-MIN_BAR), the
 measured step time lies in [predicted / (1 + e_max), predicted / (1 + e_min)].
@@ -32,6 +34,7 @@ class ValidationRun:
     source: str
     family: str
     precision: str
+    framework: str
     gpus: int
     error: float
 
@@ -59,25 +62,31 @@ def validation_runs() -> tuple[ValidationRun, ...]:
     return tuple(ValidationRun(**row) for row in data["runs"])
 
 
-def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, gpus: int) -> tuple[list[ValidationRun], str]:
+MIN_REGIME = 3
+
+
+def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, framework: str,
+            gpus: int) -> tuple[list[ValidationRun], str]:  # fmt: skip
+    def near(rs: list[ValidationRun]) -> list[ValidationRun]:
+        return [r for r in rs if 1 / SCALE_WINDOW <= r.gpus / gpus <= SCALE_WINDOW]
+
     same = [r for r in runs if r.family == family and r.precision == precision]
-    near = [r for r in same if 1 / SCALE_WINDOW <= r.gpus / gpus <= SCALE_WINDOW]
-    if len(near) >= 3:
-        return near, f"{family} {precision} runs at {min(r.gpus for r in near)}-{max(r.gpus for r in near)} GPUs"
-    if same:
-        return (
-            same,
-            f"{family} {precision} runs (none within 8x of {gpus} GPUs)" if not near else f"{family} {precision} runs",
-        )
-    fam = [r for r in runs if r.family == family]
-    if fam:
-        return fam, f"{family} runs at other precisions (none in {precision})"
+    stack = [r for r in same if r.framework == framework]
+    tiers = (
+        (near(stack), f"{family} {precision} {framework} runs within 8x of {gpus} GPUs"),
+        (stack, f"{family} {precision} {framework} runs"),
+        (same, f"{family} {precision} runs of any framework"),
+        ([r for r in runs if r.family == family], f"{family} runs at any precision"),
+    )
+    for chosen, words in tiers:
+        if len(chosen) >= MIN_REGIME:
+            return chosen, words
     return [], ""
 
 
-def error_bar(family: str, precision: str, gpus: int) -> ErrorBar:
+def error_bar(family: str, precision: str, framework: str, gpus: int) -> ErrorBar:
     runs = validation_runs()
-    chosen, what = _regime(runs, family, precision, gpus)
+    chosen, what = _regime(runs, family, precision, framework, gpus)
     if not chosen:
         if not runs:
             return ErrorBar(

@@ -48,11 +48,12 @@ def _bar(fraction: float, width: int = BAR_WIDTH) -> str:
 
 
 def error_words(e: EvaluatedLayout) -> str:
-    """'+/-7%, 18 runs', or 'unchecked' for hardware no published run measured."""
+    """'-4%..+9%, 18 runs': where the measured step time may lie, relative to the prediction,
+    by the validation runs of its regime; 'unchecked' for hardware no published run measured."""
     lo, hi = e.step_time_range_s
-    spread = max(1 - lo / e.step_time_s, hi / e.step_time_s - 1)
+    span = f"{lo / e.step_time_s - 1:+.0%}..{hi / e.step_time_s - 1:+.0%}"
     runs = re.match(r"(\d+) ", e.accuracy_basis)
-    return f"+/-{spread:.0%}, {runs.group(1)} runs" if runs else f"+/-{spread:.0%}, unchecked"
+    return f"{span}, {runs.group(1)} runs" if runs else f"{span}, unchecked"
 
 
 def range_words(e: EvaluatedLayout) -> str:

@@ -1,0 +1,757 @@
+"""Launch configurations for a plan, in each pinned framework's own flags, checked against its schema.
+
+`emit_launch(kind, model, layout, stack)` writes the plan as
+
+* ``megatron``: a ``torchrun ... pretrain_gpt.py`` command with one Megatron-LM flag per line
+  (``\\`` continuations), Megatron-LM at commit d98e8a64;
+* ``deepspeed``: a bash script that writes the DeepSpeed 0.19.8 JSON config (a here-document) and
+  launches the training script with ``deepspeed``: DeepSpeed's JSON has no tensor or pipeline
+  degree, so those (and the model) go to the script as Megatron-style flags, spelled as in
+  Megatron-LM d98e8a64 and checked against it, plus the two flags of the Megatron-DeepSpeed
+  integration itself (``--deepspeed --deepspeed_config FILE``);
+* ``torchtitan``: a ``torchrun ... -m torchtitan.train --module llama3 --config NAME`` command
+  with ``--section.field`` flags of torchtitan 0.3.0 and the activation-checkpoint subcommand.
+
+Every knob of the plan and every stack setting is written, or the emit is refused
+(`InputError`, one sentence naming the knob and why). What a framework's flags cannot express
+is not approximated: "emit what was evaluated". The text starts with comment lines that state
+the plan and, when given its evaluation, the predicted step time and memory.
+`check_emitted(kind, text)` runs the pinned checkers on an emitted text, and
+`paraplan.launch.importer` reads it back into the same plan (a property test checks both).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NoReturn
+
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.frameworks import FRAMEWORKS, default_stack
+from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offload, Precision, Recompute, layout_words
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import Stack
+
+from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION
+
+if TYPE_CHECKING:
+    from paraplan.results import EvaluatedLayout
+
+__all__ = [
+    "DEEPSPEED_CONFIG_NAME",
+    "check_emitted",
+    "DEEPSPEED_INTEGRATION_FLAGS",
+    "EMITTERS",
+    "TITAN_REGISTRY",
+    "TitanConfig",
+    "emit_launch",
+    "megatron_model_flags",
+    "titan_config_for",
+]
+
+EMITTERS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan")
+DEEPSPEED_CONFIG_NAME = "ds_config.json"
+# The Megatron-DeepSpeed integration's own flags (not Megatron-LM's): the only script flags of the
+# DeepSpeed launch that the pinned Megatron-LM schema cannot check.
+DEEPSPEED_INTEGRATION_FLAGS: frozenset[str] = frozenset({"--deepspeed", "--deepspeed_config"})
+MEGATRON_SCRIPT = "pretrain_gpt.py"
+GB = 1e9
+
+Flag = tuple[str, str | None]
+Refuser = Callable[[str, str], NoReturn]  # (knob, why): raise InputError naming the knob
+
+
+@dataclass(frozen=True)
+class TitanConfig:
+    """A torchtitan 0.3.0 registry config (``--module M --config NAME``) and what it fixes."""
+
+    module: str
+    name: str
+    size: str  # model_registry size ("8B", ...)
+    dims: tuple[int, int, int, int, int, int]  # layers, hidden, heads, KV heads, MLP width, vocabulary
+    precision: Precision  # Float8LinearConverter in its model_spec: FP8, else BF16
+    recompute: Recompute  # its activation_checkpoint default
+    async_tp: bool  # compile.enable_async_tensor_parallel in the config
+    local_batch: int  # its training.local_batch_size
+    seq_len: int  # its training.seq_len
+
+
+# torchtitan 0.3.0 `torchtitan/models/llama3/config_registry.py` and `__init__.py` (model_registry
+# sizes; the MLP width is compute_ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier)).
+TITAN_REGISTRY: dict[str, TitanConfig] = {
+    "llama3_8b": TitanConfig(
+        "llama3", "llama3_8b", "8B", (32, 4096, 32, 8, 14336, 128256), Precision.BF16, Recompute.SELECTIVE, False, 1, 8192
+    ),
+    "llama3_70b": TitanConfig(
+        "llama3", "llama3_70b", "70B", (80, 8192, 64, 8, 28672, 128256), Precision.BF16, Recompute.FULL, False, 8, 8192
+    ),
+    "llama3_405b": TitanConfig(
+        "llama3", "llama3_405b", "405B", (126, 16384, 128, 8, 53248, 128256), Precision.FP8, Recompute.FULL, True, 2, 8192
+    ),
+}
+
+
+def _dims(model: ModelSpec) -> tuple[int, int, int, int, int, int]:
+    return (
+        model.num_layers,
+        model.hidden_size,
+        model.num_heads,
+        model.num_kv_heads,
+        model.ffn_hidden_size,
+        model.vocab_size,
+    )
+
+
+def _slug(name: str) -> str:
+    out = "".join(c if c.isalnum() else "_" for c in name.lower()).strip("_")
+    return out or "model"
+
+
+def titan_config_for(model: ModelSpec, precision: Precision) -> tuple[str, TitanConfig | None]:
+    """The ``--config`` name for a model in a precision: the torchtitan 0.3.0 registry config when
+    one builds exactly this model in this precision, else ``paraplan_<model>[_float8]`` (a config
+    the user registers; the emitted comment says what it must hold)."""
+    for cfg in TITAN_REGISTRY.values():
+        if cfg.dims == _dims(model) and cfg.precision == precision:
+            return cfg.name, cfg
+    suffix = "_float8" if precision == Precision.FP8 else ""
+    return f"paraplan_{_slug(model.name)}{suffix}", None
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    kind: str
+    title: str
+    model: ModelSpec
+    lay: Layout
+    stack: Stack
+    evaluated: EvaluatedLayout | None
+    gpus_per_node: int
+
+
+def _refuse(ctx: _Ctx, knob: str, why: str) -> NoReturn:
+    raise InputError(f"cannot emit {ctx.kind} for this plan: {knob} -- {why}")
+
+
+def _kf(name: str, fw: Framework) -> str:
+    """The framework's flag for a knob's plain value (`Knob.flags`), as written on a command line."""
+    flag = KNOBS[name].flags[fw]
+    return flag if flag.startswith("--") else f"--{flag}"
+
+
+def _nodes(gpus: int, per_node: int) -> tuple[int, int]:
+    """(processes per node, nodes) for `gpus` ranks on nodes of `per_node` GPUs."""
+    per = math.gcd(gpus, max(1, per_node))
+    return per, gpus // per
+
+
+# ---------------------------------------------------------------------------------------------
+# Header: the plan and its prediction
+
+
+def _header(ctx: _Ctx, pinned: str) -> list[str]:
+    lay, ev = ctx.lay, ctx.evaluated
+    where = f" on {ev.gpus} x {ev.hardware}" if ev is not None else f" on {lay.gpus} GPUs"
+    lines = [f"# paraplan plan: {ctx.model.name}{where}: {layout_words(lay)}"]
+    if ev is not None:
+        low, high = ev.step_time_range_s
+        mem = ev.memory_bytes
+        usable = mem.total + ev.memory_margin_bytes
+        verdict = "fits" if ev.memory_margin_bytes >= 0 else "does NOT fit"
+        lines.append(
+            f"# predicted step {ev.step_time_s:.3g} s (range {low:.3g}-{high:.3g} s), MFU {ev.mfu:.3f}; "
+            f"memory {mem.total / GB:.1f} GB of {usable / GB:.1f} GB usable on the most loaded GPU "
+            f"({verdict}, margin {ev.memory_margin_bytes / GB:.1f} GB)"
+        )
+        if not ev.feasible:
+            lines.append(f"# NOT feasible: {'; '.join(ev.violations)}")
+    else:
+        lines.append("# (no prediction attached: emit from validate or optimize to get step time and memory)")
+    lines.append(f"# {pinned}")
+    return lines
+
+
+def _render_command(head: str, flags: Sequence[Flag], tail: Sequence[str] = ()) -> str:
+    parts = [head]
+    for flag, value in flags:
+        parts.append(flag if value is None else f"{flag} {shlex.quote(value)}")
+    parts.extend(tail)
+    return " \\\n    ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Megatron-LM d98e8a64
+
+
+def megatron_model_flags(model: ModelSpec, lay: Layout, refuse: Refuser | None = None) -> list[Flag]:
+    """The model's architecture as Megatron-LM flags (the dims, MLP, norm, positions, biases,
+    dropout, MoE, MLA, windows). Refuses (via `refuse`, default InputError) what they cannot express."""
+
+    def no(why: str) -> NoReturn:
+        if refuse is not None:
+            refuse("model", why)
+        raise InputError(f"cannot emit megatron for this plan: model -- {why}")
+
+    m = model
+    if m.embed_dim is not None and m.embed_dim != m.hidden_size:
+        no(f"{m.name} has a word-embedding width {m.embed_dim} apart from the hidden size (OPT project_in); "
+           "Megatron-LM has no flag for it")  # fmt: skip
+    if m.position_offset:
+        no(f"{m.name} offsets its learned positions by {m.position_offset} (OPT); Megatron-LM has no flag for it")
+    if m.embedding_norm:
+        no(f"{m.name} normalises the embeddings (BLOOM); Megatron-LM has no flag for it")
+    if m.lm_head_bias:
+        no(f"{m.name} has an LM-head bias (GPT-J); Megatron-LM has no flag for it")
+    if not m.norm_affine:
+        no(f"{m.name} uses non-parametric LayerNorm (OLMo); Megatron-LM has no flag for it")
+    if not m.final_norm:
+        no(f"{m.name} has no final norm; Megatron-LM always adds one")
+    if m.norms_per_layer != 2:
+        no(f"{m.name} has {m.norms_per_layer} norms per layer; Megatron-LM's GPT layer has 2")
+    if m.qk_norm == "full":
+        no(f"{m.name} normalises q and k over all heads (OLMo 2); Megatron-LM's --qk-layernorm is per head")
+    flags: list[Flag] = [
+        ("--num-layers", str(m.num_layers)),
+        ("--hidden-size", str(m.hidden_size)),
+        ("--num-attention-heads", str(m.num_heads)),
+    ]
+    if not m.is_mla and m.head_dim * m.num_heads != m.hidden_size:
+        flags.append(("--kv-channels", str(m.head_dim)))
+    if not m.is_mla and m.num_kv_heads != m.num_heads:
+        flags += [("--group-query-attention", None), ("--num-query-groups", str(m.num_kv_heads))]
+    dense_ffn = m.dense_ffn_hidden_size or m.ffn_hidden_size
+    flags.append(("--ffn-hidden-size", str(dense_ffn if m.is_moe else m.ffn_hidden_size)))
+    if m.mlp == "gated":
+        flags.append(("--swiglu", None))
+    flags.append(("--normalization", "LayerNorm" if m.layernorm else "RMSNorm"))
+    if m.learned_positions:
+        if lay.seq_len > m.max_seq_len:
+            no(f"sequence length {lay.seq_len} exceeds {m.name}'s {m.max_seq_len} learned positions "
+               "(--max-position-embeddings)")  # fmt: skip
+        flags += [("--position-embedding-type", "learned_absolute"), ("--max-position-embeddings", str(m.max_seq_len))]
+    else:
+        flags += [("--position-embedding-type", "rope"), ("--max-position-embeddings", str(max(m.max_seq_len, lay.seq_len)))]
+    if not m.tied_embeddings:
+        flags.append(("--untie-embeddings-and-output-weights", None))
+    biases = (m.has_qkv_bias, m.has_out_bias, m.has_mlp_bias)
+    if biases == (False, False, False):
+        flags.append(("--disable-bias-linear", None))
+    elif biases == (True, False, False):
+        flags += [("--disable-bias-linear", None), ("--add-qkv-bias", None)]
+    elif biases != (True, True, True):
+        no(f"{m.name} has biases on (qkv, out, mlp) = {biases}; Megatron-LM sets all linear biases, none, or only qkv")
+    drop = "0.1" if m.dropout else "0.0"
+    flags += [("--attention-dropout", drop), ("--hidden-dropout", drop)]
+    flags.append(("--vocab-size", str(m.vocab_size)))
+    if m.qk_norm == "head":
+        flags.append(("--qk-layernorm", None))
+    if m.sliding_window is not None:
+        if m.sliding_layer_ids is not None and len(m.sliding_layer_ids) != m.num_layers:
+            no(f"{m.name} slides its attention window on some layers only; Megatron-LM's --window-size applies to "
+               "all layers (its skip frequency is a fixed period)")  # fmt: skip
+        flags.append(("--window-size", f"{m.sliding_window},0"))
+    if m.is_mla:
+        rope = m.qk_rope_head_dim
+        flags += [("--multi-latent-attention", None), ("--kv-lora-rank", str(m.kv_lora_rank)),
+                  ("--qk-head-dim", str(m.head_dim - rope)), ("--qk-pos-emb-head-dim", str(rope)),
+                  ("--v-head-dim", str(m.v_head_dim or m.head_dim))]  # fmt: skip
+        if m.q_lora_rank is not None:
+            flags.append(("--q-lora-rank", str(m.q_lora_rank)))
+    if m.is_moe:
+        flags += [("--num-experts", str(m.num_experts)), ("--moe-router-topk", str(m.experts_top_k)),
+                  ("--moe-ffn-hidden-size", str(m.ffn_hidden_size)), ("--moe-token-dispatcher-type", "alltoall")]  # fmt: skip
+        if m.num_shared_experts:
+            width = m.num_shared_experts * (m.shared_expert_ffn or m.ffn_hidden_size)
+            flags.append(("--moe-shared-expert-intermediate-size", str(width)))
+            if m.shared_expert_gate:
+                flags.append(("--moe-shared-expert-gate", None))
+        if m.router_bias:
+            flags.append(("--moe-router-enable-expert-bias", None))
+        if m.dense_layer_ids:
+            flags.append(("--moe-layer-freq", _moe_pattern(m)))
+    return flags
+
+
+def _moe_pattern(m: ModelSpec) -> str:
+    """Megatron's --moe-layer-freq list pattern: 1 = MoE layer, 0 = dense, as runs of repeats."""
+    kinds = [0 if k == "dense" else 1 for k in m.layer_kinds()]
+    runs: list[tuple[int, int]] = []
+    for k in kinds:
+        if runs and runs[-1][0] == k:
+            runs[-1] = (k, runs[-1][1] + 1)
+        else:
+            runs.append((k, 1))
+    return "(" + "+".join(f"[{k}]*{n}" for k, n in runs) + ")"
+
+
+def _megatron_split(ctx: _Ctx) -> list[Flag]:
+    lay, layers = ctx.lay, ctx.model.num_layers
+    f, last, pp, v = lay.first_stage_layers, lay.last_stage_layers, lay.pp, lay.virtual_stages
+    if not (f or last):
+        if pp > 1 and layers % (pp * v):
+            _refuse(ctx, "first_stage_layers/last_stage_layers",
+                    f"an even split of {layers} layers over PP {pp} x {v} virtual stages: Megatron-LM asserts the "
+                    "layers divide evenly unless the first/last stage counts are given")  # fmt: skip
+        return []
+    if pp == 1:
+        _refuse(ctx, "first_stage_layers/last_stage_layers", "an uneven split needs pipeline parallelism (PP > 1)")
+    if v == 1:
+        return [(_kf("first_stage_layers", Framework.MEGATRON), str(f)),
+                (_kf("last_stage_layers", Framework.MEGATRON), str(last))]  # fmt: skip
+    for emb, loss in ((1, 1), (0, 1), (1, 0)):
+        total = layers + emb + loss
+        if total % (pp * v) == 0 and (f, last) == (total // pp - emb, total // pp - loss):
+            out: list[Flag] = []
+            if emb:
+                out.append(("--account-for-embedding-in-pipeline-split", None))
+            if loss:
+                out.append(("--account-for-loss-in-pipeline-split", None))
+            return out
+    middle = layers - f - last
+    per_middle = middle // (pp - 2) if pp > 2 else 0
+    if f % v == 0 and last % v == 0 and per_middle % v == 0:
+        return [(_kf("first_stage_layers", Framework.MEGATRON), str(f)),
+                (_kf("last_stage_layers", Framework.MEGATRON), str(last))]  # fmt: skip
+    _refuse(ctx, "first_stage_layers/last_stage_layers",
+            f"first {f} / last {last} layers with {v} virtual stages: Megatron-LM needs the per-stage counts to "
+            "divide by the virtual stages, or the embedding/loss accounting split")  # fmt: skip
+
+
+def _megatron_recompute(lay: Layout) -> list[Flag]:
+    if lay.recompute == Recompute.SELECTIVE:
+        return [("--recompute-granularity", "selective")]
+    if lay.recompute == Recompute.FULL and lay.recompute_layers > 0:
+        return [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                (_kf("recompute_layers", Framework.MEGATRON), str(lay.recompute_layers))]  # fmt: skip
+    if lay.recompute == Recompute.FULL:
+        return [("--recompute-granularity", "full"), ("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
+    return []
+
+
+def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
+    lay, stack, fw = ctx.lay, ctx.stack, Framework.MEGATRON
+    notes: list[str] = []
+    if lay.virtual_stages > 1 and lay.pp == 1:
+        _refuse(ctx, "virtual_stages", f"{lay.virtual_stages} virtual stages need pipeline parallelism (PP > 1)")
+    if not stack.tp_overlap:
+        _refuse(ctx, "tp_overlap", f"Megatron-LM {MEGATRON_COMMIT[:8]} always overlaps the backward tensor-parallel "
+                "collectives with the weight-gradient GEMMs; no flag turns that off")  # fmt: skip
+    flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp))]
+    if lay.virtual_stages > 1:
+        flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.virtual_stages)))
+    flags += _megatron_split(ctx)
+    flags.append((_kf("cp", fw), str(lay.cp)))
+    if lay.cp > 1:
+        flags.append(("--cp-comm-type", "p2p" if lay.cp_comm == CpComm.RING else "allgather"))
+    flags.append((_kf("ep", fw), str(lay.ep)))
+    if lay.sequence_parallel and lay.tp > 1:
+        flags.append(("--sequence-parallel", None))
+    flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),
+              (_kf("seq_len", fw), str(lay.seq_len))]  # fmt: skip
+    flags += megatron_model_flags(ctx.model, lay, _bind(ctx))
+    flags += _megatron_recompute(lay)
+    fsdp = lay.zero >= 2
+    if fsdp:
+        strategy = "optim_grads" if lay.zero == 2 else "optim_grads_params"
+        flags += [("--use-megatron-fsdp", None), ("--data-parallel-sharding-strategy", strategy),
+                  ("--ckpt-format", "fsdp_dtensor")]  # fmt: skip
+        notes.append("# Megatron-FSDP (ZeRO-2/3): leave CUDA_DEVICE_MAX_CONNECTIONS unset or > 1, as it asserts")
+    elif lay.zero == 1 or lay.offload == Offload.OPTIMIZER:
+        flags.append(("--use-distributed-optimizer", None))
+    if lay.offload == Offload.OPTIMIZER:
+        flags += [("--optimizer-cpu-offload", None), ("--use-precision-aware-optimizer", None)]
+    elif lay.offload != Offload.NONE:
+        _refuse(ctx, "offload", f"offload {lay.offload}: Megatron-LM {MEGATRON_COMMIT[:8]} offloads the optimizer "
+                "(--optimizer-cpu-offload), never the parameters")  # fmt: skip
+    if lay.precision == Precision.FP16:
+        flags.append(("--fp16", None))
+    else:
+        flags.append(("--bf16", None))
+    if lay.precision == Precision.FP8:
+        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed")]
+    flags.append(("--attention-backend", "flash" if stack.flash_attention else "unfused"))
+    flags += _megatron_grads(ctx, fsdp)
+    if stack.dp_overlap:
+        flags.append(("--overlap-grad-reduce", None))
+        if lay.zero >= 1 or lay.offload == Offload.OPTIMIZER:
+            flags.append(("--overlap-param-gather", None))
+    if not stack.p2p_overlap:
+        flags.append(("--no-overlap-p2p-communication", None))
+    if not fsdp:
+        notes.append("# CUDA_DEVICE_MAX_CONNECTIONS=1 orders the tensor-parallel collectives before the GEMMs they overlap")
+    return flags, notes
+
+
+def _megatron_grads(ctx: _Ctx, fsdp: bool) -> list[Flag]:
+    """The gradient buffer's precision (Stack.main_grads): fp32 main grads or 2-byte ones."""
+    lay, fp32 = ctx.lay, ctx.stack.main_grads == "fp32"
+    if fsdp:
+        low = "fp16" if lay.precision == Precision.FP16 else "bf16"
+        return [("--megatron-fsdp-main-grads-dtype", "fp32" if fp32 else low)]
+    out: list[Flag] = []
+    if lay.offload == Offload.OPTIMIZER and not fp32:
+        out.append(("--main-grads-dtype", "bf16"))
+    if lay.precision == Precision.FP16:
+        # fp16 accumulates and reduces gradients in fp16 unless asked for fp32
+        return out + ([("--accumulate-allreduce-grads-in-fp32", None)] if fp32 else [])
+    return out + ([] if fp32 else [("--grad-reduce-in-bf16", None)])
+
+
+def _bind(ctx: _Ctx) -> Refuser:
+    def refuse(knob: str, why: str) -> NoReturn:
+        _refuse(ctx, knob, why)
+
+    return refuse
+
+
+def _emit_megatron(ctx: _Ctx) -> str:
+    flags, notes = _megatron_flags(ctx)
+    per, nodes = _nodes(ctx.lay.gpus, ctx.gpus_per_node)
+    lines = _header(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]} ({MEGATRON_SCRIPT}): every flag below is checked against "
+                         "that commit's argparse")  # fmt: skip
+    lines += notes
+    lines.append("# add the data, tokenizer, optimizer, checkpoint and logging flags; on several nodes give torchrun "
+                 "--node_rank and --master_addr/--master_port (or --rdzv_*) per node")  # fmt: skip
+    if not any(f == "--use-megatron-fsdp" for f, _ in flags):
+        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
+    lines.append(_render_command(f"torchrun --nproc_per_node {per} --nnodes {nodes} {MEGATRON_SCRIPT}", flags))
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# DeepSpeed 0.19.8 (+ a Megatron-style training script)
+
+
+def _deepspeed_config(ctx: _Ctx) -> dict[str, object]:
+    lay, stack = ctx.lay, ctx.stack
+    need = 3 if lay.offload == Offload.ALL else 1 if lay.offload == Offload.OPTIMIZER else 0
+    zero: dict[str, object] = {"stage": max(lay.zero, need), "overlap_comm": stack.dp_overlap}
+    if lay.offload != Offload.NONE:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    if lay.offload == Offload.ALL:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    low = "fp16" if lay.precision == Precision.FP16 else "bf16"
+    config: dict[str, object] = {
+        "train_batch_size": lay.global_batch,
+        "train_micro_batch_size_per_gpu": lay.micro_batch,
+        "gradient_accumulation_steps": lay.global_batch // (lay.dp * lay.micro_batch),
+        "zero_optimization": zero,
+    }
+    if lay.precision == Precision.FP16:
+        config["fp16"] = {"enabled": True, "loss_scale": 0, "initial_scale_power": 16}
+    else:
+        config["bf16"] = {"enabled": True}
+    config["data_types"] = {"grad_accum_dtype": "fp32" if stack.main_grads == "fp32" else low}
+    return config
+
+
+def _deepspeed_script_flags(ctx: _Ctx) -> list[Flag]:
+    lay, stack, fw = ctx.lay, ctx.stack, Framework.MEGATRON
+    flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp)), (_kf("ep", fw), str(lay.ep))]
+    if lay.sequence_parallel and lay.tp > 1:
+        flags.append(("--sequence-parallel", None))
+    flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),
+              (_kf("seq_len", fw), str(lay.seq_len))]  # fmt: skip
+    flags += megatron_model_flags(ctx.model, lay, _bind(ctx))
+    flags += _megatron_recompute(lay)
+    flags.append(("--fp16", None) if lay.precision == Precision.FP16 else ("--bf16", None))
+    flags.append(("--attention-backend", "flash" if stack.flash_attention else "unfused"))
+    flags += [("--deepspeed", None), ("--deepspeed_config", DEEPSPEED_CONFIG_NAME)]
+    return flags
+
+
+def _emit_deepspeed(ctx: _Ctx) -> str:
+    lay, stack, spec = ctx.lay, ctx.stack, FRAMEWORKS[Framework.DEEPSPEED]
+    if lay.virtual_stages > 1:
+        _refuse(ctx, "virtual_stages", f"DeepSpeed {DEEPSPEED_VERSION}'s pipeline engine has no interleaved schedule")
+    if lay.cp > 1:
+        _refuse(ctx, "cp", f"DeepSpeed {DEEPSPEED_VERSION} has no ring or all-gather context parallelism (its "
+                "sequence parallelism is Ulysses all-to-all, which paraplan does not model)")  # fmt: skip
+    if lay.precision == Precision.FP8:
+        _refuse(ctx, "precision", f"DeepSpeed {DEEPSPEED_VERSION} has no FP8 training")
+    if lay.recompute == Recompute.FULL and lay.recompute_layers > 0:
+        _refuse(ctx, "recompute_layers", "DeepSpeed has no block method (full recompute of N layers per chunk)")
+    if lay.pp > 1 and lay.zero > spec.zero_with_pp:
+        _refuse(ctx, "zero", f"ZeRO-{lay.zero} with PP {lay.pp}: DeepSpeed's pipeline engine asserts ZeRO stage < 2")
+    if lay.first_stage_layers or lay.last_stage_layers:
+        _refuse(ctx, "first_stage_layers/last_stage_layers",
+                f"first {lay.first_stage_layers} / last {lay.last_stage_layers} layers: DeepSpeed's PipelineModule "
+                "partitions the layers itself (partition_method), with no per-stage layer counts")  # fmt: skip
+    if not stack.tp_overlap:
+        _refuse(ctx, "tp_overlap", "the Megatron-style training script always overlaps the backward tensor-parallel "
+                "collectives with the weight-gradient GEMMs; no flag turns that off")  # fmt: skip
+    if stack.p2p_overlap:
+        _refuse(ctx, "p2p_overlap", "DeepSpeed's pipeline engine has no interleaved schedule whose sends and "
+                "receives could overlap compute")  # fmt: skip
+    config = _deepspeed_config(ctx)
+    per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)
+    lines = _header(ctx, f"DeepSpeed {DEEPSPEED_VERSION}: the JSON keys are checked against it; the training script's "
+                         f"flags are spelled as in Megatron-LM {MEGATRON_COMMIT[:8]} (checked against it), plus "
+                         "the integration's --deepspeed --deepspeed_config")  # fmt: skip
+    lines.append(f"# DeepSpeed's JSON has no tensor or pipeline degree: the script takes them; data parallelism "
+                 f"= {lay.gpus} GPUs / (TP {lay.tp} x PP {lay.pp}) = {lay.dp}")  # fmt: skip
+    lines.append("# add the data, tokenizer, optimizer and logging flags; several nodes need a hostfile (--hostfile)")
+    lines.append(f"cat > {DEEPSPEED_CONFIG_NAME} <<'EOF'")
+    lines.append(json.dumps(config, indent=2))
+    lines.append("EOF")
+    head = f"deepspeed --num_nodes {nodes} --num_gpus {per} {MEGATRON_SCRIPT}"
+    lines.append(_render_command(head, _deepspeed_script_flags(ctx)))
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# torchtitan 0.3.0
+
+
+def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
+    """(--config name, the registry config if it is one, comment lines) for the model."""
+    m = ctx.model
+    why: list[str] = []
+    if m.is_moe or m.is_mla:
+        why.append("mixture-of-experts or latent attention (torchtitan's llama3 module is dense, with GQA)")
+    if m.mlp != "gated" or m.layernorm or not m.norm_affine or m.norms_per_layer != 2:
+        why.append("an MLP or norm other than SwiGLU with two RMSNorms per layer")
+    if m.learned_positions or m.linear_bias or m.has_qkv_bias or m.has_out_bias or m.has_mlp_bias:
+        why.append("learned positions or linear biases")
+    if m.qk_norm != "none" or m.sliding_window is not None or m.tied_embeddings or m.dropout:
+        why.append("q/k norms, sliding windows, tied embeddings or dropout")
+    if m.embed_dim not in (None, m.hidden_size) or m.embedding_norm or m.lm_head_bias or not m.final_norm:
+        why.append("a non-standard embedding or head")
+    if why:
+        _refuse(ctx, "model", f"{m.name} has {'; '.join(why)}, which torchtitan {TORCHTITAN_VERSION}'s llama3 "
+                "module cannot build")  # fmt: skip
+    name, cfg = titan_config_for(m, ctx.lay.precision)
+    if cfg is not None:
+        extra = "; its Float8LinearConverter (all linears but lm_head) makes this plan's FP8" if cfg.precision == Precision.FP8 else ""
+        return name, cfg, [f"# --config {name}: torchtitan {TORCHTITAN_VERSION}'s registry config of this model{extra}"]
+    dims = (f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, {m.num_kv_heads} KV heads, "
+            f"SwiGLU width {m.ffn_hidden_size}, vocabulary {m.vocab_size}")  # fmt: skip
+    comments = [
+        f"# --config {name}: torchtitan {TORCHTITAN_VERSION} has no registry config for {m.name}; register one in "
+        "torchtitan/models/llama3/config_registry.py (the model belongs to the config, not to the flags):",
+        f"#   Llama3Model.Config with {dims}",
+    ]
+    if ctx.lay.precision == Precision.FP8:
+        comments.append("#   and model_registry(..., converters=[Float8LinearConverter.Config(filter_fqns=['lm_head'])]): "
+                        "in 0.3.0 float8 is enabled only by the config's converters")  # fmt: skip
+    else:
+        comments.append("#   without float8 converters (bf16 training)")
+    return name, None, comments
+
+
+def _titan_split(ctx: _Ctx) -> list[Flag]:
+    """Schedule, stages per rank and the first/last stage weights that give the evaluated split."""
+    lay, layers = ctx.lay, ctx.model.num_layers
+    pp, v, f, last = lay.pp, lay.virtual_stages, lay.first_stage_layers, lay.last_stage_layers
+    stages = pp * v
+    less_first, less_last = 0, 0
+    if f or last:
+        if v == 1:
+            if pp == 2:
+                less_first, less_last = max(0, last - f), max(0, f - last)
+            else:
+                middle = (layers - f - last) // (pp - 2)
+                if f > middle or last > middle:
+                    _refuse(ctx, "first_stage_layers/last_stage_layers",
+                            f"first {f} / last {last} layers with {middle} on each middle stage: torchtitan "
+                            f"{TORCHTITAN_VERSION} makes the first/last stages lighter "
+                            "(pipeline_parallel_first/last_stage_less_layers), never heavier")  # fmt: skip
+                less_first, less_last = middle - f, middle - last
+        else:
+            found = None
+            for emb, loss in ((1, 1), (0, 1), (1, 0)):
+                total = layers + emb + loss
+                if total % stages == 0 and (f, last) == (total // pp - emb, total // pp - loss):
+                    found = (emb, loss)
+            if found is None:
+                _refuse(ctx, "first_stage_layers/last_stage_layers",
+                        f"first {f} / last {last} layers with {v} virtual stages: torchtitan {TORCHTITAN_VERSION} "
+                        "splits interleaved chunks evenly, with the embedding and output counted as layers")  # fmt: skip
+            less_first, less_last = found
+    flags: list[Flag] = [("--parallelism.pipeline_parallel_schedule", "1F1B" if v == 1 else "Interleaved1F1B")]
+    if v > 1:
+        effective = layers + less_first + less_last
+        per_stage = -(-effective // stages)
+        if -(-effective // per_stage) != stages:
+            _refuse(ctx, "virtual_stages",
+                    f"{v} virtual stages on PP {pp}: torchtitan {TORCHTITAN_VERSION} derives the stage count from "
+                    f"pipeline_parallel_layers_per_stage, and no value gives {stages} stages for {effective} "
+                    "layers")  # fmt: skip
+        flags.append(("--parallelism.pipeline_parallel_layers_per_stage", str(per_stage)))
+    flags += [("--parallelism.pipeline_parallel_first_stage_less_layers", str(less_first)),
+              ("--parallelism.pipeline_parallel_last_stage_less_layers", str(less_last)),
+              ("--parallelism.pipeline_parallel_microbatch_size", str(lay.micro_batch))]  # fmt: skip
+    return flags
+
+
+def _emit_torchtitan(ctx: _Ctx) -> str:
+    lay, stack, fw = ctx.lay, ctx.stack, Framework.TORCHTITAN
+    if lay.precision == Precision.FP16:
+        _refuse(ctx, "precision", f"torchtitan {TORCHTITAN_VERSION} computes in bfloat16 or float32 "
+                "(training.mixed_precision_param), not fp16")  # fmt: skip
+    if lay.zero == 1:
+        _refuse(ctx, "zero", f"torchtitan {TORCHTITAN_VERSION} has no ZeRO-1: FSDP2 shards gradients too "
+                "(ZeRO-2 with fsdp_reshard_after_forward never, ZeRO-3 always)")  # fmt: skip
+    if lay.zero == 0 and lay.cp > 1:
+        _refuse(ctx, "zero", f"ZeRO-0 with CP {lay.cp}: torchtitan {TORCHTITAN_VERSION} always shards the parameters "
+                "with FSDP over the context-parallel ranks (its fsdp mesh is dp_shard x cp)")  # fmt: skip
+    if lay.recompute == Recompute.FULL and lay.recompute_layers > 0:
+        _refuse(ctx, "recompute_layers", f"torchtitan {TORCHTITAN_VERSION} checkpoints every layer "
+                "(activation-checkpoint:full) or none; it has no count of layers per chunk")  # fmt: skip
+    if lay.offload == Offload.OPTIMIZER:
+        _refuse(ctx, "offload", f"torchtitan {TORCHTITAN_VERSION} offloads parameters, gradients and optimizer "
+                "states together (training.enable_cpu_offload: offload all), not the optimizer alone")  # fmt: skip
+    if lay.cp > 1 and lay.cp_comm != CpComm.ALLGATHER:
+        _refuse(ctx, "cp_comm", f"CP {lay.cp_comm}: torchtitan {TORCHTITAN_VERSION} has no flag for the K/V exchange; "
+                "its context parallelism all-gathers K/V")  # fmt: skip
+    if lay.virtual_stages > 1 and lay.pp == 1:
+        _refuse(ctx, "virtual_stages", f"{lay.virtual_stages} virtual stages need pipeline parallelism (PP > 1)")
+    if lay.ep > 1:
+        _refuse(ctx, "ep", f"EP {lay.ep}: torchtitan {TORCHTITAN_VERSION} borrows expert-parallel ranks from FSDP "
+                "and TP (experts are not tensor-parallel there), which paraplan does not model")  # fmt: skip
+    if not stack.flash_attention:
+        _refuse(ctx, "flash_attention", f"torchtitan {TORCHTITAN_VERSION}'s registry configs pick flash-style "
+                "attention (FlexAttention/SDPA) in the model config; no flag materialises the scores")  # fmt: skip
+    if not stack.dp_overlap:
+        _refuse(ctx, "dp_overlap", "FSDP2 always prefetches its all-gathers and overlaps the reduce-scatters")
+    if stack.main_grads != "fp32":
+        _refuse(ctx, "main_grads", f"torchtitan {TORCHTITAN_VERSION} reduces gradients in float32 "
+                "(training.mixed_precision_reduce has no other choice)")  # fmt: skip
+    if stack.p2p_overlap:
+        _refuse(ctx, "p2p_overlap", f"torchtitan {TORCHTITAN_VERSION} has no flag to overlap pipeline sends and "
+                "receives with compute")  # fmt: skip
+    config, registry, comments = _titan_model(ctx)
+    if lay.dp * lay.cp == 1 or lay.zero == 0:
+        replicate, shard, reshard = lay.dp, 1, None
+    else:
+        replicate, shard, reshard = 1, lay.dp, "never" if lay.zero == 2 else "always"
+    flags: list[Flag] = [
+        ("--parallelism.data_parallel_replicate_degree", str(replicate)),
+        ("--parallelism.data_parallel_shard_degree", str(shard)),
+    ]
+    if reshard is not None:
+        flags.append(("--parallelism.fsdp_reshard_after_forward", reshard))
+    flags.append((_kf("tp", fw), str(lay.tp)))
+    if lay.tp > 1:
+        sp = "--parallelism.enable_sequence_parallel" if lay.sequence_parallel else "--parallelism.no-enable-sequence-parallel"
+        flags.append((sp, None))
+    flags.append((_kf("pp", fw), str(lay.pp)))
+    if lay.pp > 1:
+        flags += _titan_split(ctx)
+    flags += [(_kf("cp", fw), str(lay.cp)), (_kf("ep", fw), str(lay.ep))]
+    local = lay.global_batch // lay.dp if lay.pp > 1 else lay.micro_batch
+    flags += [("--training.local_batch_size", str(local)), (_kf("global_batch", fw), str(lay.global_batch)),
+              (_kf("seq_len", fw), str(lay.seq_len)), ("--training.mixed_precision_param", "bfloat16")]  # fmt: skip
+    if lay.offload == Offload.ALL:
+        flags.append(("--training.enable_cpu_offload", None))
+    if stack.tp_overlap:
+        flags += [("--compile.enable", None), ("--compile.enable_async_tensor_parallel", None)]
+    elif registry is None or registry.async_tp:
+        flags.append(("--compile.no-enable-async-tensor-parallel", None))
+    per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)
+    token = {Recompute.NONE: "none", Recompute.SELECTIVE: "selective", Recompute.FULL: "full"}[lay.recompute]
+    lines = _header(ctx, f"torchtitan {TORCHTITAN_VERSION} (pinned: 0.3's --module/--config plus --section.field "
+                         "flags; every flag is checked against its config tree)")  # fmt: skip
+    lines += comments
+    if lay.recompute == Recompute.SELECTIVE:
+        lines.append("# activation-checkpoint:selective is 0.3.0's per-op policy (every other matmul's output saved)")
+    lines.append("# several nodes: give torchrun --rdzv_backend c10d --rdzv_endpoint HOST:PORT (see multinode_trainer.slurm)")
+    head = f"torchrun --nproc_per_node {per} --nnodes {nodes} -m torchtitan.train --module llama3 --config {config}"
+    lines.append(_render_command(head, flags, [f"activation-checkpoint:{token}"]))
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry point
+
+
+def emit_launch(
+    kind: str,
+    model: ModelSpec,
+    layout: Layout,
+    stack: Stack | None = None,
+    *,
+    evaluated: EvaluatedLayout | None = None,
+    gpus_per_node: int = 8,
+) -> str:
+    """The plan's launch configuration for `kind` (megatron, deepspeed or torchtitan), starting
+    with comment lines that state the plan and, with `evaluated`, its predicted step time and
+    memory. `stack` defaults to the framework's. Raises InputError naming the knob when the
+    framework's flags cannot express the plan, or when the plan was evaluated for another
+    framework (the emitted config must be the plan that was evaluated)."""
+    if kind not in EMITTERS:
+        raise InputError(f"emit {kind!r}: not one of {', '.join(EMITTERS)}")
+    if str(layout.framework) != kind:
+        raise InputError(
+            f"cannot emit {kind} for this plan: framework -- it was evaluated for {layout.framework}, whose rules and "
+            f"costs differ; give --framework {kind} to evaluate (and emit) it as a {kind} run"
+        )
+    ctx = _Ctx(kind, FRAMEWORKS[layout.framework].title, model, layout, stack or default_stack(layout.framework),
+               evaluated, gpus_per_node)  # fmt: skip
+    if kind == "megatron":
+        return _emit_megatron(ctx)
+    if kind == "deepspeed":
+        return _emit_deepspeed(ctx)
+    return _emit_torchtitan(ctx)
+
+
+# ---------------------------------------------------------------------------------------------
+# Checks of an emitted text against the pinned schemas
+
+
+def check_emitted(kind: str, text: str) -> list[str]:
+    """Problems of an emitted launch text, by the pinned checkers: every Megatron-LM flag against
+    d98e8a64's argparse, every torchtitan flag against 0.3.0's config tree (with --module and
+    --config), every DeepSpeed key against 0.19.8 (with the batch identity at the plan's DP) and
+    the DeepSpeed training script's flags against Megatron-LM d98e8a64 (less the integration's
+    --deepspeed --deepspeed_config). Also reports anything the reader could not resolve."""
+    from .importer import read_launch_text
+    from .schema import check_deepspeed, check_megatron, check_torchtitan
+
+    if kind not in EMITTERS:
+        return [f"{kind!r} is not one of {', '.join(EMITTERS)}"]
+    try:
+        settings = read_launch_text(text, kind, name=f"<emitted {kind}>")  # type: ignore[arg-type]
+    except InputError as exc:
+        return [str(exc)]
+    problems: list[str] = []
+    if settings.unresolved:
+        problems += [f"{k}: {v}" for k, v in settings.unresolved.items()]
+    if settings.world_size is None:
+        problems.append("the launcher line states no world size")
+    args = list(settings.args)
+    if kind == "megatron":
+        problems += check_megatron(args)
+    elif kind == "torchtitan":
+        problems += check_torchtitan(args, require_module=True)
+    else:
+        script: list[str] = []
+        skip = False
+        for a in args:
+            if skip:
+                skip = False
+                continue
+            if a in DEEPSPEED_INTEGRATION_FLAGS:
+                skip = a == "--deepspeed_config"
+                continue
+            script.append(a)
+        problems += check_megatron(script)
+        if settings.config is None:
+            problems.append(f"no DeepSpeed config ({DEEPSPEED_CONFIG_NAME}) found")
+        else:
+            tp = _script_int(script, "--tensor-model-parallel-size")
+            pp = _script_int(script, "--pipeline-model-parallel-size")
+            world = settings.world_size or 0
+            dp = world // (tp * pp) if world and world % (tp * pp) == 0 else None
+            problems += check_deepspeed(settings.config, dp_world_size=dp)
+    return problems
+
+
+def _script_int(args: Sequence[str], flag: str) -> int:
+    for i, a in enumerate(args[:-1]):
+        if a == flag and args[i + 1].isdigit():
+            return max(1, int(args[i + 1]))
+    return 1

@@ -1,0 +1,1147 @@
+"""A launch configuration read back into paraplan's knobs: the inverse of `paraplan.launch.emitters`.
+
+`layout_from_launch(settings, model)` maps a `LaunchSettings` (read by `paraplan.launch.readers`
+from a Megatron-LM script or argument list, a torchtitan 0.3 command line or v0.2 TOML, or a
+DeepSpeed JSON with its launcher) to
+
+* the layout knobs (`paraplan.Layout` field names; DP from the world size / (TP x PP x CP)),
+* the stack settings (`paraplan.cost_models.stack.Stack` field names),
+* the world size when the file states it,
+* notes: every flag or key that is unknown to the pinned schema, read but not modelled, or not
+  resolvable from the file, and every reading that is a modelling choice (listed, never dropped).
+
+The framework's defaults are the file's values where it says nothing (no recompute flag in a
+Megatron script means no recompute). Values the framework ignores at the plan's degrees are read
+as paraplan's canonical ones, with a note (ZeRO over one data-parallel rank is ZeRO-0, sequence
+parallelism at TP 1 is off, the CP exchange without CP is ring).
+
+`resolve_from_launch` is what `paraplan validate --from-launch FILE` runs: the file's knobs, the
+user's explicit knobs on top (noted), the GPU count and the plan string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.layout import CpComm, Layout, Offload, Precision, Recompute
+from paraplan.cost_models.models import ModelSpec
+
+from .emitters import TITAN_REGISTRY, TitanConfig, megatron_model_flags
+from .readers import Framework, LaunchSettings, _label, _read_text, parse_launch_text, read_launch
+from .schema import MEGATRON_COMMIT, TORCHTITAN_TOML_VERSION, TORCHTITAN_VERSION, MegatronArg, megatron_args
+
+__all__ = [
+    "ImportedLaunch",
+    "ResolvedLaunch",
+    "layout_from_launch",
+    "load_launch",
+    "read_launch_text",
+    "resolve_from_launch",
+]
+
+Knobs = dict[str, object]
+Getter = Callable[..., Any]
+
+
+# =============================================================================================
+# Reading files and texts (paraplan's DeepSpeed scripts carry their JSON as a here-document)
+
+_HEREDOC = re.compile(
+    r"^[ \t]*cat[ \t]+(?:>[ \t]*(?P<f1>[^\s<>|&;]+)[ \t]*<<-?[ \t]*(?P<q1>['\"]?)(?P<t1>\w+)(?P=q1)"
+    r"|<<-?[ \t]*(?P<q2>['\"]?)(?P<t2>\w+)(?P=q2)[ \t]*>[ \t]*(?P<f2>[^\s<>|&;]+))[ \t]*\n"
+)
+
+
+def _heredoc_files(text: str) -> dict[str, str]:
+    """`cat > NAME <<'EOF' ... EOF` bodies of a script: file name -> text (static: nothing runs)."""
+    out: dict[str, str] = {}
+    for m in _HEREDOC.finditer(text):
+        name = m.group("f1") or m.group("f2")
+        tag = m.group("t1") or m.group("t2")
+        rest = text[m.end() :]
+        end = re.search(rf"(?m)^[ \t]*{re.escape(tag)}[ \t]*$", rest)
+        if end is None:
+            continue
+        out[name] = rest[: end.start()]
+    return out
+
+
+def read_launch_text(
+    text: str, framework: Framework | None = None, *, name: str = "<text>", base: str | None = None
+) -> LaunchSettings:
+    """Read launch text (as `parse_launch_text`), and also the here-document form paraplan emits
+    for DeepSpeed: a script that writes its JSON config with ``cat > ds_config.json <<'EOF'``
+    and launches ``deepspeed ... --deepspeed_config ds_config.json``. `base` is the directory
+    that relative companion files are resolved from (default: that of `name`)."""
+    docs = {k: v for k, v in _heredoc_files(text).items() if k.endswith(".json")}
+    if not docs or framework not in (None, "deepspeed"):
+        label = name if base is None else os.path.join(base, os.path.basename(name))
+        return parse_launch_text(text, framework, name=label)
+    with tempfile.TemporaryDirectory(prefix="paraplan-launch-") as tmp:
+        for ref, body in docs.items():
+            target = Path(tmp, ref)
+            if not target.resolve().is_relative_to(Path(tmp).resolve()):
+                continue  # an absolute or escaping path: not written
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(body, encoding="utf-8")
+        script = Path(tmp, "launch.sh")
+        script.write_text(text, encoding="utf-8")
+        settings = read_launch(script, framework)
+    return _relabel(settings, str(script), tmp, name)
+
+
+def _relabel(settings: LaunchSettings, script: str, tmp: str, name: str) -> LaunchSettings:
+    def fix(s: str) -> str:
+        return s.replace(script, name).replace(tmp + os.sep, "")
+
+    return dataclasses.replace(
+        settings,
+        source=fix(settings.source),
+        notes=[fix(n) for n in settings.notes],
+        unresolved={k: fix(v) for k, v in settings.unresolved.items()},
+    )
+
+
+def load_launch(path: str | os.PathLike[str], framework: Framework | None = None) -> LaunchSettings:
+    """Read a launch file (see `paraplan.launch.read_launch`), including paraplan's own emitted
+    DeepSpeed scripts whose JSON config is a here-document."""
+    text = _read_text(path)
+    if any(k.endswith(".json") for k in _heredoc_files(text)):
+        return read_launch_text(text, framework, name=_label(path))
+    return read_launch(path, framework)
+
+
+# =============================================================================================
+# The import
+
+
+@dataclass(frozen=True)
+class ImportedLaunch:
+    knobs: Knobs
+    stack: dict[str, object]
+    gpus: int | None
+    notes: list[str]
+
+
+@dataclass
+class _State:
+    settings: LaunchSettings
+    model: ModelSpec
+    gpus: int | None
+    knobs: Knobs = field(default_factory=dict)
+    stack: dict[str, object] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    used: set[str] = field(default_factory=set)  # keys of settings.values accounted for
+    unmodelled: list[str] = field(default_factory=list)
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+def layout_from_launch(
+    settings: LaunchSettings, model: ModelSpec, gpus: int | None = None
+) -> tuple[dict[str, object], dict[str, object], int | None, list[str]]:
+    """(layout knobs, stack settings, GPUs the file states or None, notes) of a launch file.
+
+    `gpus`, when given, is the world size to use where the file states none (or overrides it);
+    DP is the world size / (TP x PP x CP) when one is known, else left out of the knobs."""
+    st = _State(settings, model, gpus)
+    head = f"read {settings.source or 'the launch text'} as {settings.schema} ({settings.input_format})"
+    if settings.world_size is not None:
+        head += f"; world size {settings.world_size} from {settings.world_size_source}"
+    st.note(head)
+    if settings.framework == "megatron":
+        _import_megatron(st)
+    elif settings.framework == "torchtitan":
+        _import_torchtitan(st)
+    else:
+        _import_deepspeed(st)
+    _canonical(st)
+    _listing(st)
+    world = settings.world_size
+    return st.knobs, st.stack, world, st.notes
+
+
+def _canonical(st: _State) -> None:
+    """Values the framework ignores at these degrees, as paraplan's canonical ones (noted)."""
+    k = st.knobs
+    tp, cp, dp = int(_num(k.get("tp"), 1)), int(_num(k.get("cp"), 1)), k.get("dp")
+    if k.get("sequence_parallel") and tp == 1:
+        k["sequence_parallel"] = False
+        st.note("sequence parallelism at TP 1: the framework turns it off (read as off)")
+    if cp == 1 and k.get("cp_comm") not in (None, CpComm.RING):
+        k["cp_comm"] = CpComm.RING
+    zero = int(_num(k.get("zero"), 0))
+    if isinstance(dp, int) and dp * cp == 1 and zero > 0:
+        k["zero"] = 0
+        st.note(f"ZeRO-{zero} over a single data-parallel rank shards nothing: read as ZeRO-0 (the same plan)")
+    if int(_num(k.get("pp"), 1)) == 1 and int(_num(k.get("virtual_stages"), 1)) > 1:
+        k["virtual_stages"] = 1
+        st.note("virtual pipeline stages without pipeline parallelism: read as 1")
+
+
+def _listing(st: _State) -> None:
+    s = st.settings
+    problems = s.problems()
+    if problems:
+        st.note(f"as written the file would not launch: {'; '.join(problems[:6])}"
+                + (f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""))  # fmt: skip
+    if s.unknown:
+        st.note(f"not in {s.schema} (listed, not used): {', '.join(sorted(set(s.unknown)))}")
+    if s.unresolved:
+        items = [f"{k} ({v})" for k, v in s.unresolved.items()]
+        st.note(f"values not known from the file (not used): {'; '.join(items)}")
+    if st.unmodelled:
+        st.note(f"read but not modelled (the prediction ignores them): {', '.join(dict.fromkeys(st.unmodelled))}")
+    st.notes.extend(f"reader: {n}" for n in s.notes)
+
+
+def _num(value: object, default: float) -> float:
+    if isinstance(value, bool) or value is None:
+        return default
+    if isinstance(value, int | float):
+        return value
+    return default
+
+
+def _int_value(st: _State, key: str, value: object) -> int | None:
+    """An integer value, or None with a note when the file's value is not one."""
+    if isinstance(value, bool):
+        st.note(f"{key} {value!r} is not a number (not used)")
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and re.fullmatch(r"[-+]?\d+", value.strip()):
+        return int(value)
+    if value is not None and key not in st.settings.unresolved:
+        st.note(f"{key} {value!r} is not a whole number (not used)")
+    return None
+
+
+def _dp(st: _State, tp: int, pp: int, cp: int) -> int | None:
+    world = st.gpus if st.gpus is not None else st.settings.world_size
+    if world is None:
+        return None
+    if world % (tp * pp * cp):
+        st.note(f"world size {world} is not a multiple of TP {tp} x PP {pp} x CP {cp} = {tp * pp * cp}: DP unknown")
+        return None
+    return world // (tp * pp * cp)
+
+
+# =============================================================================================
+# Megatron-LM (and the Megatron-style flags of a DeepSpeed training script)
+
+# argparse dests that change neither time nor memory (data, tokenizer, optimizer hyperparameters,
+# schedules, logging, checkpoints, numerics of the same kernels).
+_MEGATRON_HARMLESS_PREFIXES = (
+    "adam_", "lr", "min_lr", "decoupled_", "weight_decay", "start_weight_decay", "end_weight_decay", "clip_grad",
+    "init_method", "embedding_init", "data_", "tokenizer_", "tiktoken_", "vocab_file", "merge_file", "split",
+    "mock_data", "num_workers", "dataloader_", "mmap_bin_files", "create_attention_mask", "reset_",
+    "eod_mask_loss", "log_", "logging_level", "tensorboard", "wandb_", "save", "load", "no_load_", "no_save_",
+    "ckpt_", "dist_ckpt", "async_save", "auto_detect_ckpt_format", "use_dist_ckpt", "eval_", "exit_",
+    "train_iters", "train_samples", "profile", "pytorch_profiler", "timing_log", "seed", "distributed_timeout",
+    "rotary_", "rope_", "yarn_", "use_rope_scaling", "mscale", "attention_softmax_in_fp32", "layernorm_epsilon",
+    "layernorm_zero_centered_gamma", "apply_query_key_layer_scaling", "masked_softmax_fusion", "bias_dropout_fusion",
+    "bias_gelu_fusion", "bias_swiglu_fusion", "apply_rope_fusion", "deprecated_use_mcore_models", "hysteresis",
+    "loss_scale", "initial_loss_scale", "min_loss_scale", "check_for_", "calculate_per_token_loss", "finetune",
+    "pretrained_checkpoint", "one_logger", "app_tag", "enable_one_logger", "iterations_to_skip", "override_",
+    "use_checkpoint_", "valid_data_path", "train_data_path", "test_data_path", "per_split_data_args_path",
+    "special_tokens", "null_tokenizer_", "num_dataset_builder_threads", "object_storage_cache_path",
+    "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_input_jitter_eps",
+    "moe_router_pre_softmax", "moe_router_topk_scaling_factor", "moe_router_score_function", "add_position_embedding",
+    "use_rotary_position_embeddings", "distributed_backend", "fp8_amax_", "fp8_margin", "fp8_interval",
+    "no_persist_layer_norm", "sgd_momentum", "lion_", "muon_", "vocab_extra_ids", "make_vocab_size_divisible_by",
+    "gradient_accumulation_fusion", "use_mp_args_from_checkpoint_args", "manual_gc", "perform_initialization",
+    "use_cpu_initialization", "init_model_with_meta_device", "transformer_impl", "spec", "full_validation",
+    "multiple_validation_sets", "validation_set_names", "skip_train", "train_sync_interval", "rerun_mode",
+)  # fmt: skip
+
+# dests the model check reads (the model's architecture as written in the file)
+_MEGATRON_MODEL_DESTS = frozenset({
+    "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "kv_channels", "group_query_attention",
+    "num_query_groups", "swiglu", "normalization", "position_embedding_type", "max_position_embeddings",
+    "untie_embeddings_and_output_weights", "add_bias_linear", "add_qkv_bias", "attention_dropout", "hidden_dropout",
+    "vocab_size", "qk_layernorm", "window_size", "multi_latent_attention", "kv_lora_rank", "q_lora_rank",
+    "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_router_enable_expert_bias",
+    "moe_layer_freq", "padded_vocab_size",
+})  # fmt: skip
+
+
+def _megatron_dests(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """argparse dest -> value and dest -> flag as written, for the Megatron-LM flags of `values`."""
+    table = megatron_args()
+    dests: dict[str, Any] = {}
+    flags: dict[str, str] = {}
+    for flag, value in values.items():
+        spec: MegatronArg | None = table.get(flag)
+        if spec is None:
+            continue
+        dests[spec.dest] = spec.flag_value(flag) if not spec.takes_value else value
+        flags[spec.dest] = flag
+    return dests, flags
+
+
+@dataclass
+class _Megatron:
+    """Megatron-style flags by dest, with the flag each came from, and which were read."""
+
+    st: _State
+    dests: dict[str, Any]
+    flags: dict[str, str]
+    read: set[str] = field(default_factory=set)
+
+    def has(self, dest: str) -> bool:
+        return dest in self.dests
+
+    def get(self, dest: str, default: Any = None) -> Any:
+        self.read.add(dest)
+        return self.dests.get(dest, default)
+
+    def int(self, dest: str, default: int | None = None) -> int | None:
+        self.read.add(dest)
+        if dest not in self.dests:
+            return default
+        value = _int_value(self.st, self.flags[dest], self.dests[dest])
+        return default if value is None else value
+
+    def flag(self, dest: str) -> str:
+        return self.flags.get(dest, "--" + dest.replace("_", "-"))
+
+    def leftover(self) -> list[str]:
+        out = []
+        for dest in self.dests:
+            if dest in self.read or dest in _MEGATRON_MODEL_DESTS or dest.startswith(_MEGATRON_HARMLESS_PREFIXES):
+                continue
+            out.append(self.flags[dest])
+        return out
+
+
+def _import_megatron(st: _State) -> None:
+    meg = _Megatron(st, dict(st.settings.dests), _megatron_dests(st.settings.values)[1])
+    st.knobs["framework"] = "megatron"
+    tp, pp, cp, ep = _megatron_degrees(meg)
+    _megatron_batch(meg, tp, pp, cp)
+    _megatron_pipeline(meg, pp)
+    _megatron_recompute(meg)
+    _megatron_sharding(meg)
+    _megatron_precision(meg)
+    if cp > 1:
+        kinds = meg.get("cp_comm_type", ["p2p"])
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        if set(kinds) == {"allgather"}:
+            st.knobs["cp_comm"] = CpComm.ALLGATHER
+        else:
+            st.knobs["cp_comm"] = CpComm.RING
+            if set(kinds) != {"p2p"}:
+                st.note(f"{meg.flag('cp_comm_type')} {' '.join(map(str, kinds))}: modelled as ring (p2p) exchange")
+    meg.get("cp_comm_type")
+    _megatron_stack(meg, fsdp=bool(meg.get("use_megatron_fsdp")))
+    etp = meg.int("expert_tensor_parallel_size")
+    if etp is not None and etp != tp and ep > 1:
+        st.note(f"{meg.flag('expert_tensor_parallel_size')} {etp} differs from TP {tp}: paraplan models expert TP = TP")
+    _megatron_model_check(meg)
+    _megatron_specials(meg)
+    st.unmodelled.extend(meg.leftover())
+
+
+def _megatron_degrees(meg: _Megatron) -> tuple[int, int, int, int]:
+    st = meg.st
+    tp = meg.int("tensor_model_parallel_size", 1) or 1
+    pp = meg.int("pipeline_model_parallel_size", 1) or 1
+    cp = meg.int("context_parallel_size", 1) or 1
+    ep = meg.int("expert_model_parallel_size", 1) or 1
+    st.knobs.update(tp=tp, pp=pp, cp=cp, ep=ep)
+    if meg.int("gtp_weight_remat_size", 1) not in (None, 1):
+        st.note("--gtp-weight-remat-size: a parallel dimension paraplan does not model")
+    if meg.get("sequence_parallel"):
+        st.knobs["sequence_parallel"] = True
+    else:
+        st.knobs["sequence_parallel"] = False
+    return tp, pp, cp, ep
+
+
+def _megatron_batch(meg: _Megatron, tp: int, pp: int, cp: int) -> None:
+    st = meg.st
+    dp = _dp(st, tp, pp, cp)
+    if dp is not None:
+        st.knobs["dp"] = dp
+    mb = meg.int("micro_batch_size")
+    gb = meg.int("global_batch_size")
+    seq = meg.int("seq_length")
+    if mb is not None:
+        st.knobs["micro_batch"] = mb
+    else:
+        st.note("no --micro-batch-size (Megatron-LM requires one): the micro-batch is left to the search")
+    if gb is not None:
+        st.knobs["global_batch"] = gb
+    elif mb is not None and dp is not None:
+        st.knobs["global_batch"] = mb * dp
+        st.note(f"no --global-batch-size: Megatron-LM's default, micro-batch x DP = {mb * dp}")
+    if seq is not None:
+        st.knobs["seq_len"] = seq
+    else:
+        st.note("no --seq-length: the sequence length is paraplan's default unless given")
+    for dest in ("rampup_batch_size", "step_batch_size_schedule"):
+        if meg.has(dest):
+            meg.get(dest)
+            st.note(f"{meg.flag(dest)}: the global batch ramps up; modelled at the final --global-batch-size")
+
+
+def _megatron_pipeline(meg: _Megatron, pp: int) -> None:
+    st, layers = meg.st, meg.st.model.num_layers
+    emb = bool(meg.get("account_for_embedding_in_pipeline_split"))
+    loss = bool(meg.get("account_for_loss_in_pipeline_split"))
+    v = meg.int("num_virtual_stages_per_pipeline_rank")
+    per_chunk = meg.int("num_layers_per_virtual_pipeline_stage")
+    if v is None and per_chunk is not None and pp > 1:
+        total = layers + emb + loss
+        if total % pp == 0 and (total // pp) % per_chunk == 0:
+            v = total // pp // per_chunk
+        else:
+            st.note(f"{meg.flag('num_layers_per_virtual_pipeline_stage')} {per_chunk} does not divide the layers per "
+                    "stage (Megatron-LM asserts it): read as no virtual stages")  # fmt: skip
+    if meg.has("pipeline_model_parallel_layout"):
+        meg.get("pipeline_model_parallel_layout")
+        st.note("--pipeline-model-parallel-layout: an explicit per-stage layout, modelled as an even split")
+    st.knobs["virtual_stages"] = v if v is not None and v > 0 else 1
+    v = int(_num(st.knobs["virtual_stages"], 1))
+    first = meg.int("decoder_first_pipeline_num_layers")
+    last = meg.int("decoder_last_pipeline_num_layers")
+    st.knobs["first_stage_layers"], st.knobs["last_stage_layers"] = 0, 0
+    if pp == 1:
+        return
+    if first is not None or last is not None:
+        if first is None or last is None:
+            given = first if first is not None else last
+            assert given is not None
+            rest = layers - given
+            if rest % (pp - 1):
+                st.note(f"one of the first/last stage layer counts ({given}) leaves {rest} layers that do not split over "
+                        f"{pp - 1} stages: modelled as an even split")  # fmt: skip
+                return
+            share = rest // (pp - 1)
+            first, last = (given, share) if first is not None else (share, given)
+        st.knobs["first_stage_layers"], st.knobs["last_stage_layers"] = first, last
+        return
+    if emb or loss:
+        total = layers + emb + loss
+        if total % (pp * v) == 0 or (v == 1 and total % pp == 0):
+            share = total // pp
+            st.knobs["first_stage_layers"], st.knobs["last_stage_layers"] = share - emb, share - loss
+        else:
+            st.note("the embedding/loss accounting does not split the layers evenly (Megatron-LM asserts it): "
+                    "modelled as an even split")  # fmt: skip
+
+
+def _megatron_recompute(meg: _Megatron) -> None:
+    st = meg.st
+    granularity = meg.get("recompute_granularity")
+    if meg.get("recompute_activations"):
+        granularity = "selective"
+    method = meg.get("recompute_method")
+    n = meg.int("recompute_num_layers")
+    st.knobs["recompute_layers"] = 0
+    if granularity == "selective":
+        st.knobs["recompute"] = Recompute.SELECTIVE
+        modules = meg.get("recompute_modules")
+        if modules not in (None, ["core_attn"], "core_attn"):
+            st.note(f"{meg.flag('recompute_modules')} {modules}: modelled as Megatron's default selective recompute "
+                    "(core attention)")  # fmt: skip
+    elif granularity == "full":
+        st.knobs["recompute"] = Recompute.FULL
+        if method == "block" and n is not None and n > 0:
+            st.knobs["recompute_layers"] = n
+        elif method == "uniform":
+            if n not in (None, 1):
+                st.note(f"--recompute-method uniform with {n} layers per group: every layer is recomputed (modelled "
+                        "as full recompute of all layers)")  # fmt: skip
+        else:
+            st.note("--recompute-granularity full without --recompute-method: Megatron-LM stops with 'Invalid "
+                    "activation recompute method'; modelled as full recompute of all layers")  # fmt: skip
+    else:
+        st.knobs["recompute"] = Recompute.NONE
+    if meg.get("distribute_saved_activations"):
+        st.unmodelled.append(meg.flag("distribute_saved_activations"))
+    if meg.has("checkpoint_activations"):
+        meg.get("checkpoint_activations")
+        st.note("--checkpoint-activations: Megatron-LM d98e8a64 exits on it (use --recompute-granularity)")
+
+
+_FSDP_ZERO = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}
+
+
+def _megatron_sharding(meg: _Megatron) -> None:
+    st = meg.st
+    if meg.get("use_megatron_fsdp"):
+        strategy = meg.get("data_parallel_sharding_strategy", "optim_grads_params")
+        st.knobs["zero"] = _FSDP_ZERO.get(str(strategy), 3)
+    elif meg.get("use_torch_fsdp2"):
+        reshard = meg.get("torch_fsdp2_reshard_after_forward", True)
+        st.knobs["zero"] = 3 if reshard else 2
+        st.note("--use-torch-fsdp2: modelled as ZeRO-3 (ZeRO-2 without reshard after forward)")
+    elif meg.get("use_distributed_optimizer"):
+        st.knobs["zero"] = 1
+        instances = meg.int("num_distributed_optimizer_instances", 1)
+        if instances not in (None, 1):
+            st.note(f"--num-distributed-optimizer-instances {instances}: modelled as one instance over all DP ranks")
+    else:
+        st.knobs["zero"] = 0
+    for dest in ("megatron_fsdp_version", "ckpt_format"):
+        meg.get(dest)
+    if meg.get("optimizer_cpu_offload"):
+        st.knobs["offload"] = Offload.OPTIMIZER
+        fraction = meg.get("optimizer_offload_fraction")
+        if isinstance(fraction, float | int) and not isinstance(fraction, bool) and fraction < 1:
+            st.note(f"--optimizer-offload-fraction {fraction}: modelled as the whole optimizer offloaded")
+        meg.get("use_precision_aware_optimizer")
+    else:
+        st.knobs["offload"] = Offload.NONE
+    opt = meg.get("optimizer", "adam")
+    if opt not in ("adam",):
+        st.note(f"--optimizer {opt}: modelled as Adam (its states and step)")
+
+
+def _megatron_precision(meg: _Megatron) -> None:
+    st = meg.st
+    fp8 = meg.get("fp8")
+    if meg.get("fp4"):
+        st.note("--fp4-format: FP4 is not modelled")
+    if fp8:
+        st.knobs["precision"] = Precision.FP8
+        recipe = meg.get("fp8_recipe", "delayed")
+        if recipe not in ("delayed", "tensorwise"):
+            st.note(f"--fp8-recipe {recipe}: modelled as per-tensor FP8")
+        if meg.get("fp8_param_gather"):
+            st.unmodelled.append(meg.flag("fp8_param_gather"))
+    elif meg.get("fp16"):
+        st.knobs["precision"] = Precision.FP16
+    else:
+        st.knobs["precision"] = Precision.BF16
+        if not meg.get("bf16"):
+            st.note("neither --bf16 nor --fp16: Megatron-LM trains in fp32, which paraplan does not model (read as bf16)")
+    meg.get("bf16")
+
+
+def _megatron_stack(meg: _Megatron, fsdp: bool) -> None:
+    st = meg.st
+    backend = meg.get("attention_backend", "auto")
+    if backend in ("unfused", "local"):
+        st.stack["flash_attention"] = False
+    else:
+        st.stack["flash_attention"] = True
+        if backend == "fused" and meg.has("attention_backend"):
+            st.note("--attention-backend fused: cuDNN fused attention, flash-style (no s x s scores): modelled as "
+                    "flash attention")  # fmt: skip
+        elif backend == "auto":
+            st.note("--attention-backend auto (Megatron's default) picks flash or cuDNN fused attention, both "
+                    "flash-style: modelled as flash attention")  # fmt: skip
+    if meg.get("use_flash_attn"):
+        st.note(f"--use-flash-attn is parsed but never read at Megatron-LM {MEGATRON_COMMIT[:8]}; the attention "
+                "kernel is --attention-backend")  # fmt: skip
+    st.stack["dp_overlap"] = bool(meg.get("overlap_grad_reduce"))
+    meg.get("overlap_param_gather")
+    precision = st.knobs.get("precision")
+    if fsdp:
+        dtype = meg.get("megatron_fsdp_main_grads_dtype", "auto")
+        st.stack["main_grads"] = "fp32" if dtype == "fp32" else "bf16"
+        if dtype == "auto":
+            st.note("--megatron-fsdp-main-grads-dtype auto: the parameters' dtype (2-byte gradients)")
+    elif meg.get("use_precision_aware_optimizer") and meg.get("main_grads_dtype", "fp32") == "bf16":
+        st.stack["main_grads"] = "bf16"
+    elif precision == Precision.FP16:
+        st.stack["main_grads"] = "fp32" if meg.get("accumulate_allreduce_grads_in_fp32") else "bf16"
+    else:
+        st.stack["main_grads"] = "bf16" if meg.get("grad_reduce_in_bf16") else "fp32"
+    for dest in ("grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32", "main_grads_dtype"):
+        meg.get(dest)
+    st.stack["tp_overlap"] = True
+    if meg.get("tp_comm_overlap"):
+        st.unmodelled.append(meg.flag("tp_comm_overlap"))
+    st.stack["p2p_overlap"] = bool(meg.get("overlap_p2p_comm", True))
+
+
+def _megatron_model_check(meg: _Megatron) -> None:
+    """The file's architecture flags against --model: mismatches are listed (the model wins)."""
+    st = meg.st
+    probe = Layout(seq_len=int(_num(st.knobs.get("seq_len"), 4096)))
+    try:
+        expected = megatron_model_flags(st.model, probe)
+    except InputError as exc:
+        st.note(f"the model's architecture is not checked against the file's flags ({str(exc).split('-- ')[-1]})")
+        return
+    table = megatron_args()
+    want: dict[str, Any] = {}
+    for flag, value in expected:
+        spec = table[flag]
+        want[spec.dest] = spec.flag_value(flag) if value is None else value
+    want.setdefault("swiglu", False)
+    want.setdefault("untie_embeddings_and_output_weights", False)
+    want.setdefault("group_query_attention", False)
+    mismatches = []
+    for dest, value in want.items():
+        if dest in ("vocab_size", "max_position_embeddings", "moe_token_dispatcher_type"):
+            if dest == "moe_token_dispatcher_type" and meg.has(dest) and meg.get(dest) != "alltoall":
+                st.note(f"--moe-token-dispatcher-type {meg.get(dest)}: expert traffic modelled as all-to-all")
+            if dest == "vocab_size" and meg.has(dest) and str(meg.get(dest)) != str(value):
+                mismatches.append(f"{meg.flag(dest)} {meg.get(dest)} (model {value})")
+            continue
+        default = table[_flag_of(dest)].default if _flag_of(dest) in table else None
+        if dest in ("normalization", "position_embedding_type", "swiglu", "untie_embeddings_and_output_weights",
+                    "group_query_attention", "add_bias_linear", "attention_dropout", "hidden_dropout"):  # fmt: skip
+            got = meg.dests.get(dest, default)
+        elif meg.has(dest):
+            got = meg.dests[dest]
+        else:
+            continue
+        if dest == "add_bias_linear":
+            value = False
+        if str(got) != str(value) and not _same_number(got, value):
+            shown = meg.flag(dest) if meg.has(dest) else f"{_flag_of(dest)} (default)"
+            mismatches.append(f"{shown} {got} (model {value})")
+    if mismatches:
+        st.note(f"the file's architecture differs from {st.model.name}: {'; '.join(mismatches)}; the prediction "
+                "uses --model")  # fmt: skip
+
+
+def _flag_of(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _same_number(a: Any, b: Any) -> bool:
+    try:
+        return math.isclose(float(a), float(b))
+    except (TypeError, ValueError):
+        return False
+
+
+def _megatron_specials(meg: _Megatron) -> None:
+    st = meg.st
+    if meg.get("cpu_offloading") or meg.has("cpu_offloading_num_layers"):
+        st.note("activation CPU offloading is not modelled")
+    for dest in ("hybrid_layer_pattern", "hybrid_override_pattern", "mtp_num_layers", "heterogeneous_layers_config_path"):
+        if meg.has(dest):
+            meg.get(dest)
+            st.note(f"{meg.flag(dest)}: not modelled (the model is --model {st.model.name})")
+
+
+# =============================================================================================
+# DeepSpeed 0.19.8 (JSON) + the training script's Megatron-style flags
+
+_DS_MAPPED = frozenset({
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "zero_optimization.stage",
+    "zero_optimization.overlap_comm", "zero_optimization.offload_optimizer.device",
+    "zero_optimization.offload_param.device", "zero_optimization.cpu_offload", "bf16.enabled", "bfloat16.enabled",
+    "fp16.enabled", "data_types.grad_accum_dtype", "sequence_parallel_size",
+})  # fmt: skip
+_DS_HARMLESS = (
+    "optimizer.", "scheduler.", "steps_per_print", "wall_clock_breakdown", "gradient_clipping", "tensorboard.",
+    "wandb.", "csv_monitor.", "comms_logger.", "flops_profiler.", "zero_allow_untested_optimizer", "fp16.loss_scale",
+    "fp16.initial_scale_power", "fp16.hysteresis", "fp16.min_loss_scale", "fp16.consecutive_hysteresis",
+    "fp16.auto_cast", "dump_state", "zero_optimization.contiguous_gradients", "zero_optimization.reduce_scatter",
+    "zero_optimization.offload_optimizer.pin_memory", "zero_optimization.offload_param.pin_memory",
+    "zero_optimization.offload_optimizer.nvme_path", "zero_optimization.offload_param.nvme_path",
+    "zero_optimization.load_from_fp32_weights", "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+    "zero_optimization.gather_16bit_weights_on_model_save", "checkpoint.", "memory_breakdown", "timers.",
+    "zero_force_ds_cpu_optimizer", "gradient_predivide_factor", "prescale_gradients", "dataloader_drop_last",
+    "disable_allgather", "log_level", "data_types.",
+)  # fmt: skip
+
+
+def _import_deepspeed(st: _State) -> None:
+    s = st.settings
+    v = s.values
+    script = {k: val for k, val in v.items() if k.startswith("-")}
+    config = {k: val for k, val in v.items() if not k.startswith("-")}
+    dests, flags = _megatron_dests(script)
+    meg = _Megatron(st, dests, flags)
+    st.knobs["framework"] = "deepspeed"
+    tp = meg.int("tensor_model_parallel_size", 1) or 1
+    pp = meg.int("pipeline_model_parallel_size", 1) or 1
+    ep = meg.int("expert_model_parallel_size", 1) or 1
+    if "--no-pipeline-parallel" in script:
+        if pp > 1:
+            st.note("--no-pipeline-parallel with PP > 1: Megatron-DeepSpeed runs without its pipeline engine")
+    st.knobs.update(tp=tp, pp=pp, cp=1, ep=ep, virtual_stages=1, first_stage_layers=0, last_stage_layers=0)
+    st.knobs["sequence_parallel"] = bool(meg.get("sequence_parallel"))
+    ulysses = _int_value(st, "sequence_parallel_size", config.get("sequence_parallel_size", 1))
+    if ulysses is not None and ulysses > 1:
+        st.note(f"sequence_parallel_size {ulysses}: DeepSpeed-Ulysses is not modelled (CP read as 1)")
+    dp = _dp(st, tp, pp, 1)
+    if dp is not None:
+        st.knobs["dp"] = dp
+    _deepspeed_batch(st, meg, config, dp)
+    seq = meg.int("seq_length")
+    if seq is not None:
+        st.knobs["seq_len"] = seq
+    else:
+        st.note("the training script states no --seq-length: the sequence length is paraplan's default unless given")
+    stage = _int_value(st, "zero_optimization.stage", config.get("zero_optimization.stage", 0))
+    st.knobs["zero"] = stage if stage is not None else 0
+    script_stage = script.get("--zero-stage")
+    if script_stage is not None and str(script_stage) != str(st.knobs["zero"]):
+        st.note(f"--zero-stage {script_stage} differs from zero_optimization.stage {st.knobs['zero']}: the JSON is "
+                "what DeepSpeed runs")  # fmt: skip
+    _deepspeed_offload(st, config)
+    _deepspeed_precision(st, config, meg)
+    _megatron_recompute(meg)
+    if "--checkpoint-activations" in script:
+        st.knobs["recompute"] = Recompute.FULL
+        st.knobs["recompute_layers"] = 0
+        st.notes[:] = [n for n in st.notes if not n.startswith("--checkpoint-activations")]
+        st.note("--checkpoint-activations (Megatron-DeepSpeed): full recompute of every layer")
+    for key in ("activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing"):
+        if config.get(key) is True:
+            st.unmodelled.append(key)
+    _deepspeed_stack(st, config, meg)
+    _megatron_model_check(meg)
+    known = _DS_MAPPED | {"activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing"}
+    for key in config:
+        if key in known or key.startswith(_DS_HARMLESS) or key in s.unknown:
+            continue
+        if key.startswith("activation_checkpointing.") and config[key] in (False, None, 0):
+            continue
+        st.unmodelled.append(key)
+    integration = {"--deepspeed", "--deepspeed_config", "--deepspeed-config", "--zero-stage", "--no-pipeline-parallel",
+                   "--checkpoint-activations", "--deepspeed-activation-checkpointing", "--use-flash-attn-v2",
+                   "--use-flash-attn-v1", "--use-flash-attn-triton"}  # fmt: skip
+    table = megatron_args()
+    others = [f for f in script if f not in table and f not in integration and f.startswith("--")]
+    if others:
+        st.note(f"training-script flags that are not Megatron-LM {MEGATRON_COMMIT[:8]}'s (listed, not used): "
+                f"{', '.join(others)}")  # fmt: skip
+    st.unmodelled.extend(meg.leftover())
+
+
+def _deepspeed_batch(st: _State, meg: _Megatron, config: Mapping[str, Any], dp: int | None) -> None:
+    mb = _int_value(st, "train_micro_batch_size_per_gpu", config.get("train_micro_batch_size_per_gpu"))
+    gb = _int_value(st, "train_batch_size", config.get("train_batch_size"))
+    ga = _int_value(st, "gradient_accumulation_steps", config.get("gradient_accumulation_steps"))
+    script_mb, script_gb = meg.int("micro_batch_size"), meg.int("global_batch_size")
+    if mb is None:
+        mb = script_mb
+    if gb is None and mb is not None and ga is not None and dp is not None:
+        gb = mb * ga * dp
+    if gb is None:
+        gb = script_gb
+    if mb is None and gb is not None and ga is not None and dp is not None and gb % (ga * dp) == 0:
+        mb = gb // (ga * dp)
+    for ours, theirs, name in ((mb, script_mb, "--micro-batch-size"), (gb, script_gb, "--global-batch-size")):
+        if ours is not None and theirs is not None and ours != theirs:
+            st.note(f"{name} {theirs} in the script differs from the DeepSpeed config's {ours}: the config's is used")
+    if mb is not None:
+        st.knobs["micro_batch"] = mb
+    else:
+        st.note("no micro-batch in the DeepSpeed config or the script: left to the search")
+    if gb is not None:
+        st.knobs["global_batch"] = gb
+
+
+def _deepspeed_offload(st: _State, config: Mapping[str, Any]) -> None:
+    opt = config.get("zero_optimization.offload_optimizer.device")
+    par = config.get("zero_optimization.offload_param.device")
+    legacy = config.get("zero_optimization.cpu_offload") is True
+    if par in ("cpu", "nvme"):
+        st.knobs["offload"] = Offload.ALL
+    elif opt in ("cpu", "nvme") or legacy:
+        st.knobs["offload"] = Offload.OPTIMIZER
+    else:
+        st.knobs["offload"] = Offload.NONE
+    if "nvme" in (opt, par):
+        st.note("NVMe offload: modelled as offload to host memory")
+
+
+def _deepspeed_precision(st: _State, config: Mapping[str, Any], meg: _Megatron) -> None:
+    if config.get("bf16.enabled") is True or config.get("bfloat16.enabled") is True:
+        st.knobs["precision"] = Precision.BF16
+    elif config.get("fp16.enabled") is True:
+        st.knobs["precision"] = Precision.FP16
+    else:
+        st.knobs["precision"] = Precision.BF16
+        st.note("neither bf16 nor fp16 is enabled: DeepSpeed trains in fp32, which paraplan does not model (read as bf16)")
+    script = "fp16" if meg.get("fp16") else "bf16" if meg.get("bf16") else None
+    if script is not None and script != str(st.knobs["precision"]):
+        st.note(f"the script's --{script} differs from the DeepSpeed config's {st.knobs['precision']}: the config's is used")
+
+
+def _deepspeed_stack(st: _State, config: Mapping[str, Any], meg: _Megatron) -> None:
+    script = {k for k in st.settings.values if k.startswith("-")}
+    if meg.has("attention_backend"):
+        st.stack["flash_attention"] = meg.get("attention_backend") not in ("unfused", "local")
+    elif script & {"--use-flash-attn", "--use-flash-attn-v2", "--use-flash-attn-v1", "--use-flash-attn-triton"}:
+        meg.get("use_flash_attn")
+        st.stack["flash_attention"] = True
+    else:
+        st.stack["flash_attention"] = True
+        st.note("no attention-kernel flag: the training script decides; modelled as flash attention")
+    overlap = config.get("zero_optimization.overlap_comm")
+    st.stack["dp_overlap"] = bool(overlap) if isinstance(overlap, bool) else st.knobs.get("zero") == 3
+    accum = config.get("data_types.grad_accum_dtype")
+    st.stack["main_grads"] = "fp32" if accum == "fp32" else "bf16"
+    st.stack["tp_overlap"] = True
+    st.stack["p2p_overlap"] = False
+
+
+# =============================================================================================
+# torchtitan 0.3.0 flags (and v0.2.2 TOML)
+
+_TITAN_HARMLESS = (
+    "job.", "profiler.", "profiling.", "metrics.", "checkpoint.", "dataloader.", "validator.", "validation.",
+    "optimizer.", "lr_scheduler.", "debug.seed", "debug.print_config", "debug.save_config_file",
+    "debug.enable_structured_logging", "hf_assets_path", "dump_folder", "training.steps", "training.max_norm",
+    "training.gc_freq", "training.gc_debug", "training.dataset", "training.dataloader.", "model.hf_assets_path",
+    "model.tokenizer_path", "model.print_after_conversion", "comm.init_timeout_seconds", "comm.train_timeout_seconds",
+    "comm.trace_buf_size", "comm.save_traces_folder", "comm.save_traces_file_prefix", "loss.", "compile.components",
+    "compile.backend", "activation_checkpoint.preserve_rng_state", "activation_checkpoint.determinism_check",
+    "activation_checkpoint.debug", "parallelism.context_parallel_load_balancer", "quantize.linear.float8.filter_fqns",
+    "quantize.linear.mx.filter_fqns", "parallelism.spmd_backend", "training.mixed_precision_reduce",
+)  # fmt: skip
+_SINGLE_STAGE = frozenset({"1F1B", "GPipe"})
+
+
+def _import_torchtitan(st: _State) -> None:
+    s = st.settings
+    v = s.values
+    old = s.schema.endswith(TORCHTITAN_TOML_VERSION) and s.config is not None
+    used = st.used
+
+    def get(key: str, default: Any = None) -> Any:
+        used.add(key)
+        return v.get(key, default)
+
+    def num(key: str, default: int) -> int:
+        used.add(key)
+        if key not in v:
+            return default
+        value = _int_value(st, key, v[key])
+        return default if value is None else value
+
+    st.knobs["framework"] = "torchtitan"
+    registry = _titan_registry(st, get, old)
+    tp = num("parallelism.tensor_parallel_degree", 1)
+    pp = num("parallelism.pipeline_parallel_degree", 1)
+    cp = num("parallelism.context_parallel_degree", 1)
+    ep = num("parallelism.expert_parallel_degree", 1)
+    st.knobs.update(tp=tp, pp=pp, cp=cp, ep=ep)
+    if ep > 1:
+        st.note(f"EP {ep}: torchtitan borrows expert ranks from FSDP and TP; modelled as Megatron-style EP over DP x CP")
+    replicate = num("parallelism.data_parallel_replicate_degree", 1)
+    shard = num("parallelism.data_parallel_shard_degree", -1)
+    world = st.gpus if st.gpus is not None else s.world_size
+    if shard == -1:
+        if world is not None and world % (replicate * cp * tp * pp) == 0:
+            shard = world // (replicate * cp * tp * pp)
+        else:
+            shard = 0  # unknown
+    dp = replicate * shard if shard > 0 else None
+    if dp is None:
+        dp = _dp(st, tp, pp, cp)
+    elif world is not None and dp * tp * pp * cp != world:
+        st.note(f"replicate {replicate} x shard {shard} x CP {cp} x TP {tp} x PP {pp} != world size {world}")
+    if dp is not None:
+        st.knobs["dp"] = dp
+    reshard = get("parallelism.fsdp_reshard_after_forward", "default")
+    sharded = shard * cp > 1 if shard > 0 else replicate == 1
+    if not sharded:
+        st.knobs["zero"] = 0
+    else:
+        st.knobs["zero"] = 2 if reshard == "never" or (reshard == "default" and pp > 1) else 3
+        if replicate > 1:
+            st.note(f"HSDP (replicate {replicate} x shard {shard}): modelled as ZeRO-{st.knobs['zero']} over all "
+                    "data-parallel ranks")  # fmt: skip
+        elif shard == 1 and cp > 1:
+            st.note(f"FSDP over the {cp} context-parallel ranks only: modelled as ZeRO-{st.knobs['zero']} over DP x CP")
+    st.knobs["sequence_parallel"] = tp > 1 and bool(get("parallelism.enable_sequence_parallel", True))
+    _titan_batch(st, num, registry, pp, dp)
+    _titan_pipeline(st, get, num, pp)
+    _titan_recompute(st, get, registry, old)
+    _titan_precision(st, get, registry, old)
+    st.knobs["offload"] = Offload.ALL if get("training.enable_cpu_offload") else Offload.NONE
+    if cp > 1:
+        method = get("parallelism.context_parallel_rotate_method", "allgather") if old else "allgather"
+        st.knobs["cp_comm"] = CpComm.ALLGATHER if method == "allgather" else CpComm.RING
+        if method == "alltoall":
+            st.note("context_parallel_rotate_method alltoall: K/V passed around the ring, modelled as ring")
+    if get("training.dtype", "float32") == "bfloat16":
+        st.note("training.dtype bfloat16 (bf16 parameter storage) is not modelled: paraplan models FSDP2's fp32 "
+                "parameters")  # fmt: skip
+    async_key = "parallelism.enable_async_tensor_parallel" if old else "compile.enable_async_tensor_parallel"
+    async_default = registry.async_tp if registry is not None else False
+    st.stack.update(flash_attention=True, dp_overlap=True, main_grads="fp32", p2p_overlap=False,
+                    tp_overlap=bool(get(async_key, async_default)))  # fmt: skip
+    if get("compile.enable") and not st.stack["tp_overlap"]:
+        st.unmodelled.append("compile.enable")
+    for key in ("comm.mode",):
+        mode = get(key)
+        if mode not in (None, "default"):
+            st.note(f"comm.mode {mode}: a debugging mode without real communication")
+    for key in v:
+        if key in used or key.startswith(_TITAN_HARMLESS) or key in s.unknown or key in s.unresolved:
+            continue
+        st.unmodelled.append(key)
+
+
+def _titan_registry(st: _State, get: Getter, old: bool) -> TitanConfig | None:
+    """The registry config the run builds its model from (0.3.0 --config; v0.2 model.name/flavor)."""
+    m = st.model
+    dims = (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.ffn_hidden_size, m.vocab_size)
+    if old:
+        name, flavor = get("model.name", "llama3"), get("model.flavor", "debugmodel")
+        cfg = next((c for c in TITAN_REGISTRY.values() if c.module == name and c.size == flavor), None)
+        what = f"model.name {name} / model.flavor {flavor}"
+    else:
+        module, config = get("module"), get("config")
+        cfg = TITAN_REGISTRY.get(str(config))
+        what = f"--module {module} --config {config}"
+        if module not in (None, "llama3"):
+            st.note(f"--module {module}: torchtitan module other than llama3; the model is taken from --model")
+        if config is None:
+            st.note("no --config: torchtitan 0.3.0 requires --module and --config")
+    if cfg is not None and cfg.dims != dims:
+        st.note(f"{what} builds Llama 3.1 {cfg.size}, not {m.name}: the prediction uses --model {m.name}")
+    elif cfg is None:
+        st.note(f"{what} is not a torchtitan registry config paraplan knows: the model is taken from --model "
+                f"{m.name}")  # fmt: skip
+    return cfg
+
+
+def _titan_batch(st: _State, num: Getter, registry: TitanConfig | None, pp: int, dp: int | None) -> None:
+    local = num("training.local_batch_size", -1)
+    if local == -1:
+        local = registry.local_batch if registry is not None else _TITAN_DEFAULT_LOCAL
+        st.note(f"training.local_batch_size not given: read as the config's {local}")
+    global_batch = num("training.global_batch_size", -1)
+    if global_batch <= 0:
+        global_batch = local * dp if dp is not None else -1
+    if pp > 1:
+        mb = num("parallelism.pipeline_parallel_microbatch_size", 1)
+        st.knobs["micro_batch"] = mb
+        if dp is not None and global_batch > 0 and global_batch > local * dp:
+            flushes = global_batch // (local * dp)
+            st.note(f"gradient accumulation over {flushes} pipeline flushes: modelled as one flush of "
+                    f"{global_batch // (dp * mb)} micro-batches")  # fmt: skip
+    else:
+        st.knobs["micro_batch"] = local
+    if global_batch > 0:
+        st.knobs["global_batch"] = global_batch
+    seq = num("training.seq_len", -1)
+    if seq == -1:
+        seq = registry.seq_len if registry is not None else _TITAN_DEFAULT_SEQ
+        st.note(f"training.seq_len not given: read as the config's {seq}")
+    st.knobs["seq_len"] = seq
+
+
+_TITAN_DEFAULT_LOCAL, _TITAN_DEFAULT_SEQ = 8, 2048  # TrainingConfig's defaults (configs outside the registry)
+
+
+def _titan_split_counts(layers: int, stages: int, less_first: int, less_last: int) -> list[int] | None:
+    """Real layers per pipeline chunk, as torchtitan 0.3.0's _generate_llm_fqn_per_model_part."""
+    effective = layers + less_first + less_last
+    if stages < 1 or stages > effective:
+        return None
+    base, extra = divmod(effective, stages)
+    if base == 0 or less_first > base or less_last > base:
+        return None
+    counts: list[int] = []
+    left = layers
+    for i in range(stages):
+        share = base + (1 if i < extra else 0)
+        if i == 0:
+            share -= less_first
+        elif i == stages - 1:
+            share -= less_last
+        take = max(0, min(share, left))
+        counts.append(take)
+        left -= take
+    return counts
+
+
+def _titan_pipeline(st: _State, get: Getter, num: Getter, pp: int) -> None:
+    layers = st.model.num_layers
+    schedule = str(get("parallelism.pipeline_parallel_schedule", "1F1B"))
+    per_stage = get("parallelism.pipeline_parallel_layers_per_stage")
+    less_first = num("parallelism.pipeline_parallel_first_stage_less_layers", 1)
+    less_last = num("parallelism.pipeline_parallel_last_stage_less_layers", 1)
+    st.knobs["virtual_stages"], st.knobs["first_stage_layers"], st.knobs["last_stage_layers"] = 1, 0, 0
+    if pp == 1:
+        return
+    if get("parallelism.module_fqns_per_model_part") is not None:
+        st.note("parallelism.module_fqns_per_model_part: an explicit split, modelled as an even split")
+        return
+    if schedule in _SINGLE_STAGE:
+        v = 1
+        if schedule == "GPipe":
+            st.note("schedule GPipe: modelled as 1F1B (GPipe keeps every micro-batch's activations)")
+    else:
+        if schedule != "Interleaved1F1B":
+            st.note(f"schedule {schedule}: modelled as interleaved 1F1B")
+        if isinstance(per_stage, int) and per_stage > 0:
+            stages = -(-(layers + less_first + less_last) // per_stage)
+            if stages % pp:
+                st.note(f"{stages} stages do not divide over PP {pp} (torchtitan stops): read as 2 stages per rank")
+                stages = 2 * pp
+        else:
+            stages = 2 * pp
+            st.note("no pipeline_parallel_layers_per_stage with a looped schedule: torchtitan's default of 2 stages "
+                    "per rank")  # fmt: skip
+        v = stages // pp
+    st.knobs["virtual_stages"] = v
+    if less_first == 0 and less_last == 0:
+        return
+    counts = _titan_split_counts(layers, pp * v, less_first, less_last)
+    if counts is None:
+        st.note("the first/last stage weights leave an empty stage (torchtitan stops): modelled as an even split")
+        return
+    per_gpu = [sum(counts[r::pp]) for r in range(pp)]
+    first, last, middles = per_gpu[0], per_gpu[-1], per_gpu[1:-1]
+    if pp == 2 or len(set(middles)) == 1:
+        if pp > 2 and (layers - first - last) % (pp - 2):
+            st.note(f"torchtitan splits the layers {'/'.join(map(str, per_gpu))} per GPU: modelled as an even split")
+            return
+        st.knobs["first_stage_layers"], st.knobs["last_stage_layers"] = first, last
+        if first == last == (middles[0] if middles else first) and pp > 2:
+            st.knobs["first_stage_layers"], st.knobs["last_stage_layers"] = 0, 0
+    else:
+        st.note(f"torchtitan splits the layers {'/'.join(map(str, per_gpu))} per GPU (first to last stage): "
+                "modelled as an even split")  # fmt: skip
+
+
+def _titan_recompute(st: _State, get: Getter, registry: TitanConfig | None, old: bool) -> None:
+    st.knobs["recompute_layers"] = 0
+    if old:
+        mode = str(get("activation_checkpoint.mode", "selective"))
+        option = str(get("activation_checkpoint.selective_ac_option", "2"))
+        if mode == "selective" and option != "op":
+            try:
+                every = int(option)
+            except ValueError:
+                every = 0
+            if every > 0:
+                chunk = -(-st.model.num_layers // max(1, int(_num(st.knobs.get("pp"), 1))))
+                count = max(1, round(chunk / every))
+                st.knobs["recompute"] = Recompute.FULL
+                st.knobs["recompute_layers"] = count
+                st.note(f"selective_ac_option {every} (every {every}th layer fully checkpointed): modelled as full "
+                        f"recompute of {count} layers per chunk")  # fmt: skip
+                return
+            mode = "selective"
+        token = {"memory_budget": "memory-budget"}.get(mode, mode)
+    else:
+        token = str(get("activation_checkpoint", "")) or ""
+        if not token:
+            token = str(registry.recompute) if registry is not None else "selective"
+            st.note(f"no activation-checkpoint subcommand: the config's default, {token}")
+    if token == "none":
+        st.knobs["recompute"] = Recompute.NONE
+    elif token == "full":
+        st.knobs["recompute"] = Recompute.FULL
+    elif token == "memory-budget":
+        st.knobs["recompute"] = Recompute.SELECTIVE
+        st.note("memory-budget activation checkpointing (compile-chosen) is not modelled: read as selective")
+    else:
+        st.knobs["recompute"] = Recompute.SELECTIVE
+
+
+def _titan_precision(st: _State, get: Getter, registry: TitanConfig | None, old: bool) -> None:
+    if get("training.mixed_precision_param", "bfloat16") == "float32":
+        st.note("training.mixed_precision_param float32: fp32 compute is not modelled (read as bf16)")
+    if old:
+        converters = get("model.converters", []) or []
+        names = [str(c) for c in (converters if isinstance(converters, list) else [converters])]
+        fp8 = any("float8" in c or c.startswith("mx") for c in names)
+        if any(c.startswith("mx") for c in names):
+            st.note("MX converters: modelled as FP8")
+    else:
+        config = str(get("config", ""))
+        if registry is not None:
+            fp8 = registry.precision == Precision.FP8
+            if fp8:
+                st.note(f"--config {config} converts the linears to float8 (Float8LinearConverter): FP8")
+        else:
+            low = config.lower()
+            fp8 = any(t in low for t in ("float8", "fp8", "mxfp8", "nvfp4"))
+            if fp8:
+                st.note(f"--config {config}: FP8 read from the config's name (its converters are not visible here)")
+            if "nvfp4" in low:
+                st.note("NVFP4 is not modelled: read as FP8")
+    st.knobs["precision"] = Precision.FP8 if fp8 else Precision.BF16
+
+
+# =============================================================================================
+# validate --from-launch
+
+
+@dataclass(frozen=True)
+class ResolvedLaunch:
+    """What `validate` needs from a launch file: the GPU count, the plan, the knobs, the stack."""
+
+    gpus: int
+    plan: str
+    knobs: dict[str, object]
+    stack: dict[str, object]
+    notes: list[str]
+    settings: LaunchSettings
+
+
+def resolve_from_launch(
+    path: str | os.PathLike[str],
+    model: ModelSpec,
+    *,
+    gpus: int | None,
+    plan: str | None,
+    knobs: Mapping[str, object],
+    stack: Mapping[str, object] | None,
+) -> ResolvedLaunch:
+    """The file's plan with the user's explicit values on top (each override noted)."""
+    settings = load_launch(path)
+    knobs_in, stack_in, world, notes = layout_from_launch(settings, model, gpus)
+    notes = list(notes)
+    if gpus is not None and world is not None and gpus != world:
+        notes.insert(1, f"--gpus {gpus} overrides the file's world size {world}")
+    total = gpus if gpus is not None else world
+    if total is None:
+        raise InputError(f"{settings.source}: the file does not state its world size (torchrun --nnodes/--nproc_per_node, "
+                         "deepspeed --num_nodes/--num_gpus, NGPU=...): give --gpus")  # fmt: skip
+    merged: dict[str, object] = dict(knobs_in)
+    for name, value in knobs.items():
+        if value is None:
+            continue
+        if name in merged and str(merged[name]) != str(value):
+            notes.append(f"--{name.replace('_', '-')} {value} (given) overrides the file's {merged[name]}")
+        merged[name] = value
+    merged_stack = dict(stack_in)
+    for name, value in (stack or {}).items():
+        if value is None:
+            continue
+        if name in merged_stack and merged_stack[name] != value:
+            notes.append(f"--{name.replace('_', '-')} {value} (given) overrides the file's {merged_stack[name]}")
+        merged_stack[name] = value
+    degrees = {d: merged.pop(d) for d in ("tp", "pp", "dp", "cp", "ep") if d in merged}
+    if plan is None:
+        tp, pp, cp = (int(_num(degrees.get(d), 1)) for d in ("tp", "pp", "cp"))
+        if total % (tp * pp * cp):
+            raise InputError(f"{settings.source}: {total} GPUs are not a multiple of TP {tp} x PP {pp} x CP {cp} "
+                             f"= {tp * pp * cp}: give --gpus (the file's world size is {world})")  # fmt: skip
+        dp = total // (tp * pp * cp)
+        if "dp" in degrees and degrees["dp"] != dp:
+            notes.append(f"DP {dp} from {total} GPUs (the file's own world size gives DP {degrees['dp']})")
+        parts = [f"TP{tp}", f"PP{pp}", f"DP{dp}", f"CP{cp}", f"EP{int(_num(degrees.get('ep'), 1))}"]
+        plan = "/".join(parts)
+        if dp * cp == 1 and int(_num(merged.get("zero"), 0)) > 0:
+            merged["zero"] = 0
+    else:
+        notes.append(f"--plan {plan} (given) replaces the file's degrees")
+    return ResolvedLaunch(total, plan, merged, merged_stack, notes, settings)
+

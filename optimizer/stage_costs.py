@@ -1,0 +1,415 @@
+"""Per-stage cost tables of a GPU pool, priced by the cost model (one formula in one place).
+
+A pool plan (`paraplan.pools`) is a pipeline whose stages may sit on different GPU types, each
+with its own TP degree, recompute mode and number of layers; DP replicates the whole pipeline.
+The constraint model (`paraplan.stage_model`) needs, for one choice of the global knobs (DP d,
+micro-batch b), the cost of every stage *option* o = (GPU type, TP, recompute) as numbers that
+are linear in the stage's layer count. This module derives them by calling the cost model on
+one-row `Layouts` (TP, DP = d, micro-batch b, PP, the settings), never by restating a formula:
+
+* time per micro-batch and layer (`compute.micro_batch_times` forward + backward + recompute,
+  and `traffic.tp_per_layer_s`, the exposed TP collectives), the LM head's forward + backward on
+  the last stage (3 x `compute.head_fwd_s`, as `evaluate` prices it; the embedding lookup has no
+  time term in the cost model);
+* memory of one GPU of a stage (`memory.model_state_bytes` of `memory.stage_params` under ZeRO-1,
+  `memory.activation_bytes` with the micro-batches that stage holds in flight under 1F1B, the
+  hardware's reserve), against `evaluate.usable_memory_bytes`;
+* the per-step tail of a stage: the optimizer step (`compute.optimizer_step_s`) and the
+  data-parallel reduction of its gradients over its DP group (`traffic.dp_exposed_s`), which
+  hides under the overlap windows of a micro-batch (`traffic.overlap_windows`);
+* one boundary transfer between adjacent stages (`traffic.pp_per_micro_batch_s` / 2: one
+  direction, T*h*2/TP bytes): on the same GPU type over that type's pair link at the stage
+  distance (TP x DP ranks, as the uniform model); between different types over the network,
+  through the slower NIC (its effective rate; latency the mean of the two NICs'), or the pool's
+  `[link]` when the pool file gives one. With different TP degrees on the two sides, the
+  narrower side's ranks each carry T*h*2/TP_min.
+
+Stage positions count from the back (`s = 0` is the last stage, which holds the LM head): under
+1F1B the stage s places from the end holds min(s + 1, m) micro-batches in flight
+(`memory.in_flight_micro_batches`), whatever the pipeline's depth, so one table serves every
+depth. Each linear quantity has a slope per layer and an intercept per role: a plain stage
+(s >= 1: a middle stage; s = 0: the last stage of a pipeline of two or more) or the first stage
+(s >= 1: the embedding's stage; s = 0: the only stage, p = 1, which holds the embedding and the
+LM head, tied or not).
+
+Fixed for pools (documented in `paraplan.pools`): ZeRO-1 (the distributed optimizer), sequence
+parallelism with TP > 1, no context, expert or virtual pipeline parallelism, no offload, TP within
+a node of its type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import numpy as np
+
+from paraplan.cost_models.candidates import FloatArray, Layouts
+from paraplan.cost_models.compute import matmul_peak_flops, micro_batch_times, optimizer_step_s
+from paraplan.cost_models.evaluate import usable_memory_bytes
+from paraplan.cost_models.layout import Layout, Recompute
+from paraplan.cost_models.limits import Target, limit_checks
+from paraplan.cost_models.memory import activation_bytes, model_state_bytes, stage_params
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import Stack
+from paraplan.cost_models.traffic import dp_exposed_s, overlap_windows, pp_per_micro_batch_s, tp_per_layer_s
+from paraplan.hardware_specs.schema import Cluster, Link
+
+HEAD_PASSES = 3.0  # the LM head's forward and backward (twice the forward), as `evaluate` adds it
+POOL_ZERO = 1  # the distributed optimizer: states sharded over DP, gradients reduce-scattered once
+_HIDDEN = 1e30  # a window that hides any transfer (to split the DP time into its two parts)
+
+
+@dataclass(frozen=True)
+class PoolLink:
+    """The link between stages on different GPU types (per GPU, per direction)."""
+
+    bw_bytes_per_s: float
+    latency_s: float
+    efficiency: float = 1.0
+    sources: tuple[str, ...] = ()
+
+    @property
+    def effective_bw_bytes_per_s(self) -> float:
+        return self.bw_bytes_per_s * self.efficiency
+
+
+@dataclass(frozen=True)
+class PoolMember:
+    cluster: Cluster
+    count: int
+
+    @property
+    def name(self) -> str:
+        return self.cluster.name
+
+
+@dataclass(frozen=True)
+class Pool:
+    """GPU types available together, each with how many of it; `link` joins different types."""
+
+    members: tuple[PoolMember, ...]
+    link: PoolLink | None = None
+    label: str = ""  # how the user named it (a path to a pool file), "" = the NAME:N+NAME:M form
+
+    @property
+    def name(self) -> str:
+        return self.label or "+".join(f"{m.name}:{m.count}" for m in self.members)
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        return tuple(m.count for m in self.members)
+
+    def only(self, member: int) -> Pool:
+        """The same pool with every other type's count set to 0 (the single-type sub-space)."""
+        members = tuple(PoolMember(m.cluster, m.count if i == member else 0) for i, m in enumerate(self.members))
+        return Pool(members, self.link, "")
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """What a pool search holds fixed: the run's settings, the stack, the headroom, and the
+    per-stage recompute modes it may choose from."""
+
+    base: Layout  # global batch, sequence length, precision, framework (the degrees are ignored)
+    stack: Stack
+    mem_headroom: float = 0.0
+    recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
+    tp_low: int = 1
+    tp_high: int = 1 << 30
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to run a stage: its GPU type (index into the pool), TP degree and recompute."""
+
+    member: int
+    tp: int
+    recompute: Recompute
+
+
+@dataclass(frozen=True)
+class Linear:
+    """A per-stage quantity linear in the stage's layers l >= 1, for stage position s (from the
+    back) and option o: slope[s, o] * l + (first[s, o] if the stage is the first else plain[s, o])."""
+
+    slope: FloatArray
+    plain: FloatArray
+    first: FloatArray
+
+    def at(self, s: int, o: int, layers: int, is_first: bool) -> float:
+        base = self.first[s, o] if is_first else self.plain[s, o]
+        return float(self.slope[s, o] * layers + base)
+
+
+@dataclass(frozen=True)
+class StageTables:
+    """Everything the stage model needs for one (DP, micro-batch), in seconds and bytes."""
+
+    model: ModelSpec
+    pool: Pool
+    settings: PoolSettings
+    dp: int
+    micro_batch: int
+    micro_batches: int  # m, per pipeline and step
+    stages: int  # the deepest pipeline the tables cover (positions s = 0 .. stages - 1)
+    options: tuple[Option, ...]
+    layer_s: FloatArray  # [O] per micro-batch and layer: compute + recompute + exposed TP
+    layer_compute_s: FloatArray  # [O] ... its parts: forward + backward
+    layer_recompute_s: FloatArray  # [O]
+    layer_tp_s: FloatArray  # [O]
+    head_s: FloatArray  # [O] per micro-batch on the last stage: the LM head forward + backward
+    boundary_s: FloatArray  # [O, O] one transfer between back stage option and front stage option
+    memory: Linear  # bytes on one GPU of the stage, reserve included
+    usable_bytes: FloatArray  # [O] of the option's GPU type
+    optimizer: Linear  # seconds per step: the optimizer step
+    dp_bwd: Linear  # seconds per step: DP traffic that hides under a micro-batch's backward
+    dp_fwd: Linear  # ... under its forward
+    overlap_bwd: FloatArray  # [O] share of the slowest slot that hides dp_bwd (dp_overlap x window share)
+    overlap_fwd: FloatArray  # [O]
+    peak_flops: FloatArray  # [O] per GPU
+    rows: Layouts = field(repr=False)  # [O] the one-row layouts the options were priced with (PP 1)
+
+    @property
+    def gpus_per_replica(self) -> FloatArray:
+        return np.asarray([o.tp for o in self.options], dtype=np.float64)
+
+
+def micro_batch_domain(base: Layout) -> list[int]:
+    """Sequences per micro-batch the pool search tries: the knob's own domain (`Layout`)."""
+    from paraplan.cost_models.layout import MAX_MICRO_BATCH_TOKENS
+
+    cap = max(1, MAX_MICRO_BATCH_TOKENS // base.seq_len)
+    return [b for b in _divisors(base.global_batch) if b <= cap]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0] if n <= 4096 else _big_divisors(n)
+
+
+def _big_divisors(n: int) -> list[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _rows(base: Layouts, count: int, **columns: FloatArray | int) -> Layouts:
+    data = np.repeat(base.data, count, axis=0)
+    cols = {k: np.asarray(v, dtype=np.int64) if not isinstance(v, int) else v for k, v in columns.items()}
+    return Layouts(data).replace(**cols)
+
+
+def _base_row(settings: PoolSettings, dp: int, micro_batch: int) -> Layouts:
+    b = settings.base
+    row = Layout(
+        global_batch=b.global_batch, seq_len=b.seq_len, precision=b.precision, framework=b.framework,
+        micro_batch=micro_batch, dp=dp, zero=POOL_ZERO,
+    )  # fmt: skip
+    return Layouts.of([row])
+
+
+def member_options(model: ModelSpec, settings: PoolSettings, cluster: Cluster, member: int, dp: int,
+                   micro_batch: int, count: int) -> list[Option]:  # fmt: skip
+    """The options of one GPU type that the cost model's limits admit (TP divides the heads and KV
+    heads and the node, FP8 where the GPU has it, the framework runs it, the batch divides)."""
+    base = _base_row(settings, dp, micro_batch)
+    tps = [t for t in _divisors(cluster.gpus_per_node) if settings.tp_low <= t <= settings.tp_high and dp * t <= count]
+    candidates = [(t, r) for t in tps for r in settings.recompute]
+    if not candidates:
+        return []
+    rows = _rows(
+        base, len(candidates), tp=np.array([t for t, _ in candidates]),
+        recompute=np.array([int(r) for _, r in candidates]),
+        sequence_parallel=np.array([int(t > 1) for t, _ in candidates]),
+    )  # fmt: skip
+    bad = np.zeros(len(candidates), dtype=bool)
+    for mask in limit_checks(Target(model, cluster), rows).values():
+        bad |= mask
+    return [Option(member, t, r) for (t, r), b in zip(candidates, bad, strict=True) if not b]
+
+
+def bridge_cluster(pool: Pool, a: int, b: int) -> Cluster:
+    """A stand-in cluster whose every pair of ranks talks over the link between types a and b:
+    one GPU per node, the network being that link. Lets `pp_per_micro_batch_s` price a boundary
+    between two GPU types with its own formula."""
+    ca, cb = pool.members[a].cluster, pool.members[b].cluster
+    if pool.link is not None:
+        link = Link(name="pool link", bw_bytes_per_s=pool.link.bw_bytes_per_s, latency_s=pool.link.latency_s,
+                    efficiency=pool.link.efficiency)  # fmt: skip
+    else:
+        slower = min((ca.inter_node, cb.inter_node), key=lambda x: x.effective_bw_bytes_per_s)
+        link = Link(name=f"network ({slower.name})", bw_bytes_per_s=slower.effective_bw_bytes_per_s,
+                    latency_s=(ca.inter_node.latency_s + cb.inter_node.latency_s) / 2.0, efficiency=1.0)  # fmt: skip
+    return ca.model_copy(update={"name": f"{ca.name}+{cb.name}", "gpus_per_node": 1, "inter_node": link})
+
+
+def cross_link(pool: Pool, a: int, b: int) -> Link:
+    """The link a boundary between GPU types a and b crosses (see `bridge_cluster`)."""
+    return bridge_cluster(pool, a, b).inter_node
+
+
+def stage_tables(model: ModelSpec, pool: Pool, settings: PoolSettings, dp: int, micro_batch: int,
+                 stages: int) -> StageTables | None:  # fmt: skip
+    """The tables for DP `dp` and micro-batch `micro_batch`, for pipelines of up to `stages`
+    stages; None when no option fits the GPU counts and the limits."""
+    g = settings.base.global_batch
+    if g % (dp * micro_batch):
+        return None
+    m = g // (dp * micro_batch)
+    options: list[Option] = []
+    for k, member in enumerate(pool.members):
+        if member.count > 0:
+            options += member_options(model, settings, member.cluster, k, dp, micro_batch, member.count)
+    if not options:
+        return None
+    stack = settings.stack
+    base = _base_row(settings, dp, micro_batch)
+    n_opt = len(options)
+    s_count = max(1, stages)
+    layer = np.zeros(n_opt)
+    compute = np.zeros(n_opt)
+    recompute = np.zeros(n_opt)
+    tp_comm = np.zeros(n_opt)
+    head = np.zeros(n_opt)
+    usable = np.zeros(n_opt)
+    peak = np.zeros(n_opt)
+    mem = [np.zeros((s_count, n_opt)) for _ in range(3)]
+    opt = [np.zeros((s_count, n_opt)) for _ in range(3)]
+    bwd = [np.zeros((s_count, n_opt)) for _ in range(3)]
+    fwd = [np.zeros((s_count, n_opt)) for _ in range(3)]
+    all_rows: list[Layouts] = [Layouts.empty()] * n_opt
+    overlap = np.zeros(n_opt)
+    for k, member in enumerate(pool.members):
+        idx = [i for i, o in enumerate(options) if o.member == k]
+        if not idx:
+            continue
+        cluster = member.cluster
+        tps = np.array([options[i].tp for i in idx])
+        rcs = np.array([int(options[i].recompute) for i in idx])
+        rows = _rows(base, len(idx), tp=tps, recompute=rcs, sequence_parallel=(tps > 1).astype(np.int64))
+        for j, i in enumerate(idx):
+            all_rows[i] = rows.take(np.array([j]))
+        times = micro_batch_times(model, rows, cluster, stack)
+        tp_s = tp_per_layer_s(model, rows, cluster, stack, times.layer_gemm_fwd_s)
+        compute[idx] = times.layer_fwd_s + times.layer_bwd_s
+        recompute[idx] = times.layer_recompute_s
+        tp_comm[idx] = tp_s
+        layer[idx] = compute[idx] + recompute[idx] + tp_comm[idx]
+        head[idx] = HEAD_PASSES * times.head_fwd_s
+        usable[idx] = usable_memory_bytes(cluster, settings.mem_headroom)
+        peak[idx] = matmul_peak_flops(cluster, rows)
+        overlap[idx] = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
+        quantities = _linear_quantities(model, rows, cluster, stack, s_count)
+        for target, values in zip((mem, opt, bwd, fwd), quantities, strict=True):
+            for part in range(3):
+                target[part][:, idx] = values[part]
+    boundary = _boundaries(model, pool, settings, options, base, dp)
+    w_fwd, w_bwd = overlap_windows(np.ones(1))
+    return StageTables(
+        model=model, pool=pool, settings=settings, dp=dp, micro_batch=micro_batch, micro_batches=m, stages=s_count,
+        options=tuple(options), layer_s=layer, layer_compute_s=compute, layer_recompute_s=recompute,
+        layer_tp_s=tp_comm, head_s=head, boundary_s=boundary, memory=Linear(*mem), usable_bytes=usable,
+        optimizer=Linear(*opt), dp_bwd=Linear(*bwd), dp_fwd=Linear(*fwd),
+        overlap_bwd=overlap * float(w_bwd[0]), overlap_fwd=overlap * float(w_fwd[0]), peak_flops=peak,
+        rows=Layouts.concat(all_rows),
+    )  # fmt: skip
+
+
+Quantity = tuple[FloatArray, FloatArray, FloatArray]  # slope, plain, first: each [S, n]
+
+
+def _linear_quantities(model: ModelSpec, rows: Layouts, cluster: Cluster, stack: Stack,
+                       s_count: int) -> tuple[Quantity, Quantity, Quantity, Quantity]:  # fmt: skip
+    """(memory, optimizer step, DP under the backward, DP under the forward) as slope and
+    intercepts, for every position s and option row, from two layer counts (1 and 2)."""
+    n = len(rows)
+    pp_rows = max(s_count, 2)
+    s = np.repeat(np.arange(s_count), n)  # position of each expanded row (s-major)
+    expanded = Layouts(np.tile(rows.data, (s_count, 1)))
+    results: list[list[FloatArray]] = [[], [], [], []]  # per quantity: [plain l1, plain l2, first l1, first l2]
+    for role_first in (False, True):
+        single = role_first & (s == 0)
+        pp = np.where(single, 1, pp_rows)
+        lay = expanded.replace(pp=pp)
+        stage = np.where(single, 0.0, pp_rows - 1.0 - s)
+        first = np.full(len(s), role_first)
+        last = s == 0
+        for layers in (1.0, 2.0):
+            count = np.full(len(s), layers)
+            params = stage_params(model, lay, count, first, last)
+            weights, grads, optimizer = model_state_bytes(params, lay, stack)
+            acts = activation_bytes(model, lay, stack, count, stage, first, last)
+            memory = weights + grads + optimizer + acts + cluster.memory_reserve_bytes
+            step = optimizer_step_s(params, lay, cluster, stack)
+            overlap = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
+            if overlap > 0:
+                under_bwd = dp_exposed_s(params, lay, cluster, stack, (np.full(len(s), _HIDDEN), np.zeros(len(s))))
+                under_fwd = dp_exposed_s(params, lay, cluster, stack, (np.zeros(len(s)), np.full(len(s), _HIDDEN)))
+            else:
+                under_bwd = dp_exposed_s(params, lay, cluster, stack, (np.zeros(len(s)), np.zeros(len(s))))
+                under_fwd = np.zeros(len(s))
+            for q, values in enumerate((memory, step, under_bwd, under_fwd)):
+                results[q].append(np.asarray(values, dtype=np.float64).reshape(s_count, n))
+    out: list[Quantity] = []
+    for plain1, plain2, first1, first2 in results:
+        slope = plain2 - plain1
+        out.append((slope, plain1 - slope, first1 - slope))
+    return out[0], out[1], out[2], out[3]
+
+
+def _boundaries(model: ModelSpec, pool: Pool, settings: PoolSettings, options: list[Option], base: Layouts,
+                dp: int) -> FloatArray:  # fmt: skip
+    """[O, O]: one transfer (one direction, one micro-batch) across a boundary between a stage of
+    option a (behind) and one of option b (in front): `pp_per_micro_batch_s` of a two-stage
+    pipeline at the narrower TP, halved (it counts the forward and the backward transfer)."""
+    groups = sorted({(o.member, o.tp) for o in options})
+    cost: dict[tuple[tuple[int, int], tuple[int, int]], float] = {}
+    pairs = [(ga, gb) for ga in groups for gb in groups]
+    by_link: dict[tuple[int, int], list[tuple[tuple[int, int], tuple[int, int]]]] = {}
+    for ga, gb in pairs:
+        by_link.setdefault((min(ga[0], gb[0]), max(ga[0], gb[0])), []).append((ga, gb))
+    for (a, b), items in by_link.items():
+        cluster = pool.members[a].cluster if a == b else bridge_cluster(pool, a, b)
+        tps = np.array([min(ga[1], gb[1]) for ga, gb in items])
+        lay = _rows(base, len(items), tp=tps, pp=2, dp=dp if a == b else 1,
+                    sequence_parallel=(tps > 1).astype(np.int64))  # fmt: skip
+        both = pp_per_micro_batch_s(model, lay, cluster, settings.stack, np.zeros(len(items)))
+        for (ga, gb), t in zip(items, both, strict=True):
+            cost[(ga, gb)] = float(t) / 2.0
+    out = np.zeros((len(options), len(options)))
+    for i, oa in enumerate(options):
+        for j, ob in enumerate(options):
+            out[i, j] = cost[((oa.member, oa.tp), (ob.member, ob.tp))]
+    return out
+
+
+def gpus_used(tables: StageTables, plan_options: tuple[int, ...]) -> tuple[int, ...]:
+    """GPUs of each type a plan uses: DP x the TP of each of its stages on that type."""
+    used = [0] * len(tables.pool.members)
+    for o in plan_options:
+        used[tables.options[o].member] += tables.dp * tables.options[o].tp
+    return tuple(used)
+
+
+def max_stages(model: ModelSpec, pool: Pool, dp: int, low: int = 1, high: int | None = None) -> int:
+    """The deepest pipeline DP `dp` admits: one layer and one GPU per replica and stage at least."""
+    gpus = sum(m.count for m in pool.members) // dp
+    deepest = min(model.num_layers, gpus, high if high is not None else model.num_layers)
+    return max(deepest, 0) if deepest >= low else 0
+
+
+__all__ = [
+    "HEAD_PASSES",
+    "POOL_ZERO",
+    "Linear",
+    "Option",
+    "Pool",
+    "PoolLink",
+    "PoolMember",
+    "PoolSettings",
+    "StageTables",
+    "bridge_cluster",
+    "cross_link",
+    "gpus_used",
+    "max_stages",
+    "member_options",
+    "micro_batch_domain",
+    "stage_tables",
+]
