@@ -41,8 +41,8 @@ interleaved schedule warms up 2(p - r - 1) + (v - 1)p chunk-micro-batches before
 backward (`get_pipeline_model_parallel_warmup_microbatches`, schedules.py), so stage r holds
 (2(p - r - 1) + (v - 1)p + 1) chunks of l/(p v) layers at its peak: the first stage
 p(1 + (p - 1)/(p v)) micro-batches' worth (Korthikanti Sec 4.2.3), the last ((v - 1)p + 1)/v.
-The first stage holds the most; the last adds the fp32 logits of the vocab-parallel cross
-entropy, 4*V/TP bytes per token.
+The first stage holds the most; the last adds the loss: bf16 logits, their fp32 copy and the fp32
+softmax, 10*V/TP bytes per token (`LOSS_BYTES_PER_LOGIT`).
 
 `other` is the cluster's reserve (CUDA context, cuBLAS workspace, NCCL buffers, allocator
 fragmentation), see `memory_reserve_bytes` in the hardware presets.
@@ -63,6 +63,11 @@ from paraplan.cost_models.stages import stage_layers
 
 MEMORY_TERMS = ("params", "grads", "optimizer", "activations", "other")
 ZERO3_PREFETCH_LAYERS = 2  # the layer being computed and the next one, gathered ahead
+# The loss at its peak, per token and vocabulary entry of the TP shard: the bf16 logits out of the
+# LM head (2 B), their fp32 copy (4 B) and the fp32 softmax kept for the backward (4 B) --
+# Megatron-LM's `VocabParallelCrossEntropy` and PyTorch's cross entropy on `.float()` logits both
+# hold these three at once.
+LOSS_BYTES_PER_LOGIT = BF16_BYTES + 2 * FP32_BYTES
 
 Stage = bool | BoolArray
 
@@ -215,7 +220,7 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: Float
         lay.recompute == Recompute.FULL, _full_layer_bytes_per_token(model, lay, stack) * tokens, 0.0
     )
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
-    logits = FP32_BYTES * model.vocab_size / lay.tp * tokens  # fp32, vocab-parallel cross entropy
+    logits = LOSS_BYTES_PER_LOGIT * model.vocab_size / lay.tp * tokens
     total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0)
     return np.asarray(np.where(layers > 0, total, 0.0))
 
