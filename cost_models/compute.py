@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost_models.candidates import FloatArray, Layouts
+from paraplan.cost_models.flops import causal_keys
 from paraplan.cost_models.frameworks import FRAMEWORKS
 from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
 from paraplan.cost_models.memory import StageParams
@@ -143,7 +144,7 @@ def _attention_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: St
     seq = lay.seq_len.astype(np.float64)
     peak = cluster.gpu.peak_bf16_flops
     if stack.flash_attention:
-        keys = np.vectorize(model.mean_causal_keys, otypes=[np.float64])(seq)
+        keys = causal_keys(model, seq)
         causal_flops = 2.0 * tokens * keys * model.attention_core_width / lay.tp
         return np.asarray(causal_flops / (peak * cluster.efficiency.attention) + cluster.efficiency.kernel_overhead_s)
     batch = lay.micro_batch * heads

@@ -52,6 +52,7 @@ class Evaluation:
     recompute_flops: FloatArray  # per step, spent again by recompute
     peak_flops: FloatArray  # per GPU, the peak MFU and HFU are ratios of
     host_bytes: FloatArray  # per GPU, state offloaded to host memory
+    gpu_count: FloatArray  # TP x PP x DP x CP
     checks: dict[str, BoolArray] = field(repr=False)
 
     def __len__(self) -> int:
@@ -59,7 +60,7 @@ class Evaluation:
 
     @property
     def gpus(self) -> FloatArray:
-        return np.asarray(self.layouts.gpus, dtype=np.float64)
+        return self.gpu_count
 
     @property
     def feasible(self) -> BoolArray:
@@ -108,7 +109,7 @@ class Evaluation:
             usable_bytes=self.usable_bytes, times={k: v[index] for k, v in self.times.items()},
             step_time_s=self.step_time_s[index], model_flops=self.model_flops[index],
             model_flops_palm=self.model_flops_palm[index], recompute_flops=self.recompute_flops[index],
-            peak_flops=self.peak_flops[index], host_bytes=self.host_bytes[index],
+            peak_flops=self.peak_flops[index], host_bytes=self.host_bytes[index], gpu_count=self.gpu_count[index],
             checks={k: v[index] for k, v in self.checks.items()},
         )  # fmt: skip
 
@@ -129,6 +130,7 @@ class Evaluation:
             usable_bytes=first.usable_bytes, times={k: np.concatenate([p.times[k] for p in parts]) for k in TIME_TERMS},
             step_time_s=join("step_time_s"), model_flops=join("model_flops"), model_flops_palm=join("model_flops_palm"),
             recompute_flops=join("recompute_flops"), peak_flops=join("peak_flops"), host_bytes=join("host_bytes"),
+            gpu_count=join("gpu_count"),
             checks={k: np.concatenate([p.checks[k] for p in parts]) for k in first.checks},
         )  # fmt: skip
 
@@ -207,5 +209,6 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
         recompute_flops=recompute_flops_per_step(model, lay),
         peak_flops=matmul_peak_flops(cluster, lay),
         host_bytes=host,
+        gpu_count=np.asarray(lay.gpus, dtype=np.float64),
         checks=checks,
     )

@@ -45,7 +45,9 @@ def layer_matmul_weights_active(model: ModelSpec) -> float:
 def causal_keys(model: ModelSpec, seq_len: FloatArray) -> FloatArray:
     """Keys a query attends to on average under the causal mask: (s + 1) / 2, less on layers with
     a sliding window (`ModelSpec.mean_causal_keys`)."""
-    return np.asarray(np.vectorize(model.mean_causal_keys, otypes=[np.float64])(seq_len))
+    unique, inverse = np.unique(seq_len, return_inverse=True)  # one sequence length per question
+    keys = np.array([model.mean_causal_keys(float(s)) for s in unique])
+    return np.asarray(keys[inverse.reshape(-1)]) if len(unique) else np.zeros(0)
 
 
 def forward_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:

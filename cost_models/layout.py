@@ -266,6 +266,7 @@ class Layout(BaseModel):
     precision: Annotated[Precision, Knob(
         Role.SETTING, "Training precision; fp8 runs projection and MLP GEMMs on FP8 tensor cores.",
         word=lambda v: str(v), short=lambda v: str(v) if v != Precision.BF16 else None,
+        legend="fp16/fp8: the training precision (bf16 when not shown)",
     )] = Precision.BF16  # fmt: skip
     framework: Annotated[Framework, Knob(
         Role.SETTING, "Training framework: decides which knob combinations are legal, their costs and the launch "

@@ -194,6 +194,11 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     return np.asarray(np.where(_selective_op(lay), op_policy, stored))
 
 
+def _layer_input_bytes_per_token(model: ModelSpec, lay: Layouts) -> FloatArray:
+    """What full recompute keeps of a layer: its 2h input (split over TP with sequence parallelism)."""
+    return np.asarray(np.where(lay.seq_parallel_active, 2.0 * model.hidden_size / lay.tp, 2.0 * model.hidden_size))
+
+
 def _full_layer_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     return activation_bytes_per_token_layer(model, lay.replace(recompute=int(Recompute.NONE)), stack)
 
@@ -216,8 +221,14 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: Float
     per_layer = activation_bytes_per_token_layer(model, lay, stack) * tokens
     in_flight = in_flight_micro_batches(lay, stage)
     stored = per_layer * layers * in_flight
-    recompute_peak = np.where(
-        lay.recompute == Recompute.FULL, _full_layer_bytes_per_token(model, lay, stack) * tokens, 0.0
+    # While a layer is recomputed in the backward, the rest of its activations exist again on top
+    # of what is stored for it (its input under full recompute; the saved tensors under
+    # torchtitan's op-level policy): one layer at a time.
+    full_layer = _full_layer_bytes_per_token(model, lay, stack)
+    recompute_peak = tokens * np.select(
+        [lay.recompute == Recompute.FULL, _selective_op(lay)],
+        [full_layer - _layer_input_bytes_per_token(model, lay), full_layer - activation_bytes_per_token_layer(model, lay, stack)],
+        default=0.0,
     )
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
     logits = LOSS_BYTES_PER_LOGIT * model.vocab_size / lay.tp * tokens

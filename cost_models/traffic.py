@@ -188,6 +188,8 @@ def dp_exposed_s(
     layer_gathers = np.zeros(len(lay))
     layers = np.maximum(params.layers, 1.0)
     for count, n, (bw, lat) in groups:
+        if not np.any(count > 0):
+            continue  # a dense model has no expert weights: no expert collectives, not even their latency
         all_reduce = all_reduce + all_reduce_s(count * stack.grad_bytes, n, bw, lat)
         scatter = scatter + reduce_scatter_s(count * stack.grad_bytes, n, bw, lat)
         gather = gather + all_gather_s(count * BF16_BYTES, n, bw, lat)

@@ -225,12 +225,27 @@ def _pair_route(cluster: Cluster, cache: _ClusterCache, key: _PairKey) -> GroupL
     return found
 
 
+MAX_HOPS = 4  # GPU -> hub/root complex/network -> ... -> GPU: no useful route is longer
+FABRIC = ("nvlink", "xgmi")
+
+
 def _route(graph: nx.Graph[str], source: str, target: str) -> GroupLink:
-    path: list[str] = nx.shortest_path(graph, source, target, weight="latency_s")
-    hops = [graph.edges[u, v] for u, v in itertools.pairwise(path)]
-    narrowest = min(hops, key=lambda edge: float(edge["bw_bytes_per_s"]))
-    latency = sum(float(edge["latency_s"]) for edge in hops)
-    return GroupLink(float(narrowest["bw_bytes_per_s"]), latency, str(narrowest["kind"]))
+    """NCCL's choice: a route over the GPU fabric (NVLink, xGMI) when there is one, else the widest
+    route (the largest bottleneck bandwidth); the lowest latency among equally good ones."""
+    best: GroupLink | None = None
+    best_key: tuple[bool, float, float] | None = None
+    for path in nx.all_simple_paths(graph, source, target, cutoff=MAX_HOPS):
+        if any(node.startswith("gpu") for node in path[1:-1]):
+            continue  # GPUs do not forward other GPUs' traffic
+        hops = [graph.edges[u, v] for u, v in itertools.pairwise(path)]
+        narrowest = min(hops, key=lambda edge: float(edge["bw_bytes_per_s"]))
+        link = GroupLink(float(narrowest["bw_bytes_per_s"]), sum(float(e["latency_s"]) for e in hops), str(narrowest["kind"]))
+        key = (all(e["kind"] in FABRIC for e in hops), link.bw_bytes_per_s, -link.latency_s)
+        if best_key is None or key > best_key:
+            best, best_key = link, key
+    if best is None:
+        raise ValueError(f"no route from {source} to {target}")
+    return best
 
 
 def _slowest(links: Iterable[GroupLink]) -> GroupLink:

@@ -34,13 +34,14 @@ def single_change_mask(ev: Evaluation, plan: Plan) -> BoolArray:
     return np.asarray(((moved == 2) & same_ep) | ((moved == 0) & ~same_ep))
 
 
-def best_single_change(free: Evaluation, order: np.ndarray, plan: Plan, current_step_s: float) -> Change | None:
-    """`order`: the free evaluation's feasible candidates, best first."""
-    mask = single_change_mask(free, plan)
-    candidates = order[mask[order]]
-    if len(candidates) == 0:
+def best_single_change(free: Evaluation, plan: Plan, current_step_s: float) -> Change | None:
+    """The best feasible plan of the free evaluation one change away from `plan`."""
+    from paraplan.search import Constraints, rank
+
+    ranking = rank(free, Constraints(), 1, subset=single_change_mask(free, plan))
+    if not ranking.groups:
         return None
-    i = int(candidates[0])
+    i = ranking.best[0]
     step = float(free.step_time_s[i])
     if step >= current_step_s:
         return None

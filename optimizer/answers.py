@@ -31,6 +31,8 @@ def evaluated(
     equivalent: Sequence[int] = (),
 ) -> EvaluatedLayout:
     """Candidate i of an evaluation as the contract's evaluated-layout object."""
+    equivalent_layouts = [ev.layouts.at(int(j)) for j in equivalent]
+    ev, i = ev.take(np.array([i])), 0  # every figure below is of this one row
     lay = ev.layouts.at(i)
     step = float(ev.step_time_s[i])
     memory = {t: float(getattr(ev.memory, t)[i]) for t in MEMORY_TERMS}
@@ -69,5 +71,5 @@ def evaluated(
         cost_usd=train * lay.gpus * usd_per_gpu_hour / SECONDS_PER_HOUR
         if train is not None and usd_per_gpu_hour is not None
         else None,
-        equivalent=[ev.layouts.at(int(j)) for j in equivalent],
+        equivalent=equivalent_layouts,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Unpack
 
 import numpy as np
@@ -85,21 +86,33 @@ def _solver(ranking: Ranking, candidates: int) -> SolverOut:
 
 def validate(
     model: str | ModelSpec,
-    gpus: int,
+    gpus: int | None,
     hardware: str | Cluster,
-    plan: str,
+    plan: str | None = None,
     *,
     mem_headroom: float = 0.0,
     stack: Mapping[str, object] | None = None,
     emit: str | None = None,
+    from_launch: str | Path | None = None,
     **knobs: Unpack[KnobArgs],
 ) -> ValidateResult:
     """Is this plan feasible, and how good is it? Knobs not given are chosen to make the plan as
-    good as it can be; the result gives the gap to the optimum and the best single change."""
+    good as it can be; the result gives the gap to the optimum and the best single change.
+    With `from_launch` (a Megatron-LM, torchtitan or DeepSpeed launch file) the plan, its knobs,
+    its stack and (where the file states it) the GPU count come from the file; explicit values
+    override the file's, and `launch_notes` lists what was read, overridden or not modelled."""
     spec, cluster = _model(model), _cluster(hardware)
+    given: dict[str, object] = dict(knobs)
+    launch_notes: list[str] = []
+    if from_launch is not None:
+        from paraplan.launch.importer import resolve_from_launch
+
+        read = resolve_from_launch(from_launch, spec, gpus=gpus, plan=plan, knobs=given, stack=stack)
+        gpus, plan, given, stack, launch_notes = read.gpus, read.plan, read.knobs, read.stack, read.notes
+    if gpus is None or plan is None:
+        raise InputError("validate needs --gpus and --plan (or --from-launch FILE)")
     _check_gpus(gpus)
     parsed = parse_plan(plan, gpus)
-    given: dict[str, object] = dict(knobs)
     if parsed.virtual_stages is not None:
         if given.get("virtual_stages") not in (None, parsed.virtual_stages):
             raise InputError(
@@ -137,7 +150,7 @@ def validate(
             gap=choice.step_time_s / best_step - 1.0 if choice.feasible else None,
         )  # fmt: skip
         if choice.feasible:
-            found = best_single_change(free_ev, free_rank.order, parsed, choice.step_time_s)
+            found = best_single_change(free_ev, parsed, choice.step_time_s)
             if found is not None:
                 change = Change(
                     change=found.words, layout=free_ev.layouts.at(found.index),
@@ -164,7 +177,11 @@ def validate(
     if emit is not None:
         from paraplan.emit import emit_launch
 
-        result = result.model_copy(update={"launch": {emit: emit_launch(emit, spec, choice.layout)}})
+        text = emit_launch(emit, spec, choice.layout, question.stack, evaluated=choice,
+                           gpus_per_node=cluster.gpus_per_node)  # fmt: skip
+        result = result.model_copy(update={"launch": {emit: text}})
+    if launch_notes:
+        result = result.model_copy(update={"launch_notes": launch_notes})
     return result
 
 
@@ -280,11 +297,13 @@ def optimize(
     mem_headroom: float = 0.0,
     stack: Mapping[str, object] | None = None,
     emit: str | None = None,
+    scaling: bool = False,
     **knobs: Unpack[KnobArgs],
 ) -> OptimizeResult:
     """The best `top` layouts per hardware. Degrees given as knobs (tp=8) are fixed; `bounds`
     ({"max_tp": 4, "min_dp": 16}) bound them; with `tokens`, each layout carries its training
-    time and cost; with `deadline_days`, only layouts that train `tokens` in time qualify."""
+    time and cost; with `deadline_days`, only layouts that train `tokens` in time qualify; with
+    `scaling`, a range search also reports the best layout of every GPU count."""
     if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP:
         raise InputError(f"top {top!r} must be a whole number in 1..{MAX_TOP}")
     if objective not in ("time", "cost"):
@@ -294,7 +313,7 @@ def optimize(
     entries = _hardware_entries(hardware)
     results = [
         _optimize_one(spec, cluster, gpu_counts(count if count is not None else gpus, cluster.gpus_per_node),
-                      cons, top, objective, tokens, mem_headroom, stack, emit, dict(knobs))
+                      cons, top, objective, tokens, mem_headroom, stack, emit, scaling, dict(knobs))
         for cluster, count in entries
     ]  # fmt: skip
     return OptimizeResult(results=results, legend=legend())
@@ -317,7 +336,7 @@ def _hardware_entries(hardware: str | Cluster | Sequence[str | Cluster]) -> list
 def _optimize_one(
     model: ModelSpec, cluster: Cluster, counts: list[int], cons: Constraints, top: int, objective: Objective,
     tokens: float | None, mem_headroom: float, stack: Mapping[str, object] | None, emit: str | None,
-    knobs: Mapping[str, object],
+    scaling: bool, knobs: Mapping[str, object],
 ) -> HardwareResult:  # fmt: skip
     question = Question.of(model, cluster, knobs, stack, mem_headroom, cons.bounds)
     price = usd_per_gpu_hour(cluster)
@@ -327,7 +346,7 @@ def _optimize_one(
             "(gpu_usd and shares, or cloud_usd_per_gpu_hour)"
         )
     objective_price = price if objective == "cost" else None
-    ranking = rank_space(question, counts, cons, top, objective_price, per_count=len(counts) > 1)
+    ranking = rank_space(question, counts, cons, top, objective_price, per_count=scaling and len(counts) > 1)
     ev = ranking.evaluation
     layouts = [
         evaluated(ev, int(g[0]), tokens=tokens, usd_per_gpu_hour=price, equivalent=[int(j) for j in g[1:]]) for g in ranking.groups
@@ -336,7 +355,7 @@ def _optimize_one(
         hardware=cluster.name, gpus=layouts[0].gpus if layouts else counts[0], solver=_solver(ranking, len(ev)),
         layouts=layouts, reason=ranking.reason,
     )  # fmt: skip
-    if len(counts) > 1:
+    if scaling and len(counts) > 1:
         result = result.model_copy(update={"scaling": [
             _scaling_point(ev, i, tokens, price) for i in best_per_count(ev, cons, objective_price)
         ]})  # fmt: skip
@@ -349,7 +368,9 @@ def _optimize_one(
         if emit is not None:
             from paraplan.emit import emit_launch
 
-            result = result.model_copy(update={"launch": {emit: emit_launch(emit, model, layouts[0].layout)}})
+            text = emit_launch(emit, model, layouts[0].layout, question.stack, evaluated=layouts[0],
+                               gpus_per_node=cluster.gpus_per_node)  # fmt: skip
+            result = result.model_copy(update={"launch": {emit: text}})
     else:
         from paraplan.fixes import fixes_for
 

@@ -145,9 +145,14 @@ def cli() -> None:
 
 def _plan_command(name: str, doc: str, memory_only: bool) -> click.Command:
     @click.option("--model", required=True, help="Model preset or path to a config.json.")
-    @click.option("--gpus", type=click.IntRange(1, MAX_GPUS), required=True, help="Number of GPUs.")
+    @click.option("--gpus", type=click.IntRange(1, MAX_GPUS), default=None,
+                  help="Number of GPUs [required unless --from-launch states the world size].")  # fmt: skip
     @click.option("--hardware", required=True, help="Hardware preset or path to a TOML file.")
-    @click.option("--plan", "plan_text", required=True, help="Layout, e.g. TP8/PP4/DP8 (CP, EP, VPP optional).")
+    @click.option("--plan", "plan_text", default=None,
+                  help="Layout, e.g. TP8/PP4/DP8 (CP, EP, VPP optional) [required unless --from-launch].")  # fmt: skip
+    @click.option("--from-launch", "from_launch", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                  help="Read the plan and its knobs from a Megatron-LM script or argument list, a torchtitan "
+                  "command line or v0.2 TOML, or a DeepSpeed JSON/launcher; given knobs override the file's.")  # fmt: skip
     @click.option(
         "--emit",
         type=click.Choice(FRAMEWORKS),
@@ -162,13 +167,18 @@ def _plan_command(name: str, doc: str, memory_only: bool) -> click.Command:
         help="Write a self-contained HTML report.",
     )
     @knob_options
-    def command(model: str, gpus: int, hardware: str, plan_text: str, emit: str | None, html_path: Path | None,
-                as_json: bool, mem_headroom: float, **opts: Any) -> int:  # fmt: skip
+    def command(model: str, gpus: int | None, hardware: str, plan_text: str | None, from_launch: Path | None,
+                emit: str | None, html_path: Path | None, as_json: bool, mem_headroom: float, **opts: Any) -> int:  # fmt: skip
         from paraplan import api, report
 
+        if from_launch is None and (gpus is None or plan_text is None):
+            raise InputError(f"{name} needs --gpus and --plan, or --from-launch FILE")
+        if from_launch is not None:  # the file's settings, not the options' defaults
+            ctx = click.get_current_context()
+            opts = {k: v for k, v in opts.items() if ctx.get_parameter_source(k) != click.core.ParameterSource.DEFAULT}
         knobs, stack = split_options(opts)
         result = api.validate(model, gpus, hardware, plan_text, mem_headroom=mem_headroom, stack=stack, emit=emit,
-                              **knobs)  # fmt: skip
+                              from_launch=from_launch, **knobs)  # fmt: skip
         if html_path is not None:
             from paraplan.html import write_validate_html
 
@@ -257,7 +267,8 @@ def optimize(model: str, gpus_text: str | None, hardware: tuple[str, ...], tp_wi
     knobs, stack = split_options(opts)
     result = api.optimize(model, hardware, gpus_text, top=top, objective=objective,  # type: ignore[arg-type]
                           tokens=tokens, deadline_days=deadline_days, bounds=bounds, tp_within_node=tp_within_node,
-                          mem_headroom=mem_headroom, stack=stack, emit=emit, **knobs)  # fmt: skip
+                          mem_headroom=mem_headroom, stack=stack, emit=emit, scaling=html_path is not None,
+                          **knobs)  # fmt: skip
     if html_path is not None:
         from paraplan.html import write_optimize_html
 

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation, evaluate
@@ -30,6 +32,8 @@ from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import STACK_FIELDS, Stack
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.space import Bounds, enumerate_space, expand
+
+CHUNK = 250_000
 
 
 def knobs_from(raw: Mapping[str, object], where: str = "") -> dict[str, Any]:
@@ -127,7 +131,16 @@ class Question:
         return expand(cores, self.model, self.cluster, gpus, self.given, self.bounds)
 
     def evaluate(self, layouts: Layouts) -> Evaluation:
-        return evaluate(self.model, self.cluster, layouts, self.stack, self.mem_headroom)
+        """Every candidate, in chunks of `CHUNK` rows so that memory stays bounded (numpy
+        temporaries are a few hundred bytes per row)."""
+        if len(layouts) <= CHUNK:
+            return evaluate(self.model, self.cluster, layouts, self.stack, self.mem_headroom)
+        parts = [
+            evaluate(self.model, self.cluster, layouts.take(np.arange(i, min(i + CHUNK, len(layouts)))), self.stack,
+                     self.mem_headroom)
+            for i in range(0, len(layouts), CHUNK)
+        ]  # fmt: skip
+        return Evaluation.concat(parts)
 
     def open_knobs(self) -> list[str]:
         """The searched knobs the user left to the search."""

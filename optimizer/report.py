@@ -154,6 +154,10 @@ def print_validate(r: ValidateResult, memory_only: bool = False) -> None:
     if r.best_change is not None:
         c = r.best_change
         out.print(styled(f"  best single change  {c.change}: {fmt_seconds(c.step_time_s)} ({c.gain:.1%} faster)"))
+    if r.launch_notes:
+        out.print(styled(("Launch file:", "bold")))
+        for note in r.launch_notes:
+            out.print(styled(f"  - {note}"))
     _launch(out, r.launch)
 
 

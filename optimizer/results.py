@@ -161,6 +161,9 @@ class ValidateResult(EvaluatedLayout):
     optimum: Optimum | None
     best_change: Change | None
     launch: dict[str, str] | None = None
+    launch_notes: list[str] = Field(
+        default_factory=list, description="with --from-launch: what was read, overridden, not modelled or unknown"
+    )
 
 
 class CostOut(_Out):

@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from paraplan.cost_models.candidates import COLUMNS, BoolArray, FloatArray, Layouts
 from paraplan.cost_models.evaluate import Evaluation
-from paraplan.cost_models.layout import KNOBS, layout_words
+from paraplan.cost_models.layout import KNOBS, SETTINGS, Layout, layout_words
 from paraplan.cost_models.limits import BY_NAME, Target, host_message, memory_message
 from paraplan.space import Bounds
 
@@ -70,7 +70,7 @@ class Ranking:
 
     evaluation: Evaluation
     groups: list[IndexArray]  # best first; each: the answer, then its equivalent variants
-    order: IndexArray  # every admitted candidate, best first
+    order: IndexArray  # the admitted candidates that could rank (a prefix of the full order), best first
     wall_s: float
     reason: str | None = None
 
@@ -89,25 +89,35 @@ def train_time_s(ev: Evaluation, tokens: float) -> FloatArray:
     return np.asarray(ev.step_time_s * steps)
 
 
-def objective_values(ev: Evaluation, usd_per_gpu_hour: float | None) -> FloatArray:
+def objective_values(ev: Evaluation, usd_per_gpu_hour: float | None, rows: IndexArray | None = None) -> FloatArray:
     """Step time, or with a price the dollars of one step (GPU-hours x price)."""
+    step = ev.step_time_s if rows is None else ev.step_time_s[rows]
     if usd_per_gpu_hour is None:
-        return ev.step_time_s
-    return np.asarray(ev.step_time_s * ev.gpus * usd_per_gpu_hour / 3600.0)
+        return np.asarray(step)
+    gpus = ev.gpus if rows is None else ev.gpus[rows]
+    return np.asarray(step * gpus * usd_per_gpu_hour / 3600.0)
 
 
-def _tied(values: FloatArray) -> FloatArray:
+def _tied(values: FloatArray, scale: float) -> FloatArray:
+    """Values within 1e-12 relative (of `scale`) made equal, so that floating-point noise never
+    decides an order."""
+    return np.asarray(np.round(values / scale, 12))
+
+
+def _scale(values: FloatArray) -> float:
     finite = values[np.isfinite(values)]
-    return np.asarray(np.round(values / np.max(finite, initial=1.0), 12))
+    return float(np.max(finite, initial=1.0)) or 1.0
 
 
-def order_keys(ev: Evaluation, usd_per_gpu_hour: float | None) -> list[npt.NDArray[np.generic]]:
-    """Lexicographic keys, most significant first (see the module docstring)."""
-    keys: list[npt.NDArray[np.generic]] = [_tied(objective_values(ev, usd_per_gpu_hour))]
+def order_keys(ev: Evaluation, rows: IndexArray, usd_per_gpu_hour: float | None,
+               scales: tuple[float, float]) -> list[npt.NDArray[np.generic]]:  # fmt: skip
+    """Lexicographic keys of `rows`, most significant first (see the module docstring)."""
+    keys: list[npt.NDArray[np.generic]] = [_tied(objective_values(ev, usd_per_gpu_hour, rows), scales[0])]
     if usd_per_gpu_hour is not None:
-        keys.append(_tied(ev.step_time_s))
-    keys += [KNOBS[name].prefer * ev.layouts.data[:, i] for i, name in enumerate(COLUMNS)]
-    keys.append(ev.memory.total)
+        keys.append(_tied(ev.step_time_s[rows], scales[1]))
+    data = ev.layouts.data[rows]
+    keys += [KNOBS[name].prefer * data[:, i] for i, name in enumerate(COLUMNS)]
+    keys.append(ev.memory.total[rows])
     return keys
 
 
@@ -118,23 +128,44 @@ def admitted_mask(ev: Evaluation, cons: Constraints) -> BoolArray:
     return ok
 
 
-def rank(ev: Evaluation, cons: Constraints, top: int, usd_per_gpu_hour: float | None = None) -> Ranking:
-    """The `top` best distinct answers among the admitted candidates, exactly."""
+SELECT_PER_ANSWER = 64  # rows sorted in full per answer asked; grows when ties need more
+
+
+def rank(ev: Evaluation, cons: Constraints, top: int, usd_per_gpu_hour: float | None = None,
+         subset: BoolArray | None = None) -> Ranking:  # fmt: skip
+    """The `top` best distinct answers among the admitted candidates (within `subset`), exactly.
+
+    Only the rows that can matter are sorted in full: those whose objective is at most the n-th
+    smallest (argpartition), n growing until they hold `top` distinct answers. Every row left
+    out has a larger objective than every row kept, so the answer is the full sort's."""
     started = time.perf_counter()
     ok = admitted_mask(ev, cons)
+    if subset is not None:
+        ok &= subset
     index = np.nonzero(ok)[0]
     if len(index) == 0:
         return Ranking(ev, [], index, time.perf_counter() - started, why_none(ev, cons))
-    sub = ev.take(index)
-    order = index[np.lexsort(order_keys(sub, usd_per_gpu_hour)[::-1])]
-    groups = distinct_groups(ev, order, top)
-    return Ranking(ev, groups, order, time.perf_counter() - started)
+    objective = objective_values(ev, usd_per_gpu_hour, index)
+    scales = (_scale(objective), _scale(ev.step_time_s[index]))
+    tied = _tied(objective, scales[0])
+    wanted = SELECT_PER_ANSWER * top
+    while True:
+        if wanted < len(index):
+            boundary = np.partition(tied, wanted - 1)[wanted - 1]
+            chosen = index[tied <= boundary]
+        else:
+            chosen = index
+        order = chosen[np.lexsort(order_keys(ev, chosen, usd_per_gpu_hour, scales)[::-1])]
+        groups = distinct_groups(ev, order, top, scales[1])
+        if len(groups) >= top or len(chosen) == len(index):
+            return Ranking(ev, groups, order, time.perf_counter() - started)
+        wanted *= 4
 
 
-def distinct_groups(ev: Evaluation, order: IndexArray, top: int) -> list[IndexArray]:
+def distinct_groups(ev: Evaluation, order: IndexArray, top: int, scale: float) -> list[IndexArray]:
     """Candidates (in `order`) with identical predictions -- the same step time and memory --
     grouped, each group led by its best-ranked member; the first `top` groups."""
-    pairs = np.stack([_tied(ev.step_time_s)[order], ev.memory.total[order]], axis=1)
+    pairs = np.stack([_tied(ev.step_time_s[order], scale), ev.memory.total[order]], axis=1)
     _, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
     leaders = np.sort(first)[:top]
@@ -198,11 +229,10 @@ def expansion_needed(base: Evaluation, cons: Constraints, top: int, usd_per_gpu_
     only cores at least that fast, and blocked by memory alone, need their variants.
     """
     inside = np.ones(len(base), dtype=bool) if subset is None else subset
-    first = rank(base.take(np.nonzero(inside)[0]), cons, top, usd_per_gpu_hour)
+    first = rank(base, cons, top, usd_per_gpu_hour, subset=inside)
     bound = np.inf
     if len(first.groups) == top:
-        sub = base.take(np.nonzero(inside)[0])
-        bound = float(objective_values(sub.take(first.groups[-1][:1]), usd_per_gpu_hour)[0])
+        bound = float(objective_values(base, usd_per_gpu_hour, first.groups[-1][:1])[0])
     need = inside.copy()
     for name, mask in base.checks.items():
         if name != "memory":
@@ -227,25 +257,56 @@ def complete(question: Question, base: Evaluation, need: BoolArray) -> Evaluatio
 def rank_space(question: Question, counts: Sequence[int], cons: Constraints, top: int,
                usd_per_gpu_hour: float | None = None, per_count: bool = False) -> Ranking:  # fmt: skip
     """The exact top-k over every candidate of `counts` GPUs; every candidate is evaluated at
-    most once and most never (see `expansion_needed`; the property tests check that a layout never
-    gets faster with more recompute or offload, and that this equals ranking the whole space).
-    With `per_count`, the evaluation also holds what the best layout of each count needs."""
-    cores = Layouts.concat([question.space(n, trading=False) for n in counts])
-    base = question.evaluate(cores)
-    need = expansion_needed(base, cons, top, usd_per_gpu_hour)
-    if per_count:
-        for n in counts:
-            need |= expansion_needed(base, cons, 1, usd_per_gpu_hour, subset=base.layouts.gpus == n)
-    combined = complete(question, base, need)
-    return rank(combined, cons, top, usd_per_gpu_hour)
+    most once and most never:
+      * within a count, trading knobs are expanded only where they could win
+        (`expansion_needed`; the property tests check that a layout never gets faster with more
+        recompute or offload, and that this equals ranking the whole space);
+      * over a range of counts ranked by step time, counts are taken from the largest down, and
+        a count whose step time cannot beat the k-th best found -- no layout of n GPUs is faster
+        than the model's FLOPs at n GPUs' peak -- is not enumerated at all.
+    With `per_count`, the evaluation holds the best layout of every count (a scaling curve)."""
+    if per_count or usd_per_gpu_hour is not None or len(counts) == 1:
+        cores = Layouts.concat([question.space(n, trading=False) for n in counts])
+        base = question.evaluate(cores)
+        need = expansion_needed(base, cons, top, usd_per_gpu_hour)
+        if per_count:
+            for n in counts:
+                need |= expansion_needed(base, cons, 1, usd_per_gpu_hour, subset=base.gpus == n)
+        combined = complete(question, base, need)
+        return rank(combined, cons, top, usd_per_gpu_hour)
+    floor = step_floor_s(question)
+    done: list[Evaluation] = []
+    bound = np.inf
+    for n in sorted(counts, reverse=True):
+        if floor / n > bound * (1 + TIE):
+            continue  # no layout of n GPUs can enter the top k
+        base = question.evaluate(question.space(n, trading=False))
+        done.append(complete(question, base, expansion_needed(base, cons, top, None)))
+        so_far = rank(Evaluation.concat(done), cons, top)
+        if len(so_far.groups) == top:
+            bound = float(so_far.evaluation.step_time_s[so_far.groups[-1][0]])
+    if not done:
+        return rank(question.evaluate(Layouts.empty()), cons, top)
+    return rank(Evaluation.concat(done), cons, top)
+
+
+def step_floor_s(question: Question) -> float:
+    """GPU-seconds no step can beat: the model FLOPs of a step at the GPU's highest dense peak
+    (every compute term of the cost model runs at or below its peak; communication only adds)."""
+    from paraplan.cost_models.flops import model_flops_per_step
+
+    one = Layouts.of([Layout(**{k: v for k, v in question.given.items() if k in SETTINGS})])
+    gpu = question.cluster.gpu
+    peak = max(gpu.peak_bf16_flops, gpu.peak_fp16_flops, gpu.peak_fp8_flops or 0.0)
+    return float(model_flops_per_step(question.model, one)[0]) / peak
 
 
 def best_per_count(ev: Evaluation, cons: Constraints, usd_per_gpu_hour: float | None = None) -> list[int]:
     """The best admitted candidate of each GPU count in `ev`, by count."""
     out = []
-    for n in np.unique(ev.layouts.gpus):
-        rows = np.nonzero(ev.layouts.gpus == n)[0]
-        ranking = rank(ev.take(rows), cons, 1, usd_per_gpu_hour)
+    gpus = ev.gpus
+    for n in np.unique(gpus):
+        ranking = rank(ev, cons, 1, usd_per_gpu_hour, subset=gpus == n)
         if ranking.groups:
-            out.append(int(rows[ranking.best[0]]))
+            out.append(ranking.best[0])
     return out

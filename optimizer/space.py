@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from paraplan.cost_models.candidates import COLUMNS, INDEX, IntArray, Layouts
+from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import DEGREES, KNOBS, SEARCHED, SETTINGS, DomainContext, Layout
 from paraplan.cost_models.limits import LIMITS, REDUNDANT, Target
 from paraplan.cost_models.models import ModelSpec
@@ -136,9 +137,22 @@ def _domain(name: str, ctx: DomainContext, bounds: Bounds) -> list[Any]:
     return values
 
 
+MAX_ROWS = 2_000_000  # a space past this takes more than ~10 s to evaluate: refused, saying why
+
+
+class SpaceTooLarge(InputError):
+    """The question's candidate space exceeds `MAX_ROWS` (a one-line message names what to narrow)."""
+
+
 def _cross(table: IntArray, name: str, values: list[int]) -> IntArray:
     if not values or len(table) == 0:
         return table[:0]
+    if len(table) * len(values) > MAX_ROWS:
+        raise SpaceTooLarge(
+            f"the search space grows past {MAX_ROWS:,} candidates at {name.replace('_', '-')} ({len(values)} values "
+            f"for {len(table):,} partial layouts); narrow it: fix --micro-batch or other knobs, a smaller "
+            "--gpus range, or a global batch with fewer divisors"
+        )
     repeated = np.repeat(table, len(values), axis=0)
     repeated[:, INDEX[name]] = np.tile(np.asarray(values, dtype=np.int64), len(table))
     return repeated

@@ -144,7 +144,7 @@ class StagePlan:
 
 @dataclass(frozen=True)
 class Solved:
-    status: Literal["OPTIMAL", "INFEASIBLE"]
+    status: Literal["OPTIMAL", "INFEASIBLE", "FEASIBLE", "UNKNOWN"]
     plan: StagePlan | None
     wall_s: float
     branches: int = 0
@@ -295,11 +295,11 @@ def solver_workers() -> int:
 
 
 def solve(it: IntTables, objective: Objective = "time", cutoff: int | None = None, time_limit_s: float = 60.0,
-          workers: int | None = None) -> Solved:  # fmt: skip
+          workers: int | None = None, slot_cap: int | None = None, slot_floor: int = 0) -> Solved:  # fmt: skip
     """The optimal plan of these tables (status OPTIMAL), or INFEASIBLE when none fits (or none
     beats `cutoff`: only plans with an objective below it are sought)."""
     started = time.perf_counter()
-    built = _build(it, objective, cutoff)
+    built = _build(it, objective, cutoff, slot_cap, slot_floor)
     if built is None:
         return Solved("INFEASIBLE", None, time.perf_counter() - started)
     model, x, y, goal = built
@@ -314,18 +314,27 @@ def solve(it: IntTables, objective: Objective = "time", cutoff: int | None = Non
         return Solved("OPTIMAL", plan, wall, int(solver.num_branches))
     if status == cp_model.INFEASIBLE:
         return Solved("INFEASIBLE", None, wall, int(solver.num_branches))
+    if status == cp_model.FEASIBLE:
+        plan = _read(solver, it, x, y, int(round(solver.objective_value)))
+        return Solved("FEASIBLE", plan, wall, int(solver.num_branches))
+    if status == cp_model.UNKNOWN:
+        return Solved("UNKNOWN", None, wall, int(solver.num_branches))
     raise RuntimeError(f"CP-SAT stopped without proof ({solver.status_name(status)}) after {wall:.1f} s")
 
 
 Vars = dict[tuple[int, int], cp_model.IntVar]
 
 
-def _build(it: IntTables, objective: Objective,
-           cutoff: int | None) -> tuple[cp_model.CpModel, Vars, Vars, cp_model.IntVar] | None:  # fmt: skip
+def _build(it: IntTables, objective: Objective, cutoff: int | None,
+           slot_cap: int | None = None,
+           slot_floor: int = 0) -> tuple[cp_model.CpModel, Vars, Vars, cp_model.IntVar] | None:  # fmt: skip
     S, L, m = min(it.stages, it.layers), it.layers, it.micro_batches
     if S < it.min_stages or S < 1:
         return None
     lmax = max_layers(it)
+    if slot_cap is not None:
+        by_time = slot_cap // np.maximum(it.layer, 1)
+        lmax = np.minimum(lmax, by_time[None, :])
     model = cp_model.CpModel()
     O = it.options
     a = [model.new_constant(1) if s < it.min_stages else model.new_bool_var(f"a{s}") for s in range(S)]
@@ -405,7 +414,7 @@ def _build(it: IntTables, objective: Objective,
         slot = model.new_int_var(0, slot_ub, f"slot{s}")
         model.add(slot == body)
         slots.append(slot)
-    big = model.new_int_var(0, slot_ub, "slowest")
+    big = model.new_int_var(slot_floor, slot_ub if slot_cap is None else min(slot_ub, slot_cap), "slowest")
     model.add_max_equality(big, slots)
     # the per-step tail: optimizer step and the DP traffic the windows leave exposed
     tail_ub = 0
@@ -438,6 +447,24 @@ def _build(it: IntTables, objective: Objective,
     tail = model.new_int_var(0, max(tail_ub, 0), "tail")
     for t in tails:
         model.add(tail >= t)
+    # redundant, for the proof: K_o, the most layers a stage of option o holds, is at most
+    # M / c_o; the option's n_o stages hold at most n_o * K_o layers (integral: floor(M / c_o))
+    for o in range(O):
+        keys = [(s, o) for s in range(S) if (s, o) in x]
+        if not keys or it.layer[o] <= 0:
+            continue
+        k = it.member[o]
+        most_stages = min(len(keys), it.counts[k] // max(it.gpus[o], 1))
+        most_layers = int(max(lmax[s, o] for s, _ in keys))
+        n_o = model.new_int_var(0, most_stages, f"n{o}")
+        model.add(n_o == sum(x[key] for key in keys))
+        k_o = model.new_int_var(0, most_layers, f"k{o}")
+        model.add(int(it.layer[o]) * k_o <= big)
+        for key in keys:
+            model.add(y[key] <= k_o)
+        held = model.new_int_var(0, most_stages * most_layers, f"h{o}")
+        model.add_multiplication_equality(held, [n_o, k_o])
+        model.add(sum(y[key] for key in keys) <= held)
     step_ub = (m - 1) * slot_ub + S * slot_ub + tail_ub
     step = model.new_int_var(0, step_ub, "step")
     model.add(step == (m - 1) * big + sum(slots) + tail)
@@ -465,3 +492,55 @@ def _read(solver: cp_model.CpSolver, it: IntTables, x: Vars, y: Vars, value: int
     back = [chosen[s] for s in sorted(chosen)]
     front = back[::-1]
     return StagePlan(tuple(o for o, _ in front), tuple(n for _, n in front), value)
+
+
+# --- a lower bound on the slowest slot (for pruning and as a valid cut) ---------------------------
+
+
+def _knapsack(budget: int, items: list[tuple[int, int]]) -> int:
+    """Most value with unbounded copies of (weight, value) items within `budget` (weights >= 1)."""
+    dp = np.zeros(budget + 1, dtype=np.int64)
+    for w, v in items:
+        if v <= 0 or w > budget:
+            continue
+        rows = -(-(budget + 1) // w)
+        pad = np.full(rows * w, np.iinfo(np.int64).min // 4, dtype=np.int64)
+        pad[: budget + 1] = dp
+        grid = pad.reshape(rows, w)  # grid[i, r] = dp[r + i w]
+        idx = np.arange(rows, dtype=np.int64)[:, None]
+        grid = np.maximum.accumulate(grid - idx * v, axis=0) + idx * v
+        dp = np.maximum(dp, grid.reshape(-1)[: budget + 1])
+    return int(dp.max())
+
+
+def slot_lower_bound(it: IntTables) -> int | None:
+    """The least slowest-slot M for which the layers fit at all: each stage of option o holds at
+    most min(floor(M / c_o), its memory's most layers at any position) layers, and each GPU type
+    buys stages within its count (an unbounded knapsack per type). Boundaries, the LM head and
+    the tail only add to a slot, and the positions' memory is taken at its most generous, so no
+    plan has a smaller M. None: no M fits the layers."""
+    lmax = max_layers(it)
+    most = lmax.max(axis=0) if lmax.size else np.zeros(it.options, dtype=np.int64)
+    candidates = sorted({int(it.layer[o]) * k for o in range(it.options) for k in range(1, int(most[o]) + 1)})
+    if not candidates:
+        return None
+
+    def covers(bound: int) -> bool:
+        total = 0
+        for k, count in enumerate(it.counts):
+            items = [(it.gpus[o], int(min(most[o], bound // max(int(it.layer[o]), 1))))
+                     for o in range(it.options) if it.member[o] == k]  # fmt: skip
+            if items and count > 0:
+                total += _knapsack(count, items)
+        return total >= it.layers
+
+    if not covers(candidates[-1]):
+        return None
+    lo, hi = 0, len(candidates) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if covers(candidates[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return candidates[lo]

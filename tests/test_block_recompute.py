@@ -1,57 +1,76 @@
-"""Block recompute (Megatron --recompute-method block --recompute-num-layers N), by hand."""
+"""Block recompute (Megatron-LM --recompute-method block --recompute-num-layers N: full recompute
+of the first N layers of every model chunk), by hand."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 from conftest import gpt_spec, one
 
-from paraplan.cost_models.compute import micro_batch_times
-from paraplan.cost_models.flops import recompute_flops_per_step
-from paraplan.cost_models.memory import activation_bytes, layers_per_stage
+from paraplan.cost_models.evaluate import evaluate
+from paraplan.cost_models.memory import peak_memory
 from paraplan.cost_models.stack import Stack
-from paraplan.hardware_specs.loader import load_cluster
-from paraplan.emit import megatron_args
-
-STACK = Stack(flash_attention=True)
+from paraplan.hardware_specs.schema import Cluster
 
 
-def test_activations_mix_stored_and_recomputed_layers() -> None:
-    # GPT-style, 8 layers, TP1, no PP, micro-batch 1, s = 2048 (tokens T = 2048), flash attention.
-    # Stored layer: 34*h bytes/token (Korthikanti, no s^2 term with flash); recomputed layer: 2h.
-    # N = 3 of 8 recomputed: (3*2h + 5*34h)*T, plus one full layer while it is recomputed,
-    # plus the embedding's dropout mask h*T (first stage) and the fp32 logits 4*V*T (last).
-    h, layers, vocab, seq = 1024, 8, 50_000, 2048
-    model = gpt_spec(h=h, layers=layers, vocab=vocab, seq=seq)
-    lay = one(seq_len=seq, micro_batch=1, global_batch=1, recompute="full", recompute_layers=3,
-              sequence_parallel=False, zero=0)
-    got = float(activation_bytes(model, lay, STACK, first=True, last=True)[0])
-    expected = (3 * 2 * h + 5 * 34 * h) * seq + 34 * h * seq + h * seq + 4 * vocab * seq
-    assert got == pytest.approx(expected, rel=1e-12)
+@pytest.mark.parametrize(
+    ("knobs", "share"),
+    [
+        # 8 layers on PP2 x VPP2: chunks of 8 / 4 = 2 layers
+        ({"recompute": "full", "recompute_layers": 1}, 0.5),
+        ({"recompute": "full", "recompute_layers": 2}, 1.0),
+        # N beyond the chunk is every layer of it
+        ({"recompute": "full", "recompute_layers": 5}, 1.0),
+        # 0 = all layers
+        ({"recompute": "full", "recompute_layers": 0}, 1.0),
+        ({"recompute": "none"}, 0.0),
+        ({"recompute": "selective"}, 0.0),
+    ],
+)
+def test_share_of_layers_recomputed(knobs: dict[str, Any], share: float) -> None:
+    lay = one(pp=2, virtual_stages=2, **knobs)
+    assert float(lay.full_recompute_share(8)[0]) == share
 
 
-def test_recompute_time_and_flops_scale_with_the_share() -> None:
+@pytest.mark.parametrize(
+    ("blocks", "per_ht"),
+    [
+        # GPT (dropout), 8 layers, one stage, TP1, one micro-batch of T = 2048 tokens, flash.
+        # N layers keep their 2h input, 8 - N keep 34h (Korthikanti et al. 2022 without the
+        # scores), one full layer (34h) while it is recomputed, the embedding's dropout mask h:
+        (1, 1 * 2 + 7 * 34 + 34 + 1),  # 275
+        (3, 3 * 2 + 5 * 34 + 34 + 1),  # 211
+        (8, 8 * 2 + 0 * 34 + 34 + 1),  # 51
+    ],
+)
+def test_block_recompute_memory_by_hand(blocks: int, per_ht: int) -> None:
+    # activations = per_ht x h T + the loss (bf16 logits, fp32 copy, fp32 softmax) 10 V T;
+    # h T = 2,097,152, 10 V T = 1,024,000,000. E.g. N = 3: 211 * 2,097,152 + 1,024,000,000 = 1,466,499,072
+    model = gpt_spec(h=1024, layers=8, vocab=50_000, seq=2048)
+    lay = one(seq_len=2048, global_batch=1, recompute="full", recompute_layers=blocks)
+    got = float(peak_memory(model, lay, Stack(), 0.0).activations[0])
+    assert got == per_ht * 2_097_152 + 1_024_000_000
+
+
+def test_block_recompute_time_is_its_share_of_full(dgx: Cluster) -> None:
+    # 2 of 8 layers recomputed: a quarter of full recompute's extra forward, whatever it costs
     model = gpt_spec(h=1024, layers=8)
-    cluster = load_cluster("a100-80g")
-    full = one(seq_len=2048, global_batch=8, recompute="full", recompute_layers=0)
-    block = one(seq_len=2048, global_batch=8, recompute="full", recompute_layers=2)
-    t_full = micro_batch_times(model, full, cluster, STACK, layers_per_stage(model, full)).recompute_s[0]
-    t_block = micro_batch_times(model, block, cluster, STACK, layers_per_stage(model, block)).recompute_s[0]
-    assert t_block == pytest.approx(t_full * 2 / 8, rel=1e-12)
-    f_full = recompute_flops_per_step(model, full, STACK)[0]
-    f_block = recompute_flops_per_step(model, block, STACK)[0]
-    assert f_block == pytest.approx(f_full * 2 / 8, rel=1e-12)
+
+    def recompute_s(**knobs: object) -> float:
+        lay = one(seq_len=2048, global_batch=8, recompute="full", **knobs)
+        return float(evaluate(model, dgx, lay, Stack()).times["recompute"][0])
+
+    assert recompute_s(recompute_layers=2) == pytest.approx(recompute_s() / 4, rel=1e-12)
+    assert recompute_s(recompute_layers=2) > 0
 
 
-def test_blocks_beyond_the_chunk_mean_all_layers() -> None:
-    # 8 layers on PP2 x VPP2: chunks of 2 layers; N = 5 covers every layer of a chunk.
-    lay = one(pp=2, virtual_stages=2, recompute="full", recompute_layers=5)
-    assert np.all(lay.full_recompute_share(8) == 1.0)
-    assert np.all(one(recompute="none", recompute_layers=0).full_recompute_share(8) == 0.0)
-
-
-def test_megatron_args_name_the_block_method() -> None:
-    from paraplan.cost_models.layout import Layout
-
-    args = megatron_args(gpt_spec(layers=8), Layout(recompute="full", recompute_layers=2))
-    assert "--recompute-method block" in args and "--recompute-num-layers 2" in args
+def test_the_block_method_trades_memory_for_time(dgx: Cluster) -> None:
+    # more layers recomputed: less memory, more time (a GPT of 8 layers, 4 micro-batches)
+    model = gpt_spec(h=1024, layers=8)
+    lays = [one(seq_len=2048, global_batch=4, recompute="full", recompute_layers=n) for n in (1, 2, 4, 0)]
+    evs = [evaluate(model, dgx, lay, Stack()) for lay in lays]
+    memory = np.array([float(ev.memory.total[0]) for ev in evs])
+    time = np.array([float(ev.step_time_s[0]) for ev in evs])
+    assert (np.diff(memory) < 0).all() and (np.diff(time) > 0).all()

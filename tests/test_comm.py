@@ -1,20 +1,31 @@
-"""Collectives (alpha-beta model), group links on a DGX A100, and the traffic of each parallel
-dimension, against hand numbers."""
+"""Collectives (the alpha-beta model), group links, and what each parallel dimension sends and
+exposes, against hand numbers. Traffic runs on conftest's round-figure DGX (`dgx`): NVLink
+100e9 B/s at 2 us inside a node of 8, the network 10e9 B/s at 10 us per GPU."""
 
 from __future__ import annotations
 
-import math
+import dataclasses
+from collections.abc import Callable
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from conftest import one
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paraplan.cost_models.comm import all_gather_s, all_reduce_s, all_to_all_s, links, p2p_s, pair_links, reduce_scatter_s
+from paraplan.cost_models.comm import (
+    all_gather_s,
+    all_reduce_s,
+    all_to_all_s,
+    links,
+    p2p_s,
+    pair_links,
+    reduce_scatter_s,
+)
 from paraplan.cost_models.compute import MicroBatchTimes
-from paraplan.cost_models.memory import stage_params
-from paraplan.cost_models.models import load_model
+from paraplan.cost_models.memory import StageParams
+from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.traffic import (
     cp_per_layer_s,
@@ -24,284 +35,314 @@ from paraplan.cost_models.traffic import (
     pp_per_micro_batch_s,
     tp_per_layer_s,
 )
-from paraplan.hardware_specs.loader import load_cluster
 from paraplan.hardware_specs.schema import Cluster
 
 GB = 1e9
-# DGX A100 (a100-80g preset): NVSwitch 300e9 x 0.80 = 240e9 B/s, 3 us through the hub
-# (1.5 us each edge); InfiniBand per GPU 25e9 x 0.85 = 21.25e9 B/s, 5 us through the network
-# (2.5 us each NIC edge). Read from the preset so that a recalibration does not break the
-# derivations below, which only rely on the topology rules.
-_A100 = load_cluster("a100-80g")
-NVLINK_BW = _A100.intra_node.link.bw_bytes_per_s * _A100.intra_node.link.efficiency
-NVLINK_LAT = _A100.intra_node.link.latency_s
-IB_BW = _A100.inter_node.bw_bytes_per_s * _A100.inter_node.efficiency
-IB_LAT = _A100.inter_node.latency_s
+FloatArray = npt.NDArray[np.float64]
 
 
 def _f(x: object) -> float:
     return float(np.asarray(x).reshape(-1)[0])
 
 
+def _a(x: float) -> FloatArray:
+    return np.array([float(x)])
+
+
+Collective = Callable[[FloatArray, FloatArray, FloatArray, FloatArray], FloatArray]
+
+
+def _run(collective: Collective, nbytes: float, n: float, bw: float, lat: float) -> float:
+    """One collective of `nbytes` over `n` ranks on a link of `bw` B/s and `lat` s."""
+    return _f(collective(_a(nbytes), _a(n), _a(bw), _a(lat)))
+
+
+def _p2p(nbytes: float, bw: float, lat: float) -> float:
+    return _f(p2p_s(_a(nbytes), _a(bw), _a(lat)))
+
+
 # ------------------------------------------------------------------ alpha-beta collectives
 
 
 def test_ring_all_reduce_by_hand() -> None:
-    # 1 GB over 8 ranks at 100 GB/s, alpha 5 us:
-    #   ring 2*7*5e-6 + 2*(7/8)*1e9/1e11 = 7e-5 + 0.0175 = 0.01757
-    #   tree 2*3*5e-6 + 2*1e9/1e11       = 3e-5 + 0.02   = 0.02003  => ring wins
-    assert _f(all_reduce_s(1 * GB, 8, 100 * GB, 5e-6)) == pytest.approx(0.01757, rel=1e-12)
+    # Patarasuk & Yuan 2009: 2(n-1) alpha + 2 (n-1)/n B / beta. 1 GB over 8 ranks at 100 GB/s,
+    # alpha 5 us: ring 2*7*5e-6 + 2*(7/8)*1e9/1e11 = 7e-5 + 0.0175 = 0.01757 s;
+    # tree 2*log2(8)*5e-6 + 2*1e9/1e11 = 3e-5 + 0.02 = 0.02003 s: NCCL picks the ring.
+    assert _run(all_reduce_s, 1 * GB, 8, 100 * GB, 5e-6) == pytest.approx(0.01757, rel=1e-12)
 
 
 def test_tree_wins_for_tiny_messages_on_many_ranks() -> None:
-    # 1 KB over 256 ranks: ring 2*255*5e-6 = 2.55 ms of latency; tree 2*8*5e-6 + 2*1e3/1e11
-    tree = 16 * 5e-6 + 2 * 1e3 / 1e11
-    ring = 2 * 255 * 5e-6 + 2 * 255 / 256 * 1e3 / 1e11
-    got = _f(all_reduce_s(1e3, 256, 100 * GB, 5e-6))
-    assert got == pytest.approx(tree, rel=1e-12)
-    assert got < ring / 20
+    # 1 KB over 256 ranks: ring 2*255*5e-6 = 2.55 ms of latency alone; the double binary tree
+    # 2*8*5e-6 + 2*1e3/1e11 = 8.002e-5 s
+    assert _run(all_reduce_s, 1e3, 256, 100 * GB, 5e-6) == pytest.approx(8.002e-5, rel=1e-12)
 
 
-def test_reduce_scatter_all_gather_by_hand() -> None:
-    # (n-1) alpha + (n-1)/n B/beta: 1 GB, 8 ranks, 100 GB/s, 5 us => 3.5e-5 + 0.00875
-    assert _f(reduce_scatter_s(1 * GB, 8, 100 * GB, 5e-6)) == pytest.approx(0.008785, rel=1e-12)
-    assert _f(all_gather_s(1 * GB, 8, 100 * GB, 5e-6)) == pytest.approx(0.008785, rel=1e-12)
-    assert _f(all_to_all_s(1 * GB, 8, 100 * GB, 5e-6)) == pytest.approx(0.008785, rel=1e-12)
+def test_half_collectives_by_hand() -> None:
+    # reduce-scatter, all-gather, all-to-all: (n-1) alpha + (n-1)/n B / beta
+    #   1 GB, 8 ranks, 100 GB/s, 5 us: 3.5e-5 + 0.00875 = 0.008785 s
+    for collective in (reduce_scatter_s, all_gather_s, all_to_all_s):
+        assert _run(collective, 1 * GB, 8, 100 * GB, 5e-6) == pytest.approx(0.008785, rel=1e-12)
 
 
-def test_p2p_by_hand() -> None:
-    assert _f(p2p_s(1 * GB, 100 * GB, 5e-6)) == pytest.approx(0.010005, rel=1e-12)
+def test_point_to_point_by_hand() -> None:
+    # alpha + B / beta: 5e-6 + 1e9/1e11 = 0.010005 s
+    assert _p2p(1 * GB, 100 * GB, 5e-6) == pytest.approx(0.010005, rel=1e-12)
 
 
-def test_single_rank_costs_nothing() -> None:
-    for fn in (all_reduce_s, reduce_scatter_s, all_gather_s, all_to_all_s):
-        assert _f(fn(1 * GB, 1, 100 * GB, 5e-6)) == 0.0
+def test_a_single_rank_sends_nothing() -> None:
+    for collective in (all_reduce_s, reduce_scatter_s, all_gather_s, all_to_all_s):
+        assert _run(collective, 1 * GB, 1, 100 * GB, 5e-6) == 0.0
 
 
-@settings(max_examples=100, deadline=None)
+def test_collectives_are_vectorized() -> None:
+    # n = 1: 0; n = 2: ring 2*5e-6 + 1e9/1e11 = 0.01001 (tree 0.02001); n = 8: 0.01757 (above)
+    got = all_reduce_s(np.full(3, 1e9), np.array([1, 2, 8]), np.full(3, 1e11), np.full(3, 5e-6))
+    assert got == pytest.approx([0.0, 0.01001, 0.01757], rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
 @given(
     nbytes=st.floats(1.0, 1e11),
     n=st.integers(2, 4096),
     bw=st.floats(1e8, 1e13),
     lat=st.floats(0.0, 1e-3),
+    factor=st.floats(1.0, 100.0),
 )
-def test_collective_identities(nbytes: float, n: int, bw: float, lat: float) -> None:
-    ring = 2 * (n - 1) * lat + 2 * (n - 1) / n * nbytes / bw
-    tree = 2 * math.log2(n) * lat + 2 * nbytes / bw
-    ar = _f(all_reduce_s(nbytes, n, bw, lat))
-    # NCCL picks the faster algorithm
-    assert ar == pytest.approx(min(ring, tree), rel=1e-12)
-    # reduce-scatter + all-gather of the same buffer is exactly the ring all-reduce
-    rs_ag = _f(reduce_scatter_s(nbytes, n, bw, lat)) + _f(all_gather_s(nbytes, n, bw, lat))
-    assert rs_ag == pytest.approx(ring, rel=1e-12)
-    assert ar <= rs_ag * (1 + 1e-12)
-    # more bandwidth is never slower
-    assert _f(all_reduce_s(nbytes, n, 2 * bw, lat)) <= ar
+def test_collective_properties(nbytes: float, n: int, bw: float, lat: float, factor: float) -> None:
+    ar = _run(all_reduce_s, nbytes, n, bw, lat)
+    # NCCL picks the faster algorithm: never slower than the ring (= reduce-scatter + all-gather)
+    rs_ag = _run(reduce_scatter_s, nbytes, n, bw, lat) + _run(all_gather_s, nbytes, n, bw, lat)
+    assert 0.0 < ar <= rs_ag * (1 + 1e-12)
+    # more bandwidth or less latency never slows a collective; more bytes never speed it up
+    for collective in (all_reduce_s, reduce_scatter_s, all_gather_s, all_to_all_s):
+        base = _run(collective, nbytes, n, bw, lat)
+        assert _run(collective, nbytes, n, bw * factor, lat) <= base
+        assert _run(collective, nbytes, n, bw, lat / factor) <= base
+        assert _run(collective, nbytes * factor, n, bw, lat) >= base
+    assert _p2p(nbytes, bw * factor, lat) <= _p2p(nbytes, bw, lat)
 
 
-def test_vectorized_collectives() -> None:
-    n = np.array([1, 2, 8])
-    got = all_reduce_s(np.array([1e9, 1e9, 1e9]), n, np.full(3, 1e11), np.full(3, 5e-6))
-    assert got[0] == 0.0
-    # n=2: ring 2*5e-6 + 1e9/1e11 = 0.01001 (tree 2*5e-6 + 0.02)
-    assert got[1] == pytest.approx(0.01001, rel=1e-12)
-    assert got[2] == pytest.approx(0.01757, rel=1e-12)
+# ------------------------------------------------------------------ group links on the round DGX
 
 
-# ------------------------------------------------------------------ links on a DGX A100
+def test_group_links(dgx: Cluster) -> None:
+    # TP8 inside a node: NVSwitch; 2 ranks 8 apart (one per node): the network
+    bw, lat = links(dgx, np.array([8, 2]), np.array([1, 8]))
+    assert list(bw) == [100e9, 10e9]
+    assert list(lat) == pytest.approx([2e-6, 10e-6])
+    # pipeline neighbours 8 ranks apart: another node; 1 apart: the same node
+    bw, lat = pair_links(dgx, np.array([8, 1]))
+    assert list(bw) == [10e9, 100e9]
+    assert list(lat) == pytest.approx([10e-6, 2e-6])
 
 
-def test_group_links_a100(a100: Cluster) -> None:
-    # TP8 inside a node: NVSwitch
-    bw, lat = links(a100, np.array([8]), np.array([1]))
-    assert (bw[0], lat[0]) == pytest.approx((NVLINK_BW, NVLINK_LAT))
-    # 16 ranks at stride 8: every ring neighbour is on another node => InfiniBand
-    bw, lat = links(a100, np.array([16]), np.array([8]))
-    assert (bw[0], lat[0]) == pytest.approx((IB_BW, IB_LAT))
-    # a group of 16 consecutive ranks spans two nodes: bottleneck at the network
-    bw, lat = links(a100, np.array([16]), np.array([1]))
-    assert (bw[0], lat[0]) == pytest.approx((IB_BW, IB_LAT))
-    # pipeline neighbours 8 ranks apart: another node; 1 apart: same node
-    bw, lat = pair_links(a100, np.array([8, 1]))
-    assert bw == pytest.approx([IB_BW, NVLINK_BW])
-    assert lat == pytest.approx([IB_LAT, NVLINK_LAT])
+# ------------------------------------------------------------------ TP
+
+# Llama 2 70B: h 8192, g d 1024, f 28672. A micro-batch of T = 4096 tokens sends T h 2 =
+# 67,108,864 bytes per TP collective; over TP8 on NVLink:
+#   ring all-reduce 14 * 2e-6 + (14/8) * 67,108,864 / 1e11 = 1.20240512e-3 s (tree: 1.35417728e-3)
+#   reduce-scatter = all-gather = 7 * 2e-6 + (7/8) * 67,108,864 / 1e11 = 6.0120256e-4 s
+TP_ALL_REDUCE = 1.20240512e-3
+TP_HALF = 6.0120256e-4
 
 
-# ------------------------------------------------------------------ traffic per dimension
-
-LLAMA70 = "llama2-70b"  # h = 8192, kv_dim = 1024
-
-
-def test_tp_traffic_with_sequence_parallel(a100: Cluster) -> None:
-    # T = 4096 tokens, message T*h*2 = 67,108,864 bytes, over NVSwitch TP8.
-    # SP: each of the 4 all-reduces per layer (2 fwd, 2 bwd) becomes RS + AG:
-    #   RS = AG = 7*3e-6 + (7/8)*67,108,864/240e9
-    model = load_model(LLAMA70)
-    msg = 4096 * 8192 * 2
-    rs = 7 * NVLINK_LAT + 7 / 8 * msg / NVLINK_BW
-    lay = one(tp=8, micro_batch=1, seq_len=4096, sequence_parallel=True, recompute="selective")
-    assert _f(tp_per_layer_s(model, lay, a100)) == pytest.approx(4 * 2 * rs, rel=1e-12)
-    # full recompute repeats the forward's two: 6 collectives
-    lay = one(tp=8, micro_batch=1, seq_len=4096, sequence_parallel=True, recompute="full")
-    assert _f(tp_per_layer_s(model, lay, a100)) == pytest.approx(6 * 2 * rs, rel=1e-12)
+def _tp(model: ModelSpec, cluster: Cluster, stack: Stack, gemm_s: float, **knobs: object) -> float:
+    lay = one(tp=8, micro_batch=1, seq_len=4096, **knobs)
+    return _f(tp_per_layer_s(model, lay, cluster, stack, _a(gemm_s)))
 
 
-def test_tp_traffic_without_sequence_parallel(a100: Cluster) -> None:
-    # ring all-reduce 14*3e-6 + (14/8)*msg/240e9 beats tree 6*3e-6 + 2*msg/240e9 at 64 MiB
-    model = load_model(LLAMA70)
-    msg = 4096 * 8192 * 2
-    ring = 14 * NVLINK_LAT + 14 / 8 * msg / NVLINK_BW
-    lay = one(tp=8, micro_batch=1, seq_len=4096, sequence_parallel=False)
-    assert _f(tp_per_layer_s(model, lay, a100)) == pytest.approx(4 * ring, rel=1e-12)
-    assert _f(tp_per_layer_s(model, one(tp=1), a100)) == 0.0
+def test_tp_without_overlap(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # Shoeybi et al. 2019 Fig. 4: two all-reduces forward, two backward, all exposed
+    model = models["llama2-70b"]
+    assert _tp(model, dgx, Stack(tp_overlap=False), 1.0) == pytest.approx(4 * TP_ALL_REDUCE, rel=1e-12)
+    # sequence parallelism: each becomes reduce-scatter + all-gather (Korthikanti Sec 4.2.2)
+    got = _tp(model, dgx, Stack(tp_overlap=False), 1.0, sequence_parallel=True)
+    assert got == pytest.approx(8 * TP_HALF, rel=1e-12)
+    # full recompute repeats the forward's two: 6
+    got = _tp(model, dgx, Stack(tp_overlap=False), 1.0, recompute="full")
+    assert got == pytest.approx(6 * TP_ALL_REDUCE, rel=1e-12)
 
 
-def test_pp_traffic(a100: Cluster) -> None:
-    # TP8 x PP2: stage neighbours are 8 ranks apart (another node). Per micro-batch:
-    # activation forward + gradient backward, each T*h*2/TP = 8,388,608 bytes, per chunk (v)
-    model = load_model(LLAMA70)
-    one_way = IB_LAT + 4096 * 8192 * 2 / 8 / IB_BW
-    assert _f(pp_per_micro_batch_s(model, one(tp=8, pp=2, seq_len=4096), a100)) == pytest.approx(2 * one_way)
-    lay = one(tp=8, pp=2, seq_len=4096, virtual_stages=2)
-    assert _f(pp_per_micro_batch_s(model, lay, a100)) == pytest.approx(4 * one_way)
-    assert _f(pp_per_micro_batch_s(model, one(pp=1), a100)) == 0.0
+def test_tp_backward_hides_under_the_weight_gradient_gemms(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # The backward collective of each column-parallel linear (QKV, the MLP's first projection)
+    # runs during its weight-gradient GEMM. Their share of a layer's GEMM FLOPs:
+    #   (a d + 2 g d + 2 f) / (a d + 2 g d + 2 f + a d + f) = 67,584 / 104,448 = 11/17
+    # With forward GEMMs of 17/11 ms the window is 1 ms: 2 * 1.20240512e-3 - 1e-3 stays exposed
+    #   => 2 * 1.20240512e-3 + 1.40481024e-3 = 3.80962048e-3 s
+    model = models["llama2-70b"]
+    assert _tp(model, dgx, Stack(tp_overlap=True), 17 / 11 * 1e-3) == pytest.approx(3.80962048e-3, rel=1e-9)
+    # a window longer than both backward collectives hides them: only the forward's two remain
+    assert _tp(model, dgx, Stack(tp_overlap=True), 1.0) == pytest.approx(2 * TP_ALL_REDUCE, rel=1e-12)
+    # TP1 sends nothing
+    assert _f(tp_per_layer_s(model, one(tp=1), dgx, Stack(), _a(1.0))) == 0.0
 
 
-def test_ep_traffic(a100: Cluster) -> None:
-    # mixtral EP8 inside a node: dispatch + combine, forward and backward: 4 all-to-alls of
-    # T*k*h*2 = 4096*2*4096*2 = 67,108,864 bytes: each 7*3e-6 + 7/8*msg/240e9
-    model = load_model("mixtral-8x7b")
-    msg = 4096 * 2 * 4096 * 2
-    a2a = 7 * NVLINK_LAT + 7 / 8 * msg / NVLINK_BW
-    lay = one(dp=8, ep=8, micro_batch=1, seq_len=4096, recompute="selective")
-    assert _f(ep_per_layer_s(model, lay, a100)) == pytest.approx(4 * a2a, rel=1e-12)
-    assert _f(ep_per_layer_s(load_model(LLAMA70), lay, a100)) == 0.0
+# ------------------------------------------------------------------ PP
+
+# TP8 x PP2: stage neighbours are 8 ranks apart, on another node. One transfer of a micro-batch
+# boundary, T h 2 / TP = 4096 * 8192 * 2 / 8 = 8,388,608 bytes: 1e-5 + 8.388608e-4 = 8.488608e-4 s
+PP_ONE = 8.488608e-4
 
 
-def test_cp_traffic_exposed_only_beyond_attention(a100: Cluster) -> None:
-    # TP8 x CP2: the CP pair is 8 ranks apart (InfiniBand). T = 8192/2 tokens per GPU.
-    # K,V chunk 2*T*kv_dim/TP*2 = 2*4096*1024/8*2 = 2,097,152 bytes; 1 ring step.
-    model = load_model(LLAMA70)
-    lay = one(tp=8, cp=2, micro_batch=1, seq_len=8192, recompute="selective")
-    chunk = 2 * 4096 * 1024 / 8 * 2
-    fwd, bwd = IB_LAT + chunk / IB_BW, IB_LAT + 2 * chunk / IB_BW
-    assert _f(cp_per_layer_s(model, lay, a100, _attention(0.0, 0.0))) == pytest.approx(fwd + bwd, rel=1e-12)
-    # attention longer than the transfers hides them completely
-    assert _f(cp_per_layer_s(model, lay, a100, _attention(1.0, 1.0))) == 0.0
-    # each pass hides under its own attention: a long forward leaves the backward exposed
-    assert _f(cp_per_layer_s(model, lay, a100, _attention(1.0, 0.0))) == pytest.approx(bwd, rel=1e-12)
-    # full recompute runs the forward ring twice
-    lay = one(tp=8, cp=2, micro_batch=1, seq_len=8192, recompute="full")
-    assert _f(cp_per_layer_s(model, lay, a100, _attention(0.0, 0.0))) == pytest.approx(2 * fwd + bwd, rel=1e-12)
+def _pp(model: ModelSpec, cluster: Cluster, stack: Stack, chunk_s: float, **knobs: object) -> float:
+    lay = one(tp=8, pp=2, micro_batch=1, seq_len=4096, global_batch=8, **knobs)
+    return _f(pp_per_micro_batch_s(model, lay, cluster, stack, _a(chunk_s)))
+
+
+def test_pp_1f1b_transfers_are_blocking(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # activation forward + gradient backward per micro-batch (Narayanan et al. 2021 Sec 4.1),
+    # exposed whatever compute there is
+    model = models["llama2-70b"]
+    assert _pp(model, dgx, Stack(p2p_overlap=True), 1.0) == pytest.approx(2 * PP_ONE, rel=1e-12)
+    assert _f(pp_per_micro_batch_s(model, one(pp=1), dgx, Stack(), _a(0.0))) == 0.0
+
+
+def test_pp_interleaved_transfers_overlap_the_next_chunk(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # v = 2 chunks: 2 v = 4 transfers per micro-batch
+    model = models["llama2-70b"]
+    assert _pp(model, dgx, Stack(p2p_overlap=False), 1.0, virtual_stages=2) == pytest.approx(4 * PP_ONE, rel=1e-12)
+    # --overlap-p2p-communication: each hides behind a chunk's compute of 5e-4 s:
+    #   4 * (8.488608e-4 - 5e-4) = 1.3954432e-3 s; behind a longer chunk, entirely
+    assert _pp(model, dgx, Stack(p2p_overlap=True), 5e-4, virtual_stages=2) == pytest.approx(1.3954432e-3, rel=1e-9)
+    assert _pp(model, dgx, Stack(p2p_overlap=True), 1.0, virtual_stages=2) == 0.0
+
+
+# ------------------------------------------------------------------ CP
 
 
 def _attention(fwd: float, bwd: float) -> MicroBatchTimes:
-    zero = np.zeros(1)
-    return MicroBatchTimes(zero, zero, zero, attention_fwd_s=np.full(1, fwd), attention_bwd_s=np.full(1, bwd))
+    """Micro-batch times with only the attention set (what context parallelism overlaps)."""
+    zeros = {f.name: np.zeros(1) for f in dataclasses.fields(MicroBatchTimes)}
+    return MicroBatchTimes(**{**zeros, "attention_fwd_s": _a(fwd), "attention_bwd_s": _a(bwd)})
 
 
-def _windows(fwd: float, bwd: float) -> tuple[np.ndarray, np.ndarray]:
-    """Wall time of one micro-batch's forward and backward: what DP traffic may hide under."""
-    return np.full(1, fwd), np.full(1, bwd)
+def _cp(model: ModelSpec, cluster: Cluster, times: MicroBatchTimes, **knobs: object) -> float:
+    return _f(cp_per_layer_s(model, one(tp=8, micro_batch=1, seq_len=8192, **knobs), cluster, times))
 
 
-def _no_compute() -> tuple[np.ndarray, np.ndarray]:
-    return _windows(0.0, 0.0)
+def test_cp_ring_hides_under_attention(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # Llama 2 70B, TP8 x CP2, s 8192: T = 4096 tokens a GPU; the CP pair is 8 ranks apart (the
+    # network). Ring attention passes K and V, 2 T g d / TP * 2 = 2,097,152 bytes, CP-1 = 1 step:
+    #   forward 1e-5 + 2,097,152/1e10 = 2.197152e-4; backward (K, V, dK, dV) 1e-5 + 4.194304e-4
+    model = models["llama2-70b"]
+    fwd, bwd = 2.197152e-4, 4.294304e-4
+    assert _cp(model, dgx, _attention(0.0, 0.0), cp=2) == pytest.approx(fwd + bwd, rel=1e-12)
+    # each pass hides under its own attention compute
+    assert _cp(model, dgx, _attention(1.0, 1.0), cp=2) == 0.0
+    assert _cp(model, dgx, _attention(1.0, 0.0), cp=2) == pytest.approx(bwd, rel=1e-12)
+    # full recompute runs the forward ring twice
+    assert _cp(model, dgx, _attention(0.0, 0.0), cp=2, recompute="full") == pytest.approx(2 * fwd + bwd, rel=1e-12)
 
 
-def test_dp_traffic_by_hand(a100: Cluster) -> None:
-    # llama2-7b, TP8 x DP2 (the two replicas on two nodes), nothing hidden (no window).
-    # Local params P = (N - norms)/8 + norms, norms = 32*2*4096 + 4096 = 266,240.
-    # Dense and expert (MLP) weights each make their own collective over the same link.
-    cluster = a100
-    model = load_model("llama2-7b")
-    stack = Stack()
-    n, norms = 6_738_415_616, 266_240
-    p = (n - norms) / 8 + norms
-    # ZeRO-0: all-reduce of fp32 grads; n=2 ring: 2 alpha + B/beta per collective
-    lay = one(tp=8, dp=2, micro_batch=1, global_batch=8, zero=0)
-    params = stage_params(model, lay, True, True)
-    assert float(params.dense[0] + params.expert[0]) == pytest.approx(p, rel=1e-12)
-    got = _f(dp_exposed_s(params, lay, cluster, stack, _no_compute()))
-    assert got == pytest.approx(2 * 2 * IB_LAT + 4 * p / IB_BW, rel=1e-12)
-    # ZeRO-1: reduce-scatter fp32 grads + all-gather bf16 weights, (n-1)/n = 1/2
-    lay = one(tp=8, dp=2, micro_batch=1, global_batch=8, zero=1)
-    got = _f(dp_exposed_s(params, lay, cluster, stack, _no_compute()))
-    assert got == pytest.approx(2 * 2 * IB_LAT + (4 * p + 2 * p) / 2 / IB_BW, rel=1e-12)
-    # ZeRO-3, m = 8/(2*1) = 4 micro-batches: 4 reduce-scatters + 2*4 weight gathers, each
-    # gather one collective per layer (32 layers, dense and expert buckets): 64 latencies
-    lay = one(tp=8, dp=2, micro_batch=1, global_batch=8, zero=3)
-    got = _f(dp_exposed_s(params, lay, cluster, stack, _no_compute()))
-    rs = 2 * IB_LAT + 4 * p / 2 / IB_BW  # two collectives (dense, expert)
-    ag = 2 * 32 * IB_LAT + 2 * p / 2 / IB_BW
-    assert got == pytest.approx(4 * rs + 8 * ag, rel=1e-12)
+def test_cp_allgather_is_not_overlapped(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # All-gather (Llama 3): K, V of both ranks gathered, CP * 2,097,152 = 4,194,304 bytes, n = 2:
+    #   1e-5 + (1/2) * 4,194,304 / 1e10 = 2.197152e-4 s forward, the same reduce-scatter backward,
+    # whatever the attention lasts.
+    model = models["llama2-70b"]
+    for attention in (0.0, 1.0):
+        got = _cp(model, dgx, _attention(attention, attention), cp=2, cp_comm="allgather")
+        assert got == pytest.approx(2 * 2.197152e-4, rel=1e-12)
+
+
+def test_cp4_ring_against_allgather(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # CP4 at stride 8: four ranks on four nodes. T = 2048, chunk 1,048,576 bytes.
+    #   ring:   3 steps x (1e-5 + 1.048576e-4) forward + 3 x (1e-5 + 2.097152e-4) backward
+    #           = 3.445728e-4 + 6.591456e-4 = 1.0037184e-3 s (nothing hidden)
+    #   gather: 3e-5 + (3/4) * 4,194,304 / 1e10 = 3.445728e-4 s forward, the same backward
+    #           = 6.891456e-4 s
+    model = models["llama2-70b"]
+    assert _cp(model, dgx, _attention(0.0, 0.0), cp=4) == pytest.approx(1.0037184e-3, rel=1e-12)
+    assert _cp(model, dgx, _attention(0.0, 0.0), cp=4, cp_comm="allgather") == pytest.approx(6.891456e-4, rel=1e-12)
+    assert _cp(model, dgx, _attention(0.0, 0.0), cp=1) == 0.0
+
+
+# ------------------------------------------------------------------ EP
+
+
+def test_ep_all_to_all_by_hand(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # Mixtral, EP8 inside a node: dispatch and combine, forward and backward (GShard): 4
+    # all-to-alls of T k h 2 = 4096 * 2 * 4096 * 2 = 67,108,864 bytes, each
+    #   7 * 2e-6 + (7/8) * 67,108,864 / 1e11 = 6.0120256e-4 s  => 2.40481024e-3 s
+    lay = one(dp=8, ep=8, micro_batch=1, seq_len=4096)
+    assert _f(ep_per_layer_s(models["mixtral-8x7b"], lay, dgx)) == pytest.approx(2.40481024e-3, rel=1e-12)
+    # a dense model has no experts to exchange tokens with
+    assert _f(ep_per_layer_s(models["llama2-70b"], lay, dgx)) == 0.0
+
+
+# ------------------------------------------------------------------ DP
+
+
+def _params(dense: float, expert: float, layers: float) -> StageParams:
+    """A stage's parameters: dense (replicated over DP x CP), expert (over DP x CP / EP)."""
+    return StageParams(dense=_a(dense), expert=_a(expert), layer_max=_a((dense + expert) / layers), layers=_a(layers))
+
+
+NOTHING_HIDDEN = (_a(0.0), _a(0.0))
+# TP8 x DP2: the two replicas on two nodes, DP groups at stride 8 over the network
+# (10e9 B/s, 10 us). A stage of 1e9 dense and 2e9 expert parameters (EP1: both buckets reduce
+# over the same 2 ranks) in 2 layers; 2 micro-batches a step.
+DP2 = {"tp": 8, "dp": 2, "micro_batch": 1, "global_batch": 4}
+
+
+@pytest.mark.parametrize(
+    ("zero", "expected"),
+    [
+        # ring all-reduce of fp32 grads, n = 2: 2 alpha + B / beta per bucket
+        #   (2e-5 + 4e9/1e10) + (2e-5 + 8e9/1e10) = 0.40002 + 0.80002
+        (0, 1.20004),
+        # distributed optimizer: reduce-scatter fp32 grads + all-gather bf16 weights, (n-1)/n = 1/2
+        #   dense 0.20001 + 0.10001, expert 0.40001 + 0.20001
+        (1, 0.90004),
+        # ZeRO-2 reduce-scatters after every micro-batch's backward: 2 * (0.20001 + 0.40001) + the
+        # gather 0.10001 + 0.20001
+        (2, 1.50006),
+        # ZeRO-3 gathers each layer's weights, forward and backward, every micro-batch:
+        #   per bucket and pass 2 layers x (1e-5 + (1/2) * 2 B * P / 2 / 1e10):
+        #   dense 0.10002, expert 0.20002 => gathers 0.30004, scatters 0.60002
+        #   2 micro-batches x (0.30004 forward + 0.30004 + 0.60002 backward) = 2.4002
+        (3, 2.4002),
+    ],
+)
+def test_dp_traffic_by_hand(dgx: Cluster, zero: int, expected: float) -> None:
+    got = _f(dp_exposed_s(_params(1e9, 2e9, 2), one(zero=zero, **DP2), dgx, Stack(), NOTHING_HIDDEN))
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_dp_traffic_hides_under_the_backward(dgx: Cluster) -> None:
+    # ZeRO-0: 1.20004 s of all-reduce; dp_overlap 0.5 of a 2 s backward hides 1 s of it
+    params, lay = _params(1e9, 2e9, 2), one(zero=0, **DP2)
+    assert _f(dp_exposed_s(params, lay, dgx, Stack(), (_a(1.0), _a(2.0)))) == pytest.approx(0.20004, rel=1e-9)
+    # unless the stack does not overlap (Megatron-LM 2021-22 "local" DDP)
+    assert _f(dp_exposed_s(params, lay, dgx, Stack(dp_overlap=False), (_a(1.0), _a(2.0)))) == pytest.approx(1.20004)
     # no data parallelism: nothing to reduce
-    lay = one(tp=8, dp=1, zero=0)
-    assert _f(dp_exposed_s(stage_params(model, lay, True, True), lay, cluster, stack, _no_compute())) == 0.0
-
-
-def test_dp_traffic_hidden_by_backward(a100: Cluster) -> None:
-    # dp_overlap 0.8 of a long backward pass hides the whole ZeRO-0 all-reduce
-    model = load_model("llama2-7b")
-    lay = one(tp=8, dp=2, micro_batch=1, global_batch=8, zero=0)
-    params = stage_params(model, lay, True, True)
-    assert _f(dp_exposed_s(params, lay, a100, Stack(), _windows(1.0, 100.0))) == 0.0
-    # ... unless the stack does not overlap (Megatron-LM 2021-22 "local" DDP): all exposed
-    wire = _f(dp_exposed_s(params, lay, a100, Stack(), _no_compute()))
-    assert _f(dp_exposed_s(params, lay, a100, Stack(dp_overlap=False), _windows(1.0, 100.0))) == wire > 0
+    assert _f(dp_exposed_s(params, one(tp=8, zero=0), dgx, Stack(), NOTHING_HIDDEN)) == 0.0
 
 
 def test_overlap_windows_split_the_slot_one_to_two() -> None:
     # the backward does twice the forward's FLOPs (Narayanan et al. 2021 Sec 5.1)
     fwd, bwd = overlap_windows(np.array([3.0, 0.3]))
-    assert fwd == pytest.approx([1.0, 0.1]) and bwd == pytest.approx([2.0, 0.2])
+    assert list(fwd) == pytest.approx([1.0, 0.1])
+    assert list(bwd) == pytest.approx([2.0, 0.2])
 
 
-def test_dp_buckets_share_one_backward_window(a100: Cluster) -> None:
-    # llama2-7b TP8 x DP2 (two nodes), ZeRO-0. The local weights split into a "dense" bucket
-    # (attention, norms, embedding, head) and the MLP ("expert") bucket:
-    #   dense  32*(4*4096^2/8 + 2*4096) + 2*32000*4096/8 + 4096 = 301,469,696
-    #   MLP    32*3*4096*11008/8                               = 541,065,216
-    # Both all-reduce fp32 grads over the same 2-rank InfiniBand ring (2 alpha + B/beta each):
-    #   0.0567572 + 0.1018582 = 0.1586154 s of wire time in one backward pass.
-    # With a backward of 0.125 s and dp_overlap 0.8, at most 0.1 s hides: >= 0.0586154 exposed.
-    model = load_model("llama2-7b")
-    lay = one(tp=8, dp=2, micro_batch=1, global_batch=2, zero=0)
-    params = stage_params(model, lay, True, True)
-    dense, mlp = 301_469_696, 541_065_216
-    assert (float(params.dense[0]), float(params.expert[0])) == (dense, mlp)
-    wire = (2 * IB_LAT + 4 * dense / IB_BW) + (2 * IB_LAT + 4 * mlp / IB_BW)
-    assert _f(dp_exposed_s(params, lay, a100, Stack(), _no_compute())) == pytest.approx(wire, rel=1e-12)
-    exposed = _f(dp_exposed_s(params, lay, a100, Stack(), _windows(0.0625, 0.125)))
-    assert exposed >= wire - 0.8 * 0.125 - 1e-12, f"{exposed} s exposed of {wire} s wire time"
-
-
-def test_zero3_backward_gathers_are_not_hidden_by_the_forward(a100: Cluster) -> None:
-    # ZeRO-3, m = 4 micro-batches, each: gather all weights (forward), gather again (backward),
-    # reduce-scatter the grads (backward). With a zero-length backward pass nothing can hide the
-    # backward's gathers and scatters: exposed >= m * (RS + AG), whatever the forward lasts.
-    #   RS = sum over the two buckets of alpha + (1/2) * 4 * P / beta
-    #   AG = sum over the two buckets of alpha + (1/2) * 2 * P / beta,  P = 842,534,912 in total
-    model = load_model("llama2-7b")
-    lay = one(tp=8, dp=2, micro_batch=1, global_batch=8, zero=3)
-    params = stage_params(model, lay, True, True)
-    p = 842_534_912
-    rs = 2 * IB_LAT + 4 * p / 2 / IB_BW
-    ag = 2 * IB_LAT + 2 * p / 2 / IB_BW
-    exposed = _f(dp_exposed_s(params, lay, a100, Stack(), _windows(10.0, 0.0)))
-    assert exposed >= 4 * (rs + ag) * (1 - 1e-12), f"{exposed} s exposed, backward needs {4 * (rs + ag)} s"
-
-
-@pytest.mark.parametrize(("dp", "cp"), [(8, 1), (4, 2), (2, 4)])
-def test_mlp_gradients_reduce_over_the_dp_cp_group(a100: Cluster, dp: int, cp: int) -> None:
-    # llama2-7b on one DGX A100 (8 GPUs, one NVSwitch node), TP1, DP x CP = 8, ZeRO-0, nothing
-    # hidden. Every weight, the MLP's included, is replicated over the same 8 DP x CP ranks
-    # 0..7, so both buckets all-reduce over NVSwitch whatever the DP/CP split:
-    #   2 buckets x 14 alpha + (14/8) * 4 N / beta = 8.4e-5 + 0.1965372 = 0.1966212 s
-    # No byte of this job can cross the network.
-    model = load_model("llama2-7b")
-    lay = one(dp=dp, cp=cp, micro_batch=1, global_batch=64, seq_len=4096, zero=0)
-    params = stage_params(model, lay, True, True)
-    expected = 2 * 14 * NVLINK_LAT + 14 / 8 * 4 * 6_738_415_616 / NVLINK_BW
-    got = _f(dp_exposed_s(params, lay, a100, Stack(), _no_compute()))
+@pytest.mark.xfail(
+    reason="traffic.dp_exposed_s prices the expert bucket's collectives even when it holds no "
+    "parameters: a dense model pays (n-1) or 2(n-1) latencies per phantom collective (per layer and "
+    "micro-batch under ZeRO-3)",
+    strict=True,
+)
+@pytest.mark.parametrize(
+    ("zero", "expected"),
+    [
+        # a dense model's stage of 1e9 parameters in 32 layers, DP2 over the network, 1 micro-batch:
+        # ZeRO-0: one all-reduce of 4e9 bytes, 2e-5 + 0.4
+        (0, 0.40002),
+        # ZeRO-3: 32 gathers of 2e9/32 bytes forward and again backward, 32 * (1e-5 + 3.125e-3),
+        # and one reduce-scatter 1e-5 + 0.2: 2 * 0.10032 + 0.20001
+        (3, 0.40065),
+    ],
+)
+def test_dense_models_run_no_expert_collectives(dgx: Cluster, zero: int, expected: float) -> None:
+    lay = one(tp=8, dp=2, micro_batch=1, global_batch=2, zero=zero)
+    got = _f(dp_exposed_s(_params(1e9, 0.0, 32), lay, dgx, Stack(), NOTHING_HIDDEN))
     assert got == pytest.approx(expected, rel=1e-12)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
@@ -150,6 +151,22 @@ def _nodes(gpus: int, per_node: int) -> tuple[int, int]:
 
 # ---------------------------------------------------------------------------------------------
 # Header: the plan and its prediction
+
+
+COMMENT_WIDTH = 100
+
+
+def _comment(text: str) -> list[str]:
+    """`text` as shell comment lines of at most COMMENT_WIDTH characters (every line starts with #)."""
+    return textwrap.wrap(text, COMMENT_WIDTH - 2, initial_indent="# ", subsequent_indent="#   ",
+                         break_long_words=False, break_on_hyphens=False)  # fmt: skip
+
+
+def _comments(lines: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for line in lines:
+        out += _comment(line[2:] if line.startswith("# ") else line.lstrip("#"))
+    return out
 
 
 def _header(ctx: _Ctx, pinned: str) -> list[str]:
@@ -320,6 +337,13 @@ def _megatron_split(ctx: _Ctx) -> list[Flag]:
             "divide by the virtual stages, or the embedding/loss accounting split")  # fmt: skip
 
 
+def _expert_tp(ctx: _Ctx) -> list[Flag]:
+    """Expert tensor parallelism (0: the same as TP, Megatron's default); only MoE models have it."""
+    if ctx.lay.expert_tp and ctx.model.is_moe:
+        return [(_kf("expert_tp", Framework.MEGATRON), str(ctx.lay.expert_tp))]
+    return []
+
+
 def _megatron_recompute(lay: Layout) -> list[Flag]:
     if lay.recompute == Recompute.SELECTIVE:
         return [("--recompute-granularity", "selective")]
@@ -347,6 +371,7 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     if lay.cp > 1:
         flags.append(("--cp-comm-type", "p2p" if lay.cp_comm == CpComm.RING else "allgather"))
     flags.append((_kf("ep", fw), str(lay.ep)))
+    flags += _expert_tp(ctx)
     if lay.sequence_parallel and lay.tp > 1:
         flags.append(("--sequence-parallel", None))
     flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),
@@ -415,6 +440,7 @@ def _emit_megatron(ctx: _Ctx) -> str:
     lines += notes
     lines.append("# add the data, tokenizer, optimizer, checkpoint and logging flags; on several nodes give torchrun "
                  "--node_rank and --master_addr/--master_port (or --rdzv_*) per node")  # fmt: skip
+    lines = _comments(lines)
     if not any(f == "--use-megatron-fsdp" for f, _ in flags):
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
     lines.append(_render_command(f"torchrun --nproc_per_node {per} --nnodes {nodes} {MEGATRON_SCRIPT}", flags))
@@ -451,6 +477,7 @@ def _deepspeed_config(ctx: _Ctx) -> dict[str, object]:
 def _deepspeed_script_flags(ctx: _Ctx) -> list[Flag]:
     lay, stack, fw = ctx.lay, ctx.stack, Framework.MEGATRON
     flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp)), (_kf("ep", fw), str(lay.ep))]
+    flags += _expert_tp(ctx)
     if lay.sequence_parallel and lay.tp > 1:
         flags.append(("--sequence-parallel", None))
     flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),
@@ -494,6 +521,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
     lines.append(f"# DeepSpeed's JSON has no tensor or pipeline degree: the script takes them; data parallelism "
                  f"= {lay.gpus} GPUs / (TP {lay.tp} x PP {lay.pp}) = {lay.dp}")  # fmt: skip
     lines.append("# add the data, tokenizer, optimizer and logging flags; several nodes need a hostfile (--hostfile)")
+    lines = _comments(lines)
     lines.append(f"cat > {DEEPSPEED_CONFIG_NAME} <<'EOF'")
     lines.append(json.dumps(config, indent=2))
     lines.append("EOF")
@@ -659,7 +687,9 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
     if lay.recompute == Recompute.SELECTIVE:
         lines.append("# activation-checkpoint:selective is 0.3.0's per-op policy (every other matmul's output saved)")
     lines.append("# several nodes: give torchrun --rdzv_backend c10d --rdzv_endpoint HOST:PORT (see multinode_trainer.slurm)")
-    head = f"torchrun --nproc_per_node {per} --nnodes {nodes} -m torchtitan.train --module llama3 --config {config}"
+    lines = _comments(lines)
+    head = f"torchrun --nproc_per_node {per} --nnodes {nodes} -m torchtitan.train"
+    flags = [("--module", "llama3"), ("--config", config), *flags]
     lines.append(_render_command(head, flags, [f"activation-checkpoint:{token}"]))
     return "\n".join(lines) + "\n"
 

@@ -57,7 +57,8 @@ Getter = Callable[..., Any]
 
 _HEREDOC = re.compile(
     r"^[ \t]*cat[ \t]+(?:>[ \t]*(?P<f1>[^\s<>|&;]+)[ \t]*<<-?[ \t]*(?P<q1>['\"]?)(?P<t1>\w+)(?P=q1)"
-    r"|<<-?[ \t]*(?P<q2>['\"]?)(?P<t2>\w+)(?P=q2)[ \t]*>[ \t]*(?P<f2>[^\s<>|&;]+))[ \t]*\n"
+    r"|<<-?[ \t]*(?P<q2>['\"]?)(?P<t2>\w+)(?P=q2)[ \t]*>[ \t]*(?P<f2>[^\s<>|&;]+))[ \t]*\n",
+    re.MULTILINE,
 )
 
 
@@ -179,8 +180,8 @@ def _canonical(st: _State) -> None:
     if k.get("sequence_parallel") and tp == 1:
         k["sequence_parallel"] = False
         st.note("sequence parallelism at TP 1: the framework turns it off (read as off)")
-    if cp == 1 and k.get("cp_comm") not in (None, CpComm.RING):
-        k["cp_comm"] = CpComm.RING
+    if cp == 1:
+        k["cp_comm"] = CpComm.RING  # no context parallelism: nothing to exchange
     zero = int(_num(k.get("zero"), 0))
     if isinstance(dp, int) and dp * cp == 1 and zero > 0:
         k["zero"] = 0
@@ -349,9 +350,7 @@ def _import_megatron(st: _State) -> None:
                 st.note(f"{meg.flag('cp_comm_type')} {' '.join(map(str, kinds))}: modelled as ring (p2p) exchange")
     meg.get("cp_comm_type")
     _megatron_stack(meg, fsdp=bool(meg.get("use_megatron_fsdp")))
-    etp = meg.int("expert_tensor_parallel_size")
-    if etp is not None and etp != tp and ep > 1:
-        st.note(f"{meg.flag('expert_tensor_parallel_size')} {etp} differs from TP {tp}: paraplan models expert TP = TP")
+    _expert_tp(meg, tp)
     _megatron_model_check(meg)
     _megatron_specials(meg)
     st.unmodelled.extend(meg.leftover())
@@ -371,6 +370,13 @@ def _megatron_degrees(meg: _Megatron) -> tuple[int, int, int, int]:
     else:
         st.knobs["sequence_parallel"] = False
     return tp, pp, cp, ep
+
+
+def _expert_tp(meg: _Megatron, tp: int) -> None:
+    etp = meg.int("expert_tensor_parallel_size")
+    meg.st.knobs["expert_tp"] = etp if etp is not None and etp != tp and meg.st.model.is_moe else 0
+    if etp is not None and not meg.st.model.is_moe:
+        meg.st.note(f"{meg.flag('expert_tensor_parallel_size')} {etp}: {meg.st.model.name} has no experts (ignored)")
 
 
 def _megatron_batch(meg: _Megatron, tp: int, pp: int, cp: int) -> None:
@@ -587,33 +593,39 @@ def _megatron_model_check(meg: _Megatron) -> None:
     for flag, value in expected:
         spec = table[flag]
         want[spec.dest] = spec.flag_value(flag) if value is None else value
-    want.setdefault("swiglu", False)
-    want.setdefault("untie_embeddings_and_output_weights", False)
-    want.setdefault("group_query_attention", False)
+    for dest, default in (("swiglu", False), ("untie_embeddings_and_output_weights", False),
+                          ("group_query_attention", False), ("add_bias_linear", True), ("add_qkv_bias", False)):  # fmt: skip
+        want.setdefault(dest, default)
+    defaults_apply = {"normalization", "position_embedding_type", "swiglu", "untie_embeddings_and_output_weights",
+                      "group_query_attention", "add_bias_linear", "add_qkv_bias", "attention_dropout",
+                      "hidden_dropout"}  # fmt: skip
     mismatches = []
     for dest, value in want.items():
-        if dest in ("vocab_size", "max_position_embeddings", "moe_token_dispatcher_type"):
-            if dest == "moe_token_dispatcher_type" and meg.has(dest) and meg.get(dest) != "alltoall":
-                st.note(f"--moe-token-dispatcher-type {meg.get(dest)}: expert traffic modelled as all-to-all")
-            if dest == "vocab_size" and meg.has(dest) and str(meg.get(dest)) != str(value):
-                mismatches.append(f"{meg.flag(dest)} {meg.get(dest)} (model {value})")
+        if dest == "moe_token_dispatcher_type":
+            if meg.has(dest) and meg.dests[dest] != "alltoall":
+                st.note(f"--moe-token-dispatcher-type {meg.dests[dest]}: expert traffic modelled as all-to-all")
             continue
-        default = table[_flag_of(dest)].default if _flag_of(dest) in table else None
-        if dest in ("normalization", "position_embedding_type", "swiglu", "untie_embeddings_and_output_weights",
-                    "group_query_attention", "add_bias_linear", "attention_dropout", "hidden_dropout"):  # fmt: skip
-            got = meg.dests.get(dest, default)
+        if dest == "max_position_embeddings" and not st.model.learned_positions:
+            continue
+        spec = next((a for a in table.values() if a.dest == dest), None)
+        if dest in defaults_apply:
+            got = meg.dests.get(dest, spec.default if spec is not None else None)
         elif meg.has(dest):
             got = meg.dests[dest]
         else:
             continue
-        if dest == "add_bias_linear":
-            value = False
-        if str(got) != str(value) and not _same_number(got, value):
+        if str(got) == str(value) or _same_number(got, value):
+            continue
+        if isinstance(value, bool) and spec is not None:
+            flag = next((f for f in spec.flags if spec.flag_value(f) == value), spec.flags[0])
+            mismatches.append(f"{flag} not given ({st.model.name} needs it)" if not meg.has(dest)
+                              else f"{meg.flag(dest)} given ({st.model.name} differs)")  # fmt: skip
+        else:
             shown = meg.flag(dest) if meg.has(dest) else f"{_flag_of(dest)} (default)"
-            mismatches.append(f"{shown} {got} (model {value})")
+            mismatches.append(f"{shown} {got} ({st.model.name}: {value})")
     if mismatches:
-        st.note(f"the file's architecture differs from {st.model.name}: {'; '.join(mismatches)}; the prediction "
-                "uses --model")  # fmt: skip
+        st.note(f"the file's architecture differs from --model {st.model.name}: {'; '.join(mismatches)}; the "
+                "prediction uses the model")  # fmt: skip
 
 
 def _flag_of(dest: str) -> str:
@@ -675,6 +687,7 @@ def _import_deepspeed(st: _State) -> None:
         if pp > 1:
             st.note("--no-pipeline-parallel with PP > 1: Megatron-DeepSpeed runs without its pipeline engine")
     st.knobs.update(tp=tp, pp=pp, cp=1, ep=ep, virtual_stages=1, first_stage_layers=0, last_stage_layers=0)
+    _expert_tp(meg, tp)
     st.knobs["sequence_parallel"] = bool(meg.get("sequence_parallel"))
     ulysses = _int_value(st, "sequence_parallel_size", config.get("sequence_parallel_size", 1))
     if ulysses is not None and ulysses > 1:
@@ -706,7 +719,8 @@ def _import_deepspeed(st: _State) -> None:
         if config.get(key) is True:
             st.unmodelled.append(key)
     _deepspeed_stack(st, config, meg)
-    _megatron_model_check(meg)
+    if meg.has("num_layers") or meg.has("hidden_size"):
+        _megatron_model_check(meg)
     known = _DS_MAPPED | {"activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing"}
     for key in config:
         if key in known or key.startswith(_DS_HARMLESS) or key in s.unknown:
@@ -834,7 +848,7 @@ def _import_torchtitan(st: _State) -> None:
     pp = num("parallelism.pipeline_parallel_degree", 1)
     cp = num("parallelism.context_parallel_degree", 1)
     ep = num("parallelism.expert_parallel_degree", 1)
-    st.knobs.update(tp=tp, pp=pp, cp=cp, ep=ep)
+    st.knobs.update(tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=0)
     if ep > 1:
         st.note(f"EP {ep}: torchtitan borrows expert ranks from FSDP and TP; modelled as Megatron-style EP over DP x CP")
     replicate = num("parallelism.data_parallel_replicate_degree", 1)

@@ -1,0 +1,190 @@
+"""Compute time: the GEMM roofline, a GPT micro-batch's forward and backward, the optimizer step
+and offload, worked out by hand on the round-figure cluster of conftest (`dgx`: 200e12 FLOP/s
+in BF16 and FP16, 400e12 in FP8, GEMMs at gemm_max 0.5 of peak with no shape penalty,
+attention at 0.5, 2e12 B/s of HBM, PCIe 10e9 B/s, host Adam at 1e9 parameters/s)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import gpt_spec, one
+
+from paraplan.cost_models.compute import gemm_s, matmul_peak_flops
+from paraplan.cost_models.evaluate import Evaluation, evaluate
+from paraplan.cost_models.layout import Framework
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import Stack
+from paraplan.hardware_specs.schema import Cluster
+
+# gpt_spec (h 1024, 4 layers, V 50,000, s 2048, tied): Narayanan et al. 2021 eq. 2,
+# 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)) = 103,682,048, plus the final LayerNorm 2h
+GPT_N = 103_684_096
+
+
+def _f(x: object) -> float:
+    return float(np.asarray(x).reshape(-1)[0])
+
+
+def _a(x: float) -> np.ndarray:
+    return np.array([x])
+
+
+# ------------------------------------------------------------------ GEMM roofline
+
+RATE = 0.5 * 200e12  # a large BF16 GEMM's rate on `dgx`: peak x gemm_max
+
+
+def test_square_gemm_is_compute_bound(dgx: Cluster) -> None:
+    # 4096^3: 2 * 4096^3 = 137,438,953,472 FLOPs at 1e14 FLOP/s => 1.37438953472e-3 s;
+    # bytes 2 * 3 * 4096^2 = 100,663,296 at 2e12 B/s => 5.03e-5 s. The roof is the compute.
+    x = _a(4096.0)
+    assert _f(gemm_s(x, x, x, RATE, dgx)) == pytest.approx(1.37438953472e-3, rel=1e-12)
+
+
+def test_skinny_gemm_is_memory_bound(dgx: Cluster) -> None:
+    # 8 x 4096 @ 4096 x 4096: 2 * 8 * 4096^2 = 268,435,456 FLOPs => 2.68e-6 s of compute;
+    # bytes 2 * (8*4096 + 4096^2 + 8*4096) = 33,685,504 at 2e12 B/s => 1.6842752e-5 s.
+    x = _a(4096.0)
+    assert _f(gemm_s(_a(8.0), x, x, RATE, dgx)) == pytest.approx(1.6842752e-5, rel=1e-12)
+
+
+def test_gemm_half_dim_halves_the_efficiency_per_dimension(dgx: Cluster) -> None:
+    # With gemm_half_dim = 4096 each 4096 dimension runs at q = 4096 / (4096 + 4096) = 1/2 of the
+    # roof: the square GEMM above takes (1/2)^-3 = 8 times as long, 1.099511627776e-2 s.
+    slow = dgx.model_copy(update={"efficiency": dgx.efficiency.model_copy(update={"gemm_half_dim": 4096.0})})
+    x = _a(4096.0)
+    assert _f(gemm_s(x, x, x, RATE, slow)) == pytest.approx(1.099511627776e-2, rel=1e-12)
+
+
+def test_kernel_overhead_is_added_once_per_gemm(dgx: Cluster) -> None:
+    # 1 x 1 x 1: nothing to compute; a launch of 4 us is all it costs (plus 6 bytes: 3e-12 s)
+    launch = dgx.model_copy(update={"efficiency": dgx.efficiency.model_copy(update={"kernel_overhead_s": 4e-6})})
+    one_ = _a(1.0)
+    assert _f(gemm_s(one_, one_, one_, RATE, launch)) == pytest.approx(4e-6 + 3e-12, rel=1e-12)
+
+
+@pytest.mark.parametrize(("precision", "peak"), [("bf16", 200e12), ("fp16", 200e12), ("fp8", 400e12)])
+def test_matmul_peak_is_the_precisions_tensor_core_peak(dgx: Cluster, precision: str, peak: float) -> None:
+    assert _f(matmul_peak_flops(dgx, one(precision=precision))) == peak
+
+
+def test_without_fp8_tensor_cores_fp8_falls_back_to_bf16(a100: Cluster) -> None:
+    # (and the "fp8" limit refuses the layout: test_evaluate_properties.py)
+    assert _f(matmul_peak_flops(a100, one(precision="fp8"))) == a100.gpu.peak_bf16_flops
+
+
+# ------------------------------------------------------------------ one micro-batch of a GPT
+
+# gpt_spec: h 1024, 4 layers, 16 heads, V 50,000, plain 4h MLP, dropout, learned positions.
+# One micro-batch of T = 2048 tokens, TP1, one stage, flash attention, Megatron. Every GEMM is
+# compute-bound on `dgx` (the smallest, O: 2 * 2048 * 1024^2 = 4.3e9 FLOPs = 4.3e-5 s against
+# 2 * (2048*1024 + 1024^2 + 2048*1024) bytes = 5.2e-6 s), so per layer:
+#   GEMMs      2 T 12 h^2 / 1e14 = 51,539,607,552 / 1e14                  = 5.1539607552e-4 s
+#   attention  causal: 2 T (s+1)/2 (a d + a d) / (0.5 * 200e12)
+#              = 2 * 2048 * 1024.5 * 2048 / 1e14                          = 8.594128896e-5 s
+#   elementwise (norms, adds 20h; dropout 10h; GELU 4f = 16h) 46 h T bytes / 2e12 = 4.8234496e-5 s
+# LM head: GEMM 2 T V h / 1e14 = 2.097152e-3 s + fp32 cross entropy 8 V T bytes / 2e12 = 4.096e-4 s.
+GEMMS, ATTENTION, ELEMENTWISE, HEAD = 5.1539607552e-4, 8.594128896e-5, 4.8234496e-5, 2.506752e-3
+# Forward: 4 layers x (GEMMs + attention + elementwise) + head                 = 5.10503944192e-3 s
+# Backward: two GEMMs per forward GEMM (dX, dW), twice the elementwise traffic, flash attention's
+# backward 5 matmuls to the forward's 2 (Dao 2023): 2.5x; the head twice:
+#   4 * (2 * (GEMMs + elementwise) + 2.5 * attention) + 2 * head              = 1.038196146176e-2 s
+FORWARD, BACKWARD = 5.10503944192e-3, 1.038196146176e-2
+
+
+MEGATRON_STACK = Stack()
+
+
+def _gpt(cluster: Cluster, stack: Stack = MEGATRON_STACK, **knobs: object) -> Evaluation:
+    lay = one(micro_batch=1, seq_len=2048, **{"global_batch": 1, **knobs})
+    return evaluate(gpt_spec(), cluster, lay, stack)
+
+
+def test_gpt_step_by_hand(dgx: Cluster) -> None:
+    # One GPU, one micro-batch: the step is the forward, the backward and the optimizer step.
+    # Adam streams 30 B per parameter (master, m, v read and written 24, the fp32 gradient read 4,
+    # the bf16 weight written 2) and the gradient norm and zeroing 2 x 4 B: 38 N bytes at 2e12 B/s
+    #   = 38 * 103,684,096 / 2e12 = 1.969997824e-3 s
+    ev = _gpt(dgx)
+    assert _f(ev.times["compute"]) == pytest.approx(FORWARD + BACKWARD + 1.969997824e-3, rel=1e-9)
+    assert _f(ev.step_time_s) == pytest.approx(FORWARD + BACKWARD + 1.969997824e-3, rel=1e-9)
+    # eight micro-batches: eight forwards and backwards, one optimizer step
+    ev = _gpt(dgx, global_batch=8)
+    assert _f(ev.times["compute"]) == pytest.approx(8 * (FORWARD + BACKWARD) + 1.969997824e-3, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "expected"),
+    [
+        ({"recompute": "none"}, 0.0),
+        # Megatron selective: core attention again, 4 x attention
+        ({"recompute": "selective"}, 4 * ATTENTION),
+        # full: every layer's forward again (not the head)
+        ({"recompute": "full"}, 4 * (GEMMS + ATTENTION + ELEMENTWISE)),
+        # block method, 1 of the 4 layers
+        ({"recompute": "full", "recompute_layers": 1}, GEMMS + ATTENTION + ELEMENTWISE),
+    ],
+)
+def test_recompute_time_by_hand(dgx: Cluster, knobs: dict[str, Any], expected: float) -> None:
+    assert _f(_gpt(dgx, **knobs).times["recompute"]) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
+def test_torchtitans_selective_recompute_redoes_half_the_gemms(dgx: Cluster) -> None:
+    # torchtitan's op-level policy saves every other matmul's output: it recomputes half of the
+    # GEMMs and the elementwise work, against full recompute's whole forward (the framework's
+    # kernel-speed factor cancels in the ratio):
+    #   (GEMMs/2 + elementwise) / (GEMMs + attention + elementwise) = 3.059e-4 / 6.4957e-4
+    selective = _f(_gpt(dgx, recompute="selective", framework="torchtitan").times["recompute"])
+    full = _f(_gpt(dgx, recompute="full", framework="torchtitan").times["recompute"])
+    expected = (GEMMS / 2 + ELEMENTWISE) / (GEMMS + ATTENTION + ELEMENTWISE)
+    assert selective / full == pytest.approx(expected, rel=1e-9)
+
+
+# ------------------------------------------------------------------ optimizer step and offload
+
+
+@pytest.mark.parametrize(
+    ("knobs", "stack", "bytes_per_n"),
+    [
+        # ZeRO-1 over DP8, fp32 main grads: Adam on the N/8 shard streams 30 B per parameter; the
+        # gradient norm reads and the zeroing writes the whole fp32 buffer, 2 x 4 B: 30/8 + 8 = 11.75
+        ({"zero": 1}, Stack(), 11.75),
+        # ZeRO-2 also shards the gradient buffer: 30/8 + 8/8 = 4.75
+        ({"zero": 2}, Stack(), 4.75),
+        # bf16 gradients: 28/8 + 4 = 7.5
+        ({"zero": 1}, Stack(main_grads="bf16"), 7.5),
+        # FP16 reads the gradients once more for the inf/NaN check (Micikevicius et al. 2018): 34/8 + 8
+        ({"zero": 1, "precision": "fp16"}, Stack(), 34 / 8 + 8),
+        # Adam offloaded to the host: only the gradient norm and zeroing stay on the GPU: 8
+        ({"zero": 1, "offload": "optimizer"}, Stack(), 8.0),
+    ],
+)
+def test_optimizer_step_by_hand(dgx: Cluster, knobs: dict[str, Any], stack: Stack, bytes_per_n: float) -> None:
+    # The GPT on DP8, one micro-batch each: the compute term is one forward and backward (above)
+    # and the optimizer step, bytes_per_n x 103,684,096 bytes at 2e12 B/s
+    ev = _gpt(dgx, stack, dp=8, global_batch=8, **knobs)
+    step = _f(ev.times["compute"]) - (FORWARD + BACKWARD)
+    assert step == pytest.approx(bytes_per_n * GPT_N / 2e12, rel=1e-6)
+
+
+def test_offload_by_hand(dgx: Cluster) -> None:
+    # ZeRO-Offload (Ren et al. 2021), the GPT on DP8 with ZeRO-1: each GPU's shard N/8 =
+    # 12,960,512 parameters. The node's CPUs step 8 shards at 1e9 parameters/s: N / 1e9 =
+    # 0.103684096 s; each GPU sends its fp32 gradients (4 B) and receives bf16 weights (2 B) over
+    # PCIe at 10e9 B/s: 12,960,512 * 6 / 1e10 = 0.0077763072 s. Total 0.1114604032 s.
+    offload = _gpt(dgx, dp=8, zero=1, offload="optimizer", global_batch=64).times["offload"]
+    assert _f(offload) == pytest.approx(0.1114604032, rel=1e-12)
+    # offloading everything (ZeRO-Infinity) also brings the weight shard in, forward and backward,
+    # in each of the m = 64 / 8 = 8 micro-batches: 8 x 2 x 2 B x 12,960,512 / 1e10 = 0.0414736384 s
+    offload = _gpt(dgx, dp=8, zero=3, offload="all", global_batch=64, framework=Framework.DEEPSPEED).times["offload"]
+    assert _f(offload) == pytest.approx(0.1114604032 + 0.0414736384, rel=1e-12)
+    # without offload, nothing
+    assert _f(_gpt(dgx, dp=8, zero=3, global_batch=64).times["offload"]) == 0.0
+
+
+def test_offload_without_a_host_is_refused(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    no_host = dgx.model_copy(update={"host": None})
+    ev = evaluate(models["llama2-7b"], no_host, one(dp=8, zero=1, offload="optimizer"), Stack())
+    assert ev.checks["host"][0] and not ev.feasible[0]
