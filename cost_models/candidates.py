@@ -26,14 +26,17 @@ INDEX: dict[str, int] = {name: i for i, name in enumerate(COLUMNS)}
 class Layouts:
     """Struct of arrays: row i of `data` is candidate i."""
 
-    __slots__ = ("data",)
+    __slots__ = ("_derived", "data")
 
     def __init__(self, data: IntArray):
         if data.ndim != 2 or data.shape[1] != len(COLUMNS):
             raise ValueError(f"a layout matrix has {len(COLUMNS)} columns, got shape {data.shape}")
         self.data = data
+        self._derived: dict[object, npt.NDArray[np.generic]] = {}  # derived columns, computed once
 
     def __getattr__(self, name: str) -> IntArray:
+        if name.startswith("_"):
+            raise AttributeError(name)
         try:
             return self.data[:, INDEX[name]]
         except KeyError:
@@ -97,6 +100,12 @@ class Layouts:
         """Share of a GPU's layers that full recompute covers: all of them, or with Megatron's
         `--recompute-method block --recompute-num-layers N` the first N of every chunk (the
         rest keep their activations). 0 without full recompute."""
+        key = ("full_recompute_share", num_layers)
+        if key not in self._derived:
+            self._derived[key] = self._full_recompute_share(num_layers)
+        return np.asarray(self._derived[key], dtype=np.float64)
+
+    def _full_recompute_share(self, num_layers: int) -> FloatArray:
         chunk = self.chunk_layers(num_layers)
         layers = np.where(self.recompute_layers <= 0, chunk, np.minimum(self.recompute_layers, chunk))
         return np.asarray(np.where(self.recompute == Recompute.FULL, layers / chunk, 0.0))
@@ -104,7 +113,9 @@ class Layouts:
     @property
     def etp(self) -> IntArray:
         """Expert tensor parallelism (`expert_tp`, 0 = TP)."""
-        return np.asarray(np.where(self.expert_tp > 0, self.expert_tp, self.tp))
+        if "etp" not in self._derived:
+            self._derived["etp"] = np.where(self.expert_tp > 0, self.expert_tp, self.tp)
+        return np.asarray(self._derived["etp"], dtype=np.int64)
 
     @property
     def expert_dp(self) -> FloatArray:
@@ -113,4 +124,6 @@ class Layouts:
 
     @property
     def seq_parallel_active(self) -> BoolArray:
-        return np.asarray((self.sequence_parallel == 1) & (self.tp > 1))
+        if "sp" not in self._derived:
+            self._derived["sp"] = (self.sequence_parallel == 1) & (self.tp > 1)
+        return np.asarray(self._derived["sp"], dtype=np.bool_)

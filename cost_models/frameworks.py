@@ -126,6 +126,9 @@ Check = Callable[[Layouts], BoolArray]
 def per_framework(lay: Layouts, test: Callable[[FrameworkSpec, Layouts], BoolArray]) -> BoolArray:
     """`test` applied to each framework's candidates (a question has one framework, but the
     arrays may mix them)."""
+    column = lay.framework
+    if len(column) and column[0] == column[-1] and bool(np.all(column == column[0])):
+        return np.asarray(test(FRAMEWORKS[Framework(int(column[0]))], lay) & np.ones(len(lay), dtype=bool))
     out = np.zeros(len(lay), dtype=bool)
     for fw, fs in FRAMEWORKS.items():
         mine = lay.framework == fw

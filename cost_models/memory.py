@@ -214,22 +214,37 @@ def in_flight_micro_batches(lay: Layouts, stage: FloatArray | int) -> FloatArray
     return np.asarray(np.where(lay.virtual_stages > 1, interleaved, one_f_one_b))
 
 
+@dataclass(frozen=True)
+class LayerActivations:
+    """Per token, for one layer: what is stored, and the extra while it is recomputed."""
+
+    stored: FloatArray
+    recompute_extra: FloatArray
+
+    @staticmethod
+    def of(model: ModelSpec, lay: Layouts, stack: Stack) -> LayerActivations:
+        stored = activation_bytes_per_token_layer(model, lay, stack)
+        full_layer = _full_layer_bytes_per_token(model, lay, stack)
+        # While a layer is recomputed in the backward, the rest of its activations exist again on
+        # top of what is stored for it (its input under full recompute; the saved tensors under
+        # torchtitan's op-level policy): one layer at a time.
+        extra = np.select(
+            [lay.recompute == Recompute.FULL, _selective_op(lay)],
+            [full_layer - _layer_input_bytes_per_token(model, lay), full_layer - stored],
+            default=0.0,
+        )
+        return LayerActivations(stored, np.asarray(extra))
+
+
 def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: FloatArray, stage: FloatArray | float,
-                     first: Stage, last: Stage) -> FloatArray:  # fmt: skip
+                     first: Stage, last: Stage, per_token: LayerActivations | None = None) -> FloatArray:  # fmt: skip
     """Activations at the peak of stage `stage` (0 = first) holding `layers` layers."""
     tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
-    per_layer = activation_bytes_per_token_layer(model, lay, stack) * tokens
+    acts = per_token or LayerActivations.of(model, lay, stack)
+    per_layer = acts.stored * tokens
     in_flight = in_flight_micro_batches(lay, stage)
     stored = per_layer * layers * in_flight
-    # While a layer is recomputed in the backward, the rest of its activations exist again on top
-    # of what is stored for it (its input under full recompute; the saved tensors under
-    # torchtitan's op-level policy): one layer at a time.
-    full_layer = _full_layer_bytes_per_token(model, lay, stack)
-    recompute_peak = tokens * np.select(
-        [lay.recompute == Recompute.FULL, _selective_op(lay)],
-        [full_layer - _layer_input_bytes_per_token(model, lay), full_layer - activation_bytes_per_token_layer(model, lay, stack)],
-        default=0.0,
-    )
+    recompute_peak = tokens * acts.recompute_extra
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
     logits = LOSS_BYTES_PER_LOGIT * model.vocab_size / lay.tp * tokens
     total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0)
@@ -237,14 +252,15 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: Float
 
 
 def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float, layers: FloatArray,
-                 stage: FloatArray | float, first: Stage, last: Stage) -> MemoryBreakdown:  # fmt: skip
+                 stage: FloatArray | float, first: Stage, last: Stage,
+                 per_token: LayerActivations | None = None) -> MemoryBreakdown:  # fmt: skip
     """Whole bytes (rounded up), so that every consumer compares the same integers."""
     weights, grads, optimizer = model_state_bytes(stage_params(model, lay, layers, first, last), lay, stack)
     return MemoryBreakdown(
         params=np.ceil(weights),
         grads=np.ceil(grads),
         optimizer=np.ceil(optimizer),
-        activations=np.ceil(activation_bytes(model, lay, stack, layers, stage, first, last)),
+        activations=np.ceil(activation_bytes(model, lay, stack, layers, stage, first, last, per_token)),
         other=np.full(len(lay), float(np.ceil(reserve_bytes))),
     )
 
@@ -255,9 +271,11 @@ def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: flo
     in flight, more layers) or the last (the LM head and the logits). With one stage, all alike."""
     first_l, middle_l, last_l = stage_layers(model, lay)
     single = lay.pp == 1
-    first = stage_memory(model, lay, stack, reserve_bytes, first_l, 0.0, first=True, last=single)
-    middle = stage_memory(model, lay, stack, reserve_bytes, middle_l, 1.0, first=False, last=False)
-    last = stage_memory(model, lay, stack, reserve_bytes, last_l, lay.pp - 1.0, first=single, last=True)
+    acts = LayerActivations.of(model, lay, stack)
+    first = stage_memory(model, lay, stack, reserve_bytes, first_l, 0.0, first=True, last=single, per_token=acts)
+    middle = stage_memory(model, lay, stack, reserve_bytes, middle_l, 1.0, first=False, last=False, per_token=acts)
+    last = stage_memory(model, lay, stack, reserve_bytes, last_l, lay.pp - 1.0, first=single, last=True,
+                        per_token=acts)  # fmt: skip
     peak = _where(first.total >= last.total, first, last)
     return _where(middle.total > peak.total, middle, peak)
 

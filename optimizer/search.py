@@ -276,15 +276,17 @@ def rank_space(question: Question, counts: Sequence[int], cons: Constraints, top
         return rank(combined, cons, top, usd_per_gpu_hour)
     floor = step_floor_s(question)
     done: list[Evaluation] = []
+    best: list[float] = []  # the step times of the best answers found so far, over all counts
     bound = np.inf
     for n in sorted(counts, reverse=True):
         if floor / n > bound * (1 + TIE):
             continue  # no layout of n GPUs can enter the top k
         base = question.evaluate(question.space(n, trading=False))
         done.append(complete(question, base, expansion_needed(base, cons, top, None)))
-        so_far = rank(Evaluation.concat(done), cons, top)
-        if len(so_far.groups) == top:
-            bound = float(so_far.evaluation.step_time_s[so_far.groups[-1][0]])
+        mine = rank(done[-1], cons, top)
+        best = sorted(best + [float(done[-1].step_time_s[g[0]]) for g in mine.groups])[:top]
+        if len(best) == top:
+            bound = best[-1]
     if not done:
         return rank(question.evaluate(Layouts.empty()), cons, top)
     return rank(Evaluation.concat(done), cons, top)

@@ -43,11 +43,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEEPSPEED_CONFIG_NAME",
-    "check_emitted",
     "DEEPSPEED_INTEGRATION_FLAGS",
     "EMITTERS",
     "TITAN_REGISTRY",
     "TitanConfig",
+    "check_emitted",
     "emit_launch",
     "megatron_model_flags",
     "titan_config_for",
@@ -84,13 +84,29 @@ class TitanConfig:
 # sizes; the MLP width is compute_ffn_hidden_dim(dim, multiple_of, ffn_dim_multiplier)).
 TITAN_REGISTRY: dict[str, TitanConfig] = {
     "llama3_8b": TitanConfig(
-        "llama3", "llama3_8b", "8B", (32, 4096, 32, 8, 14336, 128256), Precision.BF16, Recompute.SELECTIVE, False, 1, 8192
+        "llama3",
+        "llama3_8b",
+        "8B",
+        (32, 4096, 32, 8, 14336, 128256),
+        Precision.BF16,
+        Recompute.SELECTIVE,
+        False,
+        1,
+        8192,
     ),
     "llama3_70b": TitanConfig(
         "llama3", "llama3_70b", "70B", (80, 8192, 64, 8, 28672, 128256), Precision.BF16, Recompute.FULL, False, 8, 8192
     ),
     "llama3_405b": TitanConfig(
-        "llama3", "llama3_405b", "405B", (126, 16384, 128, 8, 53248, 128256), Precision.FP8, Recompute.FULL, True, 2, 8192
+        "llama3",
+        "llama3_405b",
+        "405B",
+        (126, 16384, 128, 8, 53248, 128256),
+        Precision.FP8,
+        Recompute.FULL,
+        True,
+        2,
+        8192,
     ),
 }
 
@@ -250,7 +266,10 @@ def megatron_model_flags(model: ModelSpec, lay: Layout, refuse: Refuser | None =
                "(--max-position-embeddings)")  # fmt: skip
         flags += [("--position-embedding-type", "learned_absolute"), ("--max-position-embeddings", str(m.max_seq_len))]
     else:
-        flags += [("--position-embedding-type", "rope"), ("--max-position-embeddings", str(max(m.max_seq_len, lay.seq_len)))]
+        flags += [
+            ("--position-embedding-type", "rope"),
+            ("--max-position-embeddings", str(max(m.max_seq_len, lay.seq_len))),
+        ]
     if not m.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights", None))
     biases = (m.has_qkv_bias, m.has_out_bias, m.has_mlp_bias)
@@ -406,7 +425,9 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     if not stack.p2p_overlap:
         flags.append(("--no-overlap-p2p-communication", None))
     if not fsdp:
-        notes.append("# CUDA_DEVICE_MAX_CONNECTIONS=1 orders the tensor-parallel collectives before the GEMMs they overlap")
+        notes.append(
+            "# CUDA_DEVICE_MAX_CONNECTIONS=1 orders the tensor-parallel collectives before the GEMMs they overlap"
+        )
     return flags, notes
 
 
@@ -553,7 +574,11 @@ def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
                 "module cannot build")  # fmt: skip
     name, cfg = titan_config_for(m, ctx.lay.precision)
     if cfg is not None:
-        extra = "; its Float8LinearConverter (all linears but lm_head) makes this plan's FP8" if cfg.precision == Precision.FP8 else ""
+        extra = (
+            "; its Float8LinearConverter (all linears but lm_head) makes this plan's FP8"
+            if cfg.precision == Precision.FP8
+            else ""
+        )
         return name, cfg, [f"# --config {name}: torchtitan {TORCHTITAN_VERSION}'s registry config of this model{extra}"]
     dims = (f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, {m.num_kv_heads} KV heads, "
             f"SwiGLU width {m.ffn_hidden_size}, vocabulary {m.vocab_size}")  # fmt: skip
@@ -664,7 +689,11 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
         flags.append(("--parallelism.fsdp_reshard_after_forward", reshard))
     flags.append((_kf("tp", fw), str(lay.tp)))
     if lay.tp > 1:
-        sp = "--parallelism.enable_sequence_parallel" if lay.sequence_parallel else "--parallelism.no-enable-sequence-parallel"
+        sp = (
+            "--parallelism.enable_sequence_parallel"
+            if lay.sequence_parallel
+            else "--parallelism.no-enable-sequence-parallel"
+        )
         flags.append((sp, None))
     flags.append((_kf("pp", fw), str(lay.pp)))
     if lay.pp > 1:
@@ -686,7 +715,9 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
     lines += comments
     if lay.recompute == Recompute.SELECTIVE:
         lines.append("# activation-checkpoint:selective is 0.3.0's per-op policy (every other matmul's output saved)")
-    lines.append("# several nodes: give torchrun --rdzv_backend c10d --rdzv_endpoint HOST:PORT (see multinode_trainer.slurm)")
+    lines.append(
+        "# several nodes: give torchrun --rdzv_backend c10d --rdzv_endpoint HOST:PORT (see multinode_trainer.slurm)"
+    )
     lines = _comments(lines)
     head = f"torchrun --nproc_per_node {per} --nnodes {nodes} -m torchtitan.train"
     flags = [("--module", "llama3"), ("--config", config), *flags]

@@ -37,7 +37,7 @@ from paraplan.cost_models.models import ModelSpec
 
 from .emitters import TITAN_REGISTRY, TitanConfig, megatron_model_flags
 from .readers import Framework, LaunchSettings, _label, _read_text, parse_launch_text, read_launch
-from .schema import MEGATRON_COMMIT, TORCHTITAN_TOML_VERSION, TORCHTITAN_VERSION, MegatronArg, megatron_args
+from .schema import MEGATRON_COMMIT, TORCHTITAN_TOML_VERSION, MegatronArg, megatron_args
 
 __all__ = [
     "ImportedLaunch",
@@ -537,7 +537,9 @@ def _megatron_precision(meg: _Megatron) -> None:
     else:
         st.knobs["precision"] = Precision.BF16
         if not meg.get("bf16"):
-            st.note("neither --bf16 nor --fp16: Megatron-LM trains in fp32, which paraplan does not model (read as bf16)")
+            st.note(
+                "neither --bf16 nor --fp16: Megatron-LM trains in fp32, which paraplan does not model (read as bf16)"
+            )
     meg.get("bf16")
 
 
@@ -643,7 +645,12 @@ def _megatron_specials(meg: _Megatron) -> None:
     st = meg.st
     if meg.get("cpu_offloading") or meg.has("cpu_offloading_num_layers"):
         st.note("activation CPU offloading is not modelled")
-    for dest in ("hybrid_layer_pattern", "hybrid_override_pattern", "mtp_num_layers", "heterogeneous_layers_config_path"):
+    for dest in (
+        "hybrid_layer_pattern",
+        "hybrid_override_pattern",
+        "mtp_num_layers",
+        "heterogeneous_layers_config_path",
+    ):
         if meg.has(dest):
             meg.get(dest)
             st.note(f"{meg.flag(dest)}: not modelled (the model is --model {st.model.name})")
@@ -721,7 +728,10 @@ def _import_deepspeed(st: _State) -> None:
     _deepspeed_stack(st, config, meg)
     if meg.has("num_layers") or meg.has("hidden_size"):
         _megatron_model_check(meg)
-    known = _DS_MAPPED | {"activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing"}
+    known = _DS_MAPPED | {
+        "activation_checkpointing.partition_activations",
+        "activation_checkpointing.cpu_checkpointing",
+    }
     for key in config:
         if key in known or key.startswith(_DS_HARMLESS) or key in s.unknown:
             continue
@@ -784,10 +794,14 @@ def _deepspeed_precision(st: _State, config: Mapping[str, Any], meg: _Megatron) 
         st.knobs["precision"] = Precision.FP16
     else:
         st.knobs["precision"] = Precision.BF16
-        st.note("neither bf16 nor fp16 is enabled: DeepSpeed trains in fp32, which paraplan does not model (read as bf16)")
+        st.note(
+            "neither bf16 nor fp16 is enabled: DeepSpeed trains in fp32, which paraplan does not model (read as bf16)"
+        )
     script = "fp16" if meg.get("fp16") else "bf16" if meg.get("bf16") else None
     if script is not None and script != str(st.knobs["precision"]):
-        st.note(f"the script's --{script} differs from the DeepSpeed config's {st.knobs['precision']}: the config's is used")
+        st.note(
+            f"the script's --{script} differs from the DeepSpeed config's {st.knobs['precision']}: the config's is used"
+        )
 
 
 def _deepspeed_stack(st: _State, config: Mapping[str, Any], meg: _Megatron) -> None:
@@ -850,7 +864,9 @@ def _import_torchtitan(st: _State) -> None:
     ep = num("parallelism.expert_parallel_degree", 1)
     st.knobs.update(tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=0)
     if ep > 1:
-        st.note(f"EP {ep}: torchtitan borrows expert ranks from FSDP and TP; modelled as Megatron-style EP over DP x CP")
+        st.note(
+            f"EP {ep}: torchtitan borrows expert ranks from FSDP and TP; modelled as Megatron-style EP over DP x CP"
+        )
     replicate = num("parallelism.data_parallel_replicate_degree", 1)
     shard = num("parallelism.data_parallel_shard_degree", -1)
     world = st.gpus if st.gpus is not None else s.world_size
@@ -1158,4 +1174,3 @@ def resolve_from_launch(
     else:
         notes.append(f"--plan {plan} (given) replaces the file's degrees")
     return ResolvedLaunch(total, plan, merged, merged_stack, notes, settings)
-
