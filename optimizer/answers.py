@@ -8,13 +8,16 @@ import numpy as np
 
 from paraplan.accuracy import error_bar
 from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation
+from paraplan.cost_models.layout import Layout
 from paraplan.cost_models.memory import MEMORY_TERMS
+from paraplan.cost_models.stages import stage_layers
 from paraplan.explain import NEAR_LIMIT, bottleneck_sentence, dominant_term
 from paraplan.results import (
     BottleneckOut,
     EvaluatedLayout,
     MemoryOut,
     ParamsOut,
+    StageOut,
     TimeOut,
 )
 from paraplan.search import train_time_s, violations
@@ -71,5 +74,15 @@ def evaluated(
         cost_usd=train * lay.gpus * usd_per_gpu_hour / SECONDS_PER_HOUR
         if train is not None and usd_per_gpu_hour is not None
         else None,
+        stages=_uneven_stages(ev, lay),
         equivalent=equivalent_layouts,
     )
+
+
+def _uneven_stages(ev: Evaluation, lay: Layout) -> list[StageOut] | None:
+    """The per-stage split of an uneven layout (first and last stages lighter), else None."""
+    if lay.pp == 1 or not (lay.first_stage_layers or lay.last_stage_layers):
+        return None
+    first, middle, last = (int(x[0]) for x in stage_layers(ev.model, ev.layouts))
+    counts = [first, *([middle] * (lay.pp - 2)), last]
+    return [StageOut(hardware=ev.cluster.name, gpus_per_replica=lay.tp * lay.cp, tp=lay.tp, layers=n) for n in counts]

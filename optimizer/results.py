@@ -25,72 +25,81 @@ class _Out(BaseModel):
 class MemoryOut(_Out):
     """Memory of the most loaded GPU, by term; `other` is the hardware's reserve."""
 
-    params: float = Field(ge=0)
-    grads: float = Field(ge=0)
-    optimizer: float = Field(ge=0)
-    activations: float = Field(ge=0)
+    params: float = Field(
+        ge=0,
+        description="weights held (bf16, plus the fp32 master copy where the framework keeps it with the parameters)",
+    )
+    grads: float = Field(
+        ge=0, description="gradients (fp32 main grads in Megatron-LM and torchtitan, bf16 in DeepSpeed)"
+    )
+    optimizer: float = Field(ge=0, description="optimizer states (fp32 master copy and Adam m, v; sharded from ZeRO-1)")
+    activations: float = Field(ge=0, description="activations at the stage's peak, the loss included")
     other: float = Field(ge=0, description="reserve: CUDA context, NCCL buffers, allocator fragmentation")
-    total: float = Field(ge=0)
-    capacity: float = Field(gt=0)
+    total: float = Field(ge=0, description="the sum of the terms above, reserve included")
+    capacity: float = Field(gt=0, description="the GPU's memory as the driver reports it")
     host_bytes_per_gpu: float = Field(default=0.0, ge=0, description="state offloaded to host memory, per GPU")
 
 
 class TimeOut(_Out):
     """Exposed (not overlapped) time per step by term; the terms sum to `step_time_s`."""
 
-    compute: float = Field(ge=0)
-    recompute: float = Field(ge=0)
-    tp_comm: float = Field(ge=0)
-    cp_comm: float = Field(ge=0)
-    ep_comm: float = Field(ge=0)
-    pp_comm: float = Field(ge=0)
-    dp_comm: float = Field(ge=0)
-    bubble: float = Field(ge=0)
+    compute: float = Field(
+        ge=0, description="GEMMs, attention and memory-bound kernels of every micro-batch, and the optimizer step"
+    )
+    recompute: float = Field(ge=0, description="forward work run again by activation recompute")
+    tp_comm: float = Field(ge=0, description="tensor-parallel collectives not hidden under GEMMs")
+    cp_comm: float = Field(ge=0, description="context-parallel K/V exchange not hidden under attention")
+    ep_comm: float = Field(ge=0, description="expert-parallel all-to-alls")
+    pp_comm: float = Field(ge=0, description="pipeline sends and receives not hidden")
+    dp_comm: float = Field(
+        ge=0, description="data-parallel gradient reduction and weight gathers not hidden under compute"
+    )
+    bubble: float = Field(ge=0, description="pipeline fill and drain: (PP - 1) / VPP micro-batch slots")
     offload: float = Field(ge=0, description="host transfers and the CPU's optimizer step, when offloading")
 
 
 class ParamsOut(_Out):
-    total: int = Field(ge=0)
+    total: int = Field(ge=0, description="the model's parameter count as paraplan reads it")
     active: int = Field(ge=0, description="touched by one token (top-k experts); equal to total for dense models")
 
 
 class BottleneckOut(_Out):
-    term: str
+    term: str = Field(description="the time term with the largest share")
     share: float = Field(ge=0, le=1, description="the term's share of the step time")
-    explanation: str
+    explanation: str = Field(description="one sentence: what the term is and over which link")
 
 
 class StageOut(_Out):
     """One pipeline stage of a replica: its GPU type, TP degree and layers."""
 
-    hardware: str
-    gpus_per_replica: int = Field(ge=1)
-    tp: int = Field(ge=1)
-    layers: int = Field(ge=0)
+    hardware: str = Field(description="the GPU type of the stage")
+    gpus_per_replica: int = Field(ge=1, description="GPUs of one data-parallel replica in this stage (its TP degree)")
+    tp: int = Field(ge=1, description="tensor parallelism of the stage")
+    layers: int = Field(ge=0, description="transformer layers on the stage")
 
 
 class EvaluatedLayout(_Out):
-    model: str
-    hardware: str
-    gpus: int = Field(ge=1)
-    layout: Layout
-    feasible: bool
+    model: str = Field(description="the model's name")
+    hardware: str = Field(description="the hardware preset's or file's name")
+    gpus: int = Field(ge=1, description="TP x PP x DP x CP")
+    layout: Layout = Field(description="every knob of the layout, the chosen ones included")
+    feasible: bool = Field(description="meets every limit (memory, divisibility, the framework's rules)")
     violations: list[str] = Field(description="one sentence per violated limit; empty iff feasible")
-    memory_bytes: MemoryOut
+    memory_bytes: MemoryOut = Field(description="memory of the most loaded GPU by term")
     memory_margin_bytes: float = Field(description="usable memory left after the model and the reserve")
-    near_memory_limit: bool = Field(description="the margin is below NEAR_LIMIT of capacity: allocator spikes may OOM")
+    near_memory_limit: bool = Field(description="the margin is below 3% of capacity: an allocator spike may run out of memory")
     step_time_s: float = Field(gt=0, description="one optimizer step of global_batch sequences")
     step_time_range_s: tuple[float, float] = Field(description="the step time's error bar from validation runs")
     accuracy_basis: str = Field(description="the validation runs behind step_time_range_s")
-    time_s: TimeOut
+    time_s: TimeOut = Field(description="the step time by term; the terms sum to step_time_s")
     mfu: float = Field(ge=0, le=1, description="model FLOPs (causal attention) / (step x GPUs x peak_flops)")
     mfu_palm: float = Field(ge=0, description="model FLOPs counting full s x s attention (PaLM) / the same")
     hfu: float = Field(ge=0, le=1, description="model + recompute FLOPs / (step x GPUs x peak_flops)")
     peak_flops: float = Field(gt=0, description="per-GPU dense peak of the GEMM precision, the ratios' denominator")
     tflops_per_gpu: float = Field(ge=0, description="model FLOPs (causal) per second per GPU / 1e12")
-    tokens_per_s: float = Field(ge=0)
-    params: ParamsOut
-    bottleneck: BottleneckOut
+    tokens_per_s: float = Field(ge=0, description="global batch x sequence length / step time")
+    params: ParamsOut = Field(description="the model's parameter counts")
+    bottleneck: BottleneckOut = Field(description="the largest time term and why")
     cost_usd_per_step: float | None = Field(default=None, ge=0, description="absent without a price")
     train_time_s: float | None = Field(default=None, ge=0, description="with --tokens: failure-free wall time")
     cost_usd: float | None = Field(default=None, ge=0, description="with --tokens and a price: the run's cost")
@@ -99,147 +108,155 @@ class EvaluatedLayout(_Out):
 
 
 class SolverOut(_Out):
-    status: Literal["OPTIMAL", "INFEASIBLE"]
-    wall_s: float = Field(ge=0)
+    status: Literal["OPTIMAL", "INFEASIBLE"] = Field(
+        description="OPTIMAL when the answer is proven best (exhaustive enumeration or CP-SAT), INFEASIBLE when no layout qualifies"
+    )
+    wall_s: float = Field(ge=0, description="seconds spent ranking or solving")
     candidates: int = Field(ge=0, description="layouts enumerated and evaluated")
     method: str = Field(description="enumeration (exhaustive, vectorized) or cp-sat")
 
 
 class Explanation(_Out):
-    best: list[str]
-    runners_up: list[str]
+    best: list[str] = Field(description="why the best layout performs as it does, and what holds it back")
+    runners_up: list[str] = Field(description="per runner-up, how much slower (or dearer) it is and why")
 
 
 class ScalingPoint(_Out):
     """The best layout at one GPU count (a range search's or compare's scaling curve)."""
 
     gpus: int = Field(ge=1)
-    layout: Layout
-    step_time_s: float = Field(gt=0)
+    layout: Layout = Field(description="the best layout at this count")
+    step_time_s: float = Field(gt=0, description="its step time")
     train_time_s: float | None = Field(default=None, gt=0, description="with tokens; failures included in compare")
     ideal_time_s: float | None = Field(default=None, gt=0, description="with tokens, without failures")
     cost_usd: float | None = Field(default=None, ge=0, description="with tokens and a price")
 
 
 class HardwareResult(_Out):
-    hardware: str
-    gpus: int = Field(ge=1)
-    solver: SolverOut
+    hardware: str = Field(description="the hardware (a pool: A:N+B:M)")
+    gpus: int = Field(ge=1, description="GPUs of the best layout (the count asked, when none fits)")
+    solver: SolverOut = Field(description="how the answer was found")
     layouts: list[EvaluatedLayout] = Field(description="best first, all feasible")
-    reason: str | None = None
+    reason: str | None = Field(default=None, description="why no layout qualifies, with figures")
     fixes: list[str] = Field(default_factory=list, description="the smallest changes that would make a layout fit")
-    explanation: Explanation | None = None
-    launch: dict[str, str] | None = None
+    explanation: Explanation | None = Field(default=None, description="sentences on the best layout and the runners-up")
+    launch: dict[str, str] | None = Field(
+        default=None, description="the best layout's launch configuration, by framework (with --emit)"
+    )
     scaling: list[ScalingPoint] = Field(default_factory=list, description="the best layout of each GPU count searched")
-    homogeneous: list[HardwareResult] | None = None
+    homogeneous: list[HardwareResult] | None = Field(
+        default=None, description="for a pool: the best plan on each GPU type alone"
+    )
 
 
 class OptimizeResult(_Out):
-    results: list[HardwareResult]
+    results: list[HardwareResult] = Field(description="one entry per --hardware")
     legend: str = Field(description="the compact layout words of the text tables")
 
 
 class Optimum(_Out):
-    layout: Layout
-    step_time_s: float = Field(gt=0)
-    mfu: float = Field(ge=0, le=1)
+    layout: Layout = Field(description="the fastest layout of the same model, GPUs and hardware")
+    step_time_s: float = Field(gt=0, description="its step time")
+    mfu: float = Field(ge=0, le=1, description="its MFU")
     gap: float | None = Field(description="this plan's step time / the optimum's - 1; null when infeasible")
 
 
 class Change(_Out):
-    change: str
-    layout: Layout
-    step_time_s: float = Field(gt=0)
+    change: str = Field(description="the degrees that move, e.g. 'TP8 -> TP4, DP8 -> DP16'")
+    layout: Layout = Field(description="the resulting layout")
+    step_time_s: float = Field(gt=0, description="its step time")
     gain: float = Field(description="fraction of the step time saved")
 
 
 class ValidateResult(EvaluatedLayout):
-    knobs_chosen: list[str]
-    requirements: list[str]
+    knobs_chosen: list[str] = Field(description="the knobs the search chose because they were not given")
+    requirements: list[str] = Field(description="settings the plan cannot do without (e.g. 'recompute full')")
     fixes: list[str] = Field(default_factory=list, description="the smallest changes that make the plan feasible")
-    solver: SolverOut
-    optimum: Optimum | None
-    best_change: Change | None
-    launch: dict[str, str] | None = None
+    solver: SolverOut = Field(description="how the plan's open knobs were chosen")
+    optimum: Optimum | None = Field(description="the best layout of the same question; null when none fits")
+    best_change: Change | None = Field(description="the single plan change that gains most; null when none gains")
+    launch: dict[str, str] | None = Field(
+        default=None, description="the plan's launch configuration, by framework (with --emit)"
+    )
     launch_notes: list[str] = Field(
         default_factory=list, description="with --from-launch: what was read, overridden, not modelled or unknown"
     )
 
 
 class CostOut(_Out):
-    hardware: float = Field(ge=0)
-    energy: float = Field(ge=0)
-    staff: float = Field(default=0.0, ge=0)
-    total: float = Field(ge=0)
-
-
+    hardware: float = Field(ge=0, description="GPU-hours x $/GPU-hour (amortized capex, or the cloud price)")
+    energy: float = Field(ge=0, description="kWh x $/kWh (0 when rented: the cloud price includes it)")
+    staff: float = Field(default=0.0, ge=0, description="people, per day of wall-clock")
+    total: float = Field(ge=0, description="the sum")
 
 
 class CompareEntry(_Out):
     """One hardware of compare: its best layout and the account of training `tokens` on it
     (null figures where no layout fits, or where the hardware has no price)."""
 
-    hardware: str
-    gpus: int = Field(ge=1)
-    best: EvaluatedLayout | None
+    hardware: str = Field(description="the hardware (or pool)")
+    gpus: int = Field(ge=1, description="GPUs of the best run (the count asked, when none fits)")
+    best: EvaluatedLayout | None = Field(description="the best layout, as in validate; null when none fits")
     train_time_s: float | None = Field(gt=0, description="wall-clock for the tokens, failures included")
     ideal_time_s: float | None = Field(default=None, gt=0, description="without failures")
     goodput: float | None = Field(gt=0, le=1, description="useful fraction of GPU time after failures and restarts")
     goodput_first_order: float | None = Field(default=None, gt=0, le=1)
-    failures_per_hour: float | None = Field(ge=0)
+    failures_per_hour: float | None = Field(ge=0, description="GPU and node failures of the whole job per hour")
     expected_failures: float | None = Field(default=None, ge=0)
     job_mtbf_s: float | None = Field(default=None, gt=0)
     checkpoint_bytes: float | None = Field(default=None, ge=0)
     checkpoint_write_s: float | None = Field(default=None, ge=0)
-    checkpoint_interval_s: float | None = Field(ge=0)
+    checkpoint_interval_s: float | None = Field(ge=0, description="work between checkpoints (Daly 2006)")
     checkpoint_interval_young_s: float | None = Field(default=None, ge=0)
     restart_s: float | None = Field(default=None, ge=0)
     busy_fraction: float | None = Field(default=None, ge=0, le=1)
     wall_power_per_gpu_w: float | None = Field(default=None, ge=0)
-    energy_kwh: float | None = Field(ge=0)
-    cost_usd: CostOut | None
+    energy_kwh: float | None = Field(ge=0, description="at the facility meter (PUE included), failures included")
+    cost_usd: CostOut | None = Field(description="the run's cost; null without a price")
     usd_per_billion_tokens: float | None = Field(default=None, ge=0)
     hardware_usd_per_gpu_hour: float | None = Field(default=None, ge=0)
     pricing: str | None = None
     assumptions: dict[str, object] | None = None
-    max_gpus: int = Field(ge=1)
-    counts_searched: list[int]
+    max_gpus: int = Field(ge=1, description="the count given (a maximum with a budget or deadline)")
+    counts_searched: list[int] = Field(description="the GPU counts considered")
     deadline_met: bool | None = None
     budget_met: bool | None = None
     reason: str | None = None
     fixes: list[str] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="sentences on the pick (budget, deadline)")
     scaling: list[ScalingPoint] = Field(default_factory=list)
 
 
 class CompareResult(_Out):
-    tokens: float = Field(gt=0)
-    model: str
+    tokens: float = Field(gt=0, description="training tokens accounted")
+    model: str = Field(description="the model's name")
     budget_usd: float | None = None
     deadline_days: float | None = None
-    checkpoint_bytes_per_param: int
-    results: list[CompareEntry]
-    verdict: list[str]
+    checkpoint_bytes_per_param: int = Field(
+        description="checkpoint size per parameter (bf16 weights + fp32 master and Adam)"
+    )
+    results: list[CompareEntry] = Field(description="one entry per hardware")
+    verdict: list[str] = Field(description="sentences computed from the accounts: fastest, cheapest, failures, energy")
 
 
 class CalibratedRun(_Out):
-    run: str
-    measured_s: float = Field(gt=0)
-    before_s: float = Field(gt=0)
-    after_s: float = Field(gt=0)
+    run: str = Field(description="the run's id (or CSV line)")
+    measured_s: float = Field(gt=0, description="measured step time")
+    before_s: float = Field(gt=0, description="predicted with the starting constants")
+    after_s: float = Field(gt=0, description="predicted with the fitted constants")
     flagged: str | None = Field(default=None, description="why the run was left out of the fit")
 
 
 class CalibrateResult(_Out):
-    hardware: str
-    out: str | None
-    fitted: list[str]
-    constants: dict[str, float]
+    hardware: str = Field(description="the calibrated hardware's name")
+    out: str | None = Field(description="where the TOML was written (CLI)")
+    fitted: list[str] = Field(description="the constants fitted")
+    constants: dict[str, float] = Field(description="their fitted values")
     at_bound: list[str] = Field(description="fitted constants that ended on a bound of their range")
-    runs: list[CalibratedRun]
+    runs: list[CalibratedRun] = Field(description="per run: measured, before and after")
     mape_before: float = Field(ge=0)
     mape_after: float = Field(ge=0)
     worst_before: float = Field(ge=0)
     worst_after: float = Field(ge=0)
-    command: str
+    command: str = Field(description="the command that produced it, as recorded in the TOML")
     toml: str = Field(description="the calibrated hardware TOML")
