@@ -312,7 +312,8 @@ def optimize(
     spec = _model(model)
     entries = _hardware_entries(hardware)
     results = [
-        _optimize_one(spec, cluster, gpu_counts(count if count is not None else gpus, cluster.gpus_per_node),
+        _optimize_one(spec, cluster, gpu_counts(count if count is not None else gpus, cluster.gpus_per_node,
+                                                f"hardware entry '{cluster.name}' count" if count is not None else "gpus"),
                       cons, top, objective, tokens, mem_headroom, stack, emit, scaling, dict(knobs))
         for cluster, count in entries
     ]  # fmt: skip

@@ -116,12 +116,18 @@ def _number(row: dict[str, str], key: str, where: str, whole: bool = True) -> An
 
 
 def _json_object(text: str, where: str, column: str) -> dict[str, Any]:
+    """A JSON object cell; `where` ('' when the caller adds it) prefixes the error."""
+    where = f"{where}: " if where else ""
     try:
         value = json.loads(text)
-    except (json.JSONDecodeError, RecursionError, ValueError):
-        raise InputError(f"{where}: column '{column}' is not a JSON object") from None
+    except RecursionError:
+        raise InputError(f"{where}column '{column}' nests too deeply to be a config") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}column '{column}' is not valid JSON ({exc.msg})") from None
+    except ValueError as exc:  # e.g. an integer of thousands of digits
+        raise InputError(f"{where}column '{column}' holds an unreadable value ({exc})") from None
     if not isinstance(value, dict):
-        raise InputError(f"{where}: column '{column}' must hold a JSON object, not {type(value).__name__}")
+        raise InputError(f"{where}column '{column}' must hold a JSON object, not {type(value).__name__}")
     return value
 
 
@@ -182,7 +188,7 @@ def _run(row: dict[str, str], path: Path, line: int) -> Run:
             candidate = path.parent / model_text
             model = load_model(str(candidate) if candidate.is_file() else model_text)
         elif _cell(row, "config") is not None:
-            model = model_from_config(_json_object(row["config"], where, "config"), label)
+            model = model_from_config(_json_object(row["config"], "", "config"), label)
         else:
             raise InputError("column 'model' is empty")
     except InputError as exc:

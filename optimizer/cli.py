@@ -152,7 +152,8 @@ def _plan_command(name: str, doc: str, memory_only: bool) -> click.Command:
                   help="Layout, e.g. TP8/PP4/DP8 (CP, EP, VPP optional) [required unless --from-launch].")  # fmt: skip
     @click.option("--from-launch", "from_launch", type=click.Path(dir_okay=False, path_type=Path), default=None,
                   help="Read the plan and its knobs from a Megatron-LM script or argument list, a torchtitan "
-                  "command line or v0.2 TOML, or a DeepSpeed JSON/launcher; given knobs override the file's.")  # fmt: skip
+                  "command line or v0.2 TOML, or a DeepSpeed JSON/launcher; given knobs override the "
+                  "file's.")  # fmt: skip
     @click.option(
         "--emit",
         type=click.Choice(FRAMEWORKS),
@@ -168,7 +169,8 @@ def _plan_command(name: str, doc: str, memory_only: bool) -> click.Command:
     )
     @knob_options
     def command(model: str, gpus: int | None, hardware: str, plan_text: str | None, from_launch: Path | None,
-                emit: str | None, html_path: Path | None, as_json: bool, mem_headroom: float, **opts: Any) -> int:  # fmt: skip
+                emit: str | None, html_path: Path | None, as_json: bool, mem_headroom: float,
+                **opts: Any) -> int:  # fmt: skip
         from paraplan import api, report
 
         if from_launch is None and (gpus is None or plan_text is None):

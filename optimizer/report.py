@@ -32,9 +32,20 @@ def safe(text: object) -> str:
     return _CONTROL.sub("?", str(text))
 
 
+class _PipeConsole(Console):
+    """A console that lets a closed pipe reach the CLI's handler (exit 141, quiet).
+
+    rich's default turns a broken pipe into exit 1, which the contract reserves for "infeasible".
+    """
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console() -> Console:
     width = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "110") or 110)
-    return Console(width=width, markup=False, highlight=False, emoji=False, soft_wrap=False)
+    return _PipeConsole(width=width, markup=False, highlight=False, emoji=False, soft_wrap=False)
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:

@@ -297,8 +297,12 @@ def megatron_model_flags(model: ModelSpec, lay: Layout, refuse: Refuser | None =
         if m.q_lora_rank is not None:
             flags.append(("--q-lora-rank", str(m.q_lora_rank)))
     if m.is_moe:
-        flags += [("--num-experts", str(m.num_experts)), ("--moe-router-topk", str(m.experts_top_k)),
-                  ("--moe-ffn-hidden-size", str(m.ffn_hidden_size)), ("--moe-token-dispatcher-type", "alltoall")]  # fmt: skip
+        flags += [
+            ("--num-experts", str(m.num_experts)),
+            ("--moe-router-topk", str(m.experts_top_k)),
+            ("--moe-ffn-hidden-size", str(m.ffn_hidden_size)),
+            ("--moe-token-dispatcher-type", "alltoall"),
+        ]
         if m.num_shared_experts:
             width = m.num_shared_experts * (m.shared_expert_ffn or m.ffn_hidden_size)
             flags.append(("--moe-shared-expert-intermediate-size", str(width)))
@@ -588,8 +592,10 @@ def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
         f"#   Llama3Model.Config with {dims}",
     ]
     if ctx.lay.precision == Precision.FP8:
-        comments.append("#   and model_registry(..., converters=[Float8LinearConverter.Config(filter_fqns=['lm_head'])]): "
-                        "in 0.3.0 float8 is enabled only by the config's converters")  # fmt: skip
+        comments.append(
+            "#   and model_registry(..., converters=[Float8LinearConverter.Config(filter_fqns=['lm_head'])]): "
+            "in 0.3.0 float8 is enabled only by the config's converters"
+        )
     else:
         comments.append("#   without float8 converters (bf16 training)")
     return name, None, comments
@@ -620,9 +626,12 @@ def _titan_split(ctx: _Ctx) -> list[Flag]:
                 if total % stages == 0 and (f, last) == (total // pp - emb, total // pp - loss):
                     found = (emb, loss)
             if found is None:
-                _refuse(ctx, "first_stage_layers/last_stage_layers",
-                        f"first {f} / last {last} layers with {v} virtual stages: torchtitan {TORCHTITAN_VERSION} "
-                        "splits interleaved chunks evenly, with the embedding and output counted as layers")  # fmt: skip
+                _refuse(
+                    ctx,
+                    "first_stage_layers/last_stage_layers",
+                    f"first {f} / last {last} layers with {v} virtual stages: torchtitan {TORCHTITAN_VERSION} "
+                    "splits interleaved chunks evenly, with the embedding and output counted as layers",
+                )
             less_first, less_last = found
     flags: list[Flag] = [("--parallelism.pipeline_parallel_schedule", "1F1B" if v == 1 else "Interleaved1F1B")]
     if v > 1:

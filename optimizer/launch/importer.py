@@ -333,7 +333,7 @@ class _Megatron:
 def _import_megatron(st: _State) -> None:
     meg = _Megatron(st, dict(st.settings.dests), _megatron_dests(st.settings.values)[1])
     st.knobs["framework"] = "megatron"
-    tp, pp, cp, ep = _megatron_degrees(meg)
+    tp, pp, cp, _ = _megatron_degrees(meg)
     _megatron_batch(meg, tp, pp, cp)
     _megatron_pipeline(meg, pp)
     _megatron_recompute(meg)
@@ -435,8 +435,10 @@ def _megatron_pipeline(meg: _Megatron, pp: int) -> None:
             assert given is not None
             rest = layers - given
             if rest % (pp - 1):
-                st.note(f"one of the first/last stage layer counts ({given}) leaves {rest} layers that do not split over "
-                        f"{pp - 1} stages: modelled as an even split")  # fmt: skip
+                st.note(
+                    f"one of the first/last stage layer counts ({given}) leaves {rest} layers that do not split "
+                    f"over {pp - 1} stages: modelled as an even split"
+                )
                 return
             share = rest // (pp - 1)
             first, last = (given, share) if first is not None else (share, given)
@@ -593,10 +595,11 @@ def _megatron_model_check(meg: _Megatron) -> None:
     table = megatron_args()
     want: dict[str, Any] = {}
     for flag, value in expected:
-        spec = table[flag]
-        want[spec.dest] = spec.flag_value(flag) if value is None else value
-    for dest, default in (("swiglu", False), ("untie_embeddings_and_output_weights", False),
-                          ("group_query_attention", False), ("add_bias_linear", True), ("add_qkv_bias", False)):  # fmt: skip
+        arg = table[flag]
+        want[arg.dest] = arg.flag_value(flag) if value is None else value
+    absent = {"swiglu": False, "untie_embeddings_and_output_weights": False, "group_query_attention": False,
+              "add_bias_linear": True, "add_qkv_bias": False}  # fmt: skip
+    for dest, default in absent.items():
         want.setdefault(dest, default)
     defaults_apply = {"normalization", "position_embedding_type", "swiglu", "untie_embeddings_and_output_weights",
                       "group_query_attention", "add_bias_linear", "add_qkv_bias", "attention_dropout",
@@ -690,9 +693,8 @@ def _import_deepspeed(st: _State) -> None:
     tp = meg.int("tensor_model_parallel_size", 1) or 1
     pp = meg.int("pipeline_model_parallel_size", 1) or 1
     ep = meg.int("expert_model_parallel_size", 1) or 1
-    if "--no-pipeline-parallel" in script:
-        if pp > 1:
-            st.note("--no-pipeline-parallel with PP > 1: Megatron-DeepSpeed runs without its pipeline engine")
+    if "--no-pipeline-parallel" in script and pp > 1:
+        st.note("--no-pipeline-parallel with PP > 1: Megatron-DeepSpeed runs without its pipeline engine")
     st.knobs.update(tp=tp, pp=pp, cp=1, ep=ep, virtual_stages=1, first_stage_layers=0, last_stage_layers=0)
     _expert_tp(meg, tp)
     st.knobs["sequence_parallel"] = bool(meg.get("sequence_parallel"))
@@ -941,7 +943,7 @@ def _titan_registry(st: _State, get: Getter, old: bool) -> TitanConfig | None:
             st.note("no --config: torchtitan 0.3.0 requires --module and --config")
     if cfg is not None and cfg.dims != dims:
         st.note(f"{what} builds Llama 3.1 {cfg.size}, not {m.name}: the prediction uses --model {m.name}")
-    elif cfg is None:
+    elif cfg is None and (old or get("config") is not None):
         st.note(f"{what} is not a torchtitan registry config paraplan knows: the model is taken from --model "
                 f"{m.name}")  # fmt: skip
     return cfg
@@ -1142,8 +1144,10 @@ def resolve_from_launch(
         notes.insert(1, f"--gpus {gpus} overrides the file's world size {world}")
     total = gpus if gpus is not None else world
     if total is None:
-        raise InputError(f"{settings.source}: the file does not state its world size (torchrun --nnodes/--nproc_per_node, "
-                         "deepspeed --num_nodes/--num_gpus, NGPU=...): give --gpus")  # fmt: skip
+        raise InputError(
+            f"{settings.source}: the file does not state its world size (torchrun --nnodes/--nproc_per_node, "
+            "deepspeed --num_nodes/--num_gpus, NGPU=...): give --gpus"
+        )
     merged: dict[str, object] = dict(knobs_in)
     for name, value in knobs.items():
         if value is None:

@@ -1,0 +1,483 @@
+"""Launch configs that run as predicted, both ways: the emitters (`paraplan.emit`), their checks
+against the pinned schemas, the importer (`paraplan.launch.importer`) and `validate --from-launch`.
+
+The property tests draw random feasible plans of each framework from the evaluated candidate
+space of a few questions (built once per module): every emitted flag or key passes the pinned
+checker, emit-then-import gives the same plan and stack back, and the imported plan evaluates to
+the same step time and memory, which fits."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import random
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import paraplan
+from paraplan.cli import main
+from paraplan.cost_models.candidates import Layouts
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.frameworks import default_stack
+from paraplan.cost_models.layout import Framework, Layout, parse_knob
+from paraplan.cost_models.models import ModelSpec, load_model
+from paraplan.cost_models.stack import Stack
+from paraplan.emit import EMITTERS, check_emitted, emit_launch, megatron_args
+from paraplan.hardware_specs.loader import load_cluster
+from paraplan.launch import parse_launch_text
+from paraplan.launch.importer import layout_from_launch, load_launch, read_launch_text
+from paraplan.question import Question
+
+DATA = Path(__file__).parent / "data" / "launch"
+PER_FRAMEWORK = 200
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    hardware: str
+    gpus: int
+    knobs: tuple[tuple[str, object], ...] = ()
+
+
+# Small questions with diverse knobs: MoE + EP + expert TP + FP8 (Mixtral), learned positions,
+# biases and dropout in fp16 (GPT-3), GQA, CP, VPP, uneven splits, offload, every ZeRO stage.
+CASES: dict[str, tuple[Case, ...]] = {
+    "megatron": (
+        Case("llama2-13b", "a100-80g", 16),
+        Case("mixtral-8x7b", "h100-sxm", 8, (("precision", "fp8"),)),
+        Case("gpt3-175b", "a100-80g", 16, (("precision", "fp16"), ("seq_len", 2048))),
+    ),
+    "deepspeed": (
+        Case("llama2-7b", "a100-80g", 16, (("precision", "fp16"),)),
+        Case("llama2-13b", "a100-80g", 32),
+    ),
+    "torchtitan": (
+        Case("llama3-8b", "h100-sxm", 16),
+        Case("llama3-70b", "h100-sxm", 32, (("precision", "fp8"),)),
+        Case("llama2-13b", "a100-80g", 32, (("seq_len", 8192),)),
+    ),
+}
+# The stack settings each framework's flags can express (the others are refused).
+STACK_CHOICES: dict[str, dict[str, tuple[object, ...]]] = {
+    "megatron": {"flash_attention": (True, False), "dp_overlap": (True, False), "main_grads": ("fp32", "bf16"),
+                 "p2p_overlap": (True, False)},
+    "deepspeed": {"flash_attention": (True, False), "dp_overlap": (True, False), "main_grads": ("fp32", "bf16")},
+    "torchtitan": {"tp_overlap": (True, False)},
+}  # fmt: skip
+# What the frameworks' flags cannot express although the search proposes it (see the report):
+# DeepSpeed's PipelineModule picks its own split; torchtitan 0.3.0 has no layer-count AC, no ring
+# CP, always shards over CP, derives the stage count from layers per stage.
+EXPECTED_REFUSALS = {"first_stage_layers/last_stage_layers", "recompute_layers", "cp_comm", "zero", "virtual_stages"}
+
+
+@dataclass(frozen=True, repr=False)
+class Planned:
+    framework: str
+    model: ModelSpec
+    question: Question
+    layout: Layout
+    step_time_s: float
+    memory_bytes: float
+
+    def __repr__(self) -> str:  # short, for hypothesis' failure reports
+        return f"Planned({self.model.name}: {self.layout!r}; {self.question.stack})"
+
+
+@dataclass(frozen=True)
+class Pool:
+    plans: tuple[Planned, ...]
+    refusals: Counter[str]
+
+
+@functools.cache
+def pool(framework: str) -> Pool:
+    """PER_FRAMEWORK random feasible plans of `framework` that its flags express, with random
+    expressible stacks, and the knobs of the feasible plans met on the way that were refused."""
+    rng = random.Random(20261202)
+    plans: list[Planned] = []
+    refusals: Counter[str] = Counter()
+    quota = -(-PER_FRAMEWORK // len(CASES[framework]))
+    for case in CASES[framework]:
+        model, cluster = load_model(case.model), load_cluster(case.hardware)
+        knobs = {"framework": framework, **dict(case.knobs)}
+        space = Question.of(model, cluster, knobs).space(case.gpus)
+        rows = np.array(sorted(rng.sample(range(len(space)), min(len(space), 6_000))), dtype=np.int64)
+        space = space.take(rows)
+        names = list(STACK_CHOICES[framework])
+        variants = [
+            dict(zip(names, values, strict=True)) for values in _product(list(STACK_CHOICES[framework].values()))
+        ]
+        choice = np.array([rng.randrange(len(variants)) for _ in range(len(space))])
+        candidates: list[Planned] = []
+        for k, variant in enumerate(variants):
+            question = Question.of(model, cluster, knobs, variant)
+            part = space.take(np.flatnonzero(choice == k))
+            ev = question.evaluate(part)
+            for i in np.flatnonzero(ev.feasible):
+                step, memory = float(ev.step_time_s[i]), float(ev.memory.total[i])
+                candidates.append(Planned(framework, model, question, part.at(int(i)), step, memory))
+        rng.shuffle(candidates)
+        found = 0
+        for plan in candidates:
+            if found == quota:
+                break
+            try:
+                emit_launch(framework, model, plan.layout, plan.question.stack)
+            except InputError as exc:
+                refusals[str(exc).split(" -- ")[0].rsplit(": ", 1)[1]] += 1
+                continue
+            plans.append(plan)
+            found += 1
+    return Pool(tuple(plans[:PER_FRAMEWORK]), refusals)
+
+
+def _product(values: list[tuple[object, ...]]) -> list[tuple[object, ...]]:
+    out: list[tuple[object, ...]] = [()]
+    for options in values:
+        out = [(*prefix, v) for prefix in out for v in options]
+    return out
+
+
+def imported(framework: str, text: str, model: ModelSpec) -> tuple[Layout, Stack, int | None, list[str]]:
+    settings = read_launch_text(text, framework)  # type: ignore[arg-type]
+    knobs, stack, world, notes = layout_from_launch(settings, model)
+    lay = Layout(**{k: parse_knob(k, v) for k, v in knobs.items()})
+    return lay, default_stack(lay.framework).with_overrides(**stack), world, notes
+
+
+# --------------------------------------------------------------------------------------------
+# (a)-(c): 200 random feasible plans per framework
+
+
+@pytest.mark.parametrize("framework", EMITTERS)
+def test_pool_has_enough_plans(framework: str) -> None:
+    p = pool(framework)
+    assert len(p.plans) == PER_FRAMEWORK
+    # the feasible plans a framework's flags cannot express are only the documented kinds
+    assert set(p.refusals) <= EXPECTED_REFUSALS, p.refusals
+
+
+@pytest.mark.parametrize("framework", EMITTERS)
+@settings(max_examples=PER_FRAMEWORK, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])  # fmt: skip
+@given(data=st.data())
+def test_emit_check_import_evaluate(framework: str, data: st.DataObject) -> None:
+    plan = data.draw(st.sampled_from(pool(framework).plans))
+    text = emit_launch(framework, plan.model, plan.layout, plan.question.stack)
+    # (a) every flag or key exists in the pinned schema with a valid value
+    assert check_emitted(framework, text) == []
+    # (b) emit then import is the identity, stack included
+    lay, stack, world, _ = imported(framework, text, plan.model)
+    assert lay == plan.layout
+    assert stack == plan.question.stack
+    assert world == plan.layout.gpus
+    # (c) the imported plan evaluates to the same step time and memory, and it fits
+    ev = plan.question.evaluate(Layouts.of([lay]))
+    assert float(ev.step_time_s[0]) == pytest.approx(plan.step_time_s, rel=1e-12)
+    assert float(ev.memory.total[0]) == pytest.approx(plan.memory_bytes, rel=1e-12)
+    assert bool(ev.feasible[0]) and float(ev.memory_margin_bytes[0]) >= 0
+
+
+def test_header_states_the_prediction() -> None:
+    result = paraplan.validate("llama2-13b", 16, "a100-80g", "TP2/PP2/DP4", emit="megatron", micro_batch=1)
+    assert result.launch is not None
+    head = result.launch["megatron"].splitlines()[:4]
+    assert head[0].startswith("# paraplan plan: llama2-13b on 16 x a100-80g: TP2/PP2/DP4")
+    assert any(f"predicted step {result.step_time_s:.3g} s" in line for line in head)
+    assert any(f"memory {result.memory_bytes.total / 1e9:.1f} GB" in line for line in head)
+    assert all(len(line) <= 100 for line in result.launch["megatron"].splitlines() if line.startswith("#"))
+
+
+# --------------------------------------------------------------------------------------------
+# (d) the README's 1024-GPU optimum, (e) Llama 3 405B on torchtitan
+
+
+def test_readme_optimum_emits_a_megatron_config_that_fits() -> None:
+    result = paraplan.optimize("llama2-70b", "a100-80g", 1024, top=1, emit="megatron")
+    (entry,) = result.results
+    best = entry.layouts[0]
+    assert entry.launch is not None
+    text = entry.launch["megatron"]
+    assert check_emitted("megatron", text) == []
+    assert f"memory {best.memory_bytes.total / 1e9:.1f} GB" in text and "(fits," in text
+    model = load_model("llama2-70b")
+    lay, _, world, _ = imported("megatron", text, model)
+    assert lay == best.layout and world == 1024
+    question = Question.of(model, load_cluster("a100-80g"), {}, {})
+    ev = question.evaluate(Layouts.of([lay]))
+    assert bool(ev.feasible[0])
+    assert float(ev.step_time_s[0]) == pytest.approx(best.step_time_s, rel=1e-12)
+    assert float(ev.memory.total[0]) == pytest.approx(best.memory_bytes.total, rel=1e-12)
+    if best.layout.zero >= 2:  # Megatron-Core's ZeRO-2/3 is Megatron-FSDP, not the distributed optimizer
+        assert "--use-megatron-fsdp" in text and "--use-distributed-optimizer" not in text
+
+
+def test_llama3_405b_published_layout_is_a_legal_torchtitan_plan() -> None:
+    # Dubey et al. 2024, Sec 3.3.2: TP8, PP16, DP128 (FSDP with PP), 8K sequences, no recompute,
+    # first and last stages one layer lighter (7 + 14 x 8 + 7 = 126 layers).
+    result = paraplan.validate(
+        "llama3-405b", 16384, "h100-sxm", "TP8/PP16/DP128", emit="torchtitan", framework="torchtitan",
+        seq_len=8192, global_batch=2048, zero=2, recompute="none", micro_batch=1, virtual_stages=1,
+        first_stage_layers=7, last_stage_layers=7,
+    )  # fmt: skip
+    assert result.feasible, result.violations
+    assert result.launch is not None
+    text = result.launch["torchtitan"]
+    assert check_emitted("torchtitan", text) == []
+    for flag in (
+        "--parallelism.data_parallel_shard_degree 128",
+        "--parallelism.fsdp_reshard_after_forward never",
+        "--parallelism.pipeline_parallel_first_stage_less_layers 1",
+        "activation-checkpoint:none",
+    ):
+        assert flag in text, flag
+    lay, _, world, _ = imported("torchtitan", text, load_model("llama3-405b"))
+    assert lay == result.layout and world == 16384
+
+
+# --------------------------------------------------------------------------------------------
+# The found bugs, pinned
+
+
+def test_megatron_mappings() -> None:
+    model = load_model("llama2-70b")
+    base = {"tp": 4, "pp": 4, "dp": 8, "micro_batch": 1, "global_batch": 512}
+    z3 = emit_launch("megatron", model, Layout(**base, zero=3))
+    assert "--use-megatron-fsdp" in z3 and "--data-parallel-sharding-strategy optim_grads_params" in z3
+    z2 = emit_launch("megatron", model, Layout(**base, zero=2))
+    assert "--data-parallel-sharding-strategy optim_grads \\" in z2
+    z1 = emit_launch("megatron", model, Layout(**base, zero=1))
+    assert "--use-distributed-optimizer" in z1 and "--use-megatron-fsdp" not in z1
+    no_flash = emit_launch("megatron", model, Layout(**base), Stack(flash_attention=False))
+    assert "--attention-backend unfused" in no_flash and "--use-flash-attn" not in no_flash
+    fp8 = emit_launch("megatron", model, Layout(**base, precision="fp8"))
+    assert "--fp8-format hybrid" in fp8 and "--bf16" in fp8
+    vpp = emit_launch("megatron", model, Layout(**base, virtual_stages=5, recompute="full", recompute_layers=2))
+    assert "--num-virtual-stages-per-pipeline-rank 5" in vpp
+    assert "--recompute-method block" in vpp and "--recompute-num-layers 2" in vpp
+    offload = emit_launch("megatron", model, Layout(**base, zero=1, offload="optimizer"))
+    assert "--optimizer-cpu-offload" in offload and "--use-precision-aware-optimizer" in offload
+    # the block recompute helper kept for callers of paraplan.emit.megatron_args
+    assert "--recompute-method block" in megatron_args(model, Layout(recompute="full", recompute_layers=2))
+
+
+def test_torchtitan_mappings() -> None:
+    model = load_model("llama3-8b")
+    base = {"framework": "torchtitan", "tp": 2, "pp": 4, "dp": 4, "micro_batch": 1, "global_batch": 64}
+    vpp = emit_launch("torchtitan", model, Layout(**base, virtual_stages=2, zero=3))
+    assert "--parallelism.pipeline_parallel_schedule Interleaved1F1B" in vpp
+    assert "--parallelism.pipeline_parallel_layers_per_stage 4" in vpp  # 32 layers in 8 chunks of 4
+    assert "--parallelism.fsdp_reshard_after_forward always" in vpp
+    z2 = emit_launch("torchtitan", model, Layout(**base, zero=2, recompute="selective"))
+    assert "--parallelism.fsdp_reshard_after_forward never" in z2 and z2.rstrip().endswith(
+        "activation-checkpoint:selective"
+    )
+    ddp = emit_launch("torchtitan", model, Layout(**base, zero=0))
+    assert (
+        "--parallelism.data_parallel_replicate_degree 4" in ddp and "--parallelism.data_parallel_shard_degree 1" in ddp
+    )
+    fp8 = emit_launch("torchtitan", load_model("llama3-405b"), Layout(**{**base, "pp": 16}, zero=3, precision="fp8"))
+    assert "--config llama3_405b" in fp8  # its registry config converts the linears to float8
+    bf16 = emit_launch("torchtitan", load_model("llama3-405b"), Layout(**{**base, "pp": 16}, zero=3))
+    assert "--config llama3_405b" not in bf16 and "--config paraplan_llama3_405b" in bf16
+
+
+@pytest.mark.parametrize(
+    ("kind", "model", "layout", "stack", "knob"),
+    [
+        ("megatron", "llama2-7b", {"offload": "all", "zero": 3, "dp": 8}, None, "offload"),
+        ("megatron", "llama2-7b", {}, Stack(tp_overlap=False), "tp_overlap"),
+        ("deepspeed", "llama2-7b", {"cp": 2, "dp": 4}, None, "cp"),
+        ("deepspeed", "llama2-7b", {"precision": "fp8"}, None, "precision"),
+        ("deepspeed", "llama2-7b", {"pp": 2, "virtual_stages": 2}, None, "virtual_stages"),
+        ("deepspeed", "llama2-7b", {"pp": 4, "zero": 2}, None, "zero"),
+        ("deepspeed", "llama2-7b", {"pp": 4, "first_stage_layers": 7, "last_stage_layers": 7}, None,
+         "first_stage_layers"),
+        ("deepspeed", "llama2-7b", {"recompute": "full", "recompute_layers": 2}, None, "recompute_layers"),
+        ("torchtitan", "llama3-8b", {"precision": "fp16"}, None, "precision"),
+        ("torchtitan", "llama3-8b", {"zero": 1, "dp": 8}, None, "zero"),
+        ("torchtitan", "llama3-8b", {"zero": 0, "cp": 2, "dp": 4}, None, "zero"),
+        ("torchtitan", "llama3-8b", {"recompute": "full", "recompute_layers": 4}, None, "recompute_layers"),
+        ("torchtitan", "llama3-8b", {"cp": 2, "zero": 3, "cp_comm": "ring"}, None, "cp_comm"),
+        ("torchtitan", "llama3-8b", {"offload": "optimizer", "zero": 3}, None, "offload"),
+        ("torchtitan", "llama3-8b", {}, Stack(flash_attention=False, tp_overlap=False, p2p_overlap=False),
+         "flash_attention"),
+        ("torchtitan", "mixtral-8x7b", {}, None, "model"),
+        ("torchtitan", "gpt3-175b", {}, None, "model"),
+    ],
+)  # fmt: skip
+def test_refusals_name_the_knob(kind: str, model: str, layout: dict[str, object], stack: Stack | None,
+                                knob: str) -> None:  # fmt: skip
+    lay = Layout(**{"framework": kind, **layout})
+    with pytest.raises(InputError) as err:
+        emit_launch(kind, load_model(model), lay, stack)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"cannot emit {kind}")
+    assert f"{knob}" in message.split(" -- ")[0], message
+
+
+def test_emit_refuses_another_frameworks_plan() -> None:
+    with pytest.raises(InputError, match="framework -- it was evaluated for megatron"):
+        emit_launch("deepspeed", load_model("llama2-7b"), Layout())
+
+
+def test_model_features_megatron_cannot_express_are_refused() -> None:
+    olmo = load_model("llama2-7b").model_copy(update={"norm_affine": False, "name": "olmo-like"})
+    with pytest.raises(InputError, match="model -- olmo-like uses non-parametric LayerNorm"):
+        emit_launch("megatron", olmo, Layout())
+
+
+# --------------------------------------------------------------------------------------------
+# (f) validate --from-launch with Megatron-LM's own example scripts (and the other readers)
+
+LLAMA3 = DATA / "megatron_train_llama3_8b_h100_fp8.sh"
+GPT3 = DATA / "megatron_train_gpt3_175b_distributed.sh"
+MIXTRAL = DATA / "megatron_train_mixtral_8x7b_distributed.sh"
+
+
+def test_llama3_8b_fp8_example_validates_from_launch() -> None:
+    result = paraplan.validate("llama3-8b", None, "h100-sxm", from_launch=LLAMA3)
+    lay = result.layout
+    assert (lay.tp, lay.pp, lay.dp, lay.cp, result.gpus) == (1, 1, 8, 1, 8)
+    assert (lay.micro_batch, lay.global_batch, lay.seq_len) == (1, 128, 8192)
+    assert (str(lay.precision), lay.zero, str(lay.recompute), lay.sequence_parallel) == ("fp8", 1, "none", False)
+    assert result.knobs_chosen == []
+    notes = " | ".join(result.launch_notes)
+    assert "--attention-backend fused" in notes  # the backend is read from --attention-backend
+    assert "sequence parallelism at TP 1" in notes
+    assert "--fp8-param-gather" in notes  # read but not modelled: listed
+    assert result.optimum is not None
+
+
+def test_mixtral_example_validates_from_launch() -> None:
+    result = paraplan.validate("mixtral-8x7b", None, "h100-sxm", from_launch=MIXTRAL)
+    lay = result.layout
+    assert (lay.tp, lay.pp, lay.dp, lay.ep, lay.zero, lay.micro_batch, lay.global_batch) == (1, 4, 2, 8, 1, 1, 256)
+    assert any("--moe-grouped-gemm" in n for n in result.launch_notes)
+
+
+def test_gpt3_175b_example_needs_gpus_and_reports_megatrons_quoting_bug() -> None:
+    # The script's torchrun line runs 8 GPUs but asks for TP8 x PP16: its world size cannot hold
+    # the plan, so validate asks for --gpus. Its unquoted --step-batch-size-schedule value splits
+    # into stray words that Megatron-LM d98e8a64 rejects: the layout is still read, and the
+    # problem is listed.
+    with pytest.raises(InputError, match="give --gpus"):
+        paraplan.validate("gpt3-175b", None, "a100-80g", from_launch=GPT3)
+    result = paraplan.validate("gpt3-175b", 1024, "a100-80g", from_launch=GPT3)
+    lay = result.layout
+    assert (lay.tp, lay.pp, lay.dp, str(lay.precision), lay.global_batch, lay.seq_len) == (8, 16, 8, "fp16", 1536, 2048)
+    notes = " | ".join(result.launch_notes)
+    assert "--gpus 1024 overrides the file's world size 8" in notes
+    assert "would not launch" in notes and "--step-batch-size-schedule" in notes
+    assert "--data-path ($5 is a script argument)" in notes
+
+
+def test_given_knobs_override_the_files() -> None:
+    result = paraplan.validate("llama3-8b", None, "h100-sxm", from_launch=LLAMA3, recompute="full")
+    assert str(result.layout.recompute) == "full"
+    assert any("--recompute full (given) overrides the file's none" in n for n in result.launch_notes)
+
+
+def test_cli_validate_from_launch(tmp_path: Path) -> None:
+    code, out, err = run_cli("validate", "--from-launch", str(MIXTRAL), "--model", "mixtral-8x7b",
+                             "--hardware", "h100-sxm", "--json")  # fmt: skip
+    assert code in (0, 1), err
+    assert '"launch_notes"' in out and '"ep": 8' in out
+    code, out, err = run_cli("validate", "--model", "llama2-7b", "--hardware", "a100-80g")
+    assert code == 2 and "--gpus" in err and "--plan" in err and "--from-launch" in err
+
+
+@pytest.mark.parametrize(
+    ("framework", "model", "hardware", "plan", "knobs"),
+    [
+        ("megatron", "llama2-13b", "a100-80g", "TP2/PP4/DP2", {"virtual_stages": 5, "zero": 2}),
+        ("deepspeed", "llama2-7b", "a100-80g", "TP2/PP2/DP4", {"zero": 1, "offload": "optimizer"}),
+        ("torchtitan", "llama3-8b", "h100-sxm", "TP2/PP2/DP4", {"zero": 3, "recompute": "selective"}),
+    ],
+)
+def test_emitted_file_validates_to_the_same_plan(tmp_path: Path, framework: str, model: str, hardware: str,
+                                                 plan: str, knobs: dict[str, object]) -> None:  # fmt: skip
+    first = paraplan.validate(model, 16, hardware, plan, emit=framework, framework=framework, micro_batch=1,
+                              **knobs)  # type: ignore[arg-type]  # fmt: skip
+    assert first.launch is not None
+    path = tmp_path / "launch.sh"
+    path.write_text(first.launch[framework])
+    again = paraplan.validate(model, None, hardware, from_launch=path)
+    assert again.layout == first.layout
+    assert again.step_time_s == first.step_time_s and again.memory_bytes == first.memory_bytes
+    assert again.knobs_chosen == []
+
+
+def test_torchtitan_toml_and_deepspeed_json_read() -> None:
+    toml = paraplan.validate("llama3-8b", 8, "h100-sxm", from_launch=DATA / "torchtitan_v0.2.2_llama3_8b.toml")
+    assert (str(toml.layout.framework), str(toml.layout.recompute), toml.layout.zero) == ("torchtitan", "selective", 3)
+    assert (toml.layout.micro_batch, toml.layout.global_batch, toml.layout.seq_len) == (1, 8, 8192)
+    ds = load_launch(DATA / "deepspeed_zenflow_zf_config.json")
+    knobs, stack, world, notes = layout_from_launch(ds, load_model("llama2-7b"), gpus=8)
+    assert (knobs["zero"], str(knobs["offload"]), knobs["dp"], world) == (2, "optimizer", 8, None)
+    assert any("zenflow" in n for n in notes)  # read but not modelled: listed
+    assert stack["main_grads"] == "bf16" and stack["dp_overlap"] is False  # DeepSpeed's overlap_comm default at stage 2
+
+
+def test_megatron_flag_readings() -> None:
+    model = load_model("llama2-7b")
+    text = (
+        "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 1 "
+        "--global-batch-size 64 --seq-length 4096 --num-layers 32 --hidden-size 4096 --num-attention-heads 32 "
+        "--use-flash-attn --attention-backend unfused --use-megatron-fsdp "
+        "--recompute-granularity full --recompute-method uniform --recompute-num-layers 1 --frobnicate 3"
+    )
+    settings = parse_launch_text(text, "megatron")
+    knobs, stack, world, notes = layout_from_launch(settings, model, gpus=16)
+    assert knobs["zero"] == 3 and knobs["dp"] == 4 and world is None  # FSDP's default: optim_grads_params
+    assert stack["flash_attention"] is False  # the backend decides, not --use-flash-attn
+    joined = " | ".join(notes)
+    assert "--use-flash-attn is parsed but never read" in joined
+    assert "--frobnicate" in joined  # unknown flags are listed
+    assert "--swiglu not given" in joined  # the file's architecture differs from the model
+
+
+def run_cli(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as exc:
+            code = exc.code
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def test_every_framework_is_pinned_in_the_text() -> None:
+    texts = {
+        "megatron": emit_launch("megatron", load_model("llama2-7b"), Layout()),
+        "deepspeed": emit_launch("deepspeed", load_model("llama2-7b"), Layout(framework=Framework.DEEPSPEED)),
+        "torchtitan": emit_launch("torchtitan", load_model("llama3-8b"), Layout(framework=Framework.TORCHTITAN)),
+    }
+    assert "Megatron-LM d98e8a64" in texts["megatron"]
+    assert "DeepSpeed 0.19.8" in texts["deepspeed"] and "cat > ds_config.json <<'EOF'" in texts["deepspeed"]
+    assert "torchtitan 0.3.0" in texts["torchtitan"] and "--config llama3_8b" in texts["torchtitan"]
+    for kind, text in texts.items():
+        assert check_emitted(kind, text) == [], kind
+
+
+def test_check_emitted_catches_what_the_pinned_schemas_reject() -> None:
+    meg = emit_launch("megatron", load_model("llama2-7b"), Layout())
+    assert any("--swiglue" in p for p in check_emitted("megatron", meg.replace("--swiglu", "--swiglue")))
+    wrong_choice = meg.replace("--attention-backend flash", "--attention-backend hybrid")
+    assert any("hybrid" in p for p in check_emitted("megatron", wrong_choice))
+    ds = emit_launch("deepspeed", load_model("llama2-7b"), Layout(framework=Framework.DEEPSPEED, dp=8))
+    assert any("stage" in p for p in check_emitted("deepspeed", ds.replace('"stage": 0', '"stage": 5')))
+    wrong_batch = ds.replace('"train_batch_size": 1024', '"train_batch_size": 1000')
+    assert any("train_batch_size" in p for p in check_emitted("deepspeed", wrong_batch))
+    titan = emit_launch("torchtitan", load_model("llama3-8b"), Layout(framework=Framework.TORCHTITAN, dp=8))
+    bad = titan.replace("--parallelism.tensor_parallel_degree", "--parallelism.tensor_parallel_degre")
+    assert any("tensor_parallel_degre" in p for p in check_emitted("torchtitan", bad))
