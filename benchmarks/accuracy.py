@@ -54,6 +54,7 @@ class RunResult:
     family: str
     precision: str
     framework: str
+    moe: bool
     gpus: int
     measured_s: float
     predicted_s: float
@@ -89,7 +90,7 @@ def assess(runs: list[Run], clusters: dict[str, Cluster] | None = None) -> list[
             continue
         predicted = float(predict([run], [layout], cluster)[0])
         out.append(RunResult(run.label, run.group, cluster.name, cluster.gpu_family, str(layout.precision),
-                             str(layout.framework), run.gpus, run.measured_s, predicted, layout_short(layout)))  # fmt: skip
+                             str(layout.framework), run.model.num_experts > 1, run.gpus, run.measured_s, predicted, layout_short(layout)))  # fmt: skip
     return out
 
 
@@ -176,7 +177,7 @@ def memory_check(path: Path) -> list[dict[str, Any]]:
 def write_accuracy(results: list[RunResult]) -> None:
     rows = [
         {"run": r.run, "source": r.source, "family": r.family, "precision": r.precision, "framework": r.framework,
-         "gpus": r.gpus, "error": round(r.error, 6)}
+         "moe": r.moe, "gpus": r.gpus, "error": round(r.error, 6)}
         for r in results
     ]  # fmt: skip
     ACCURACY_JSON.parent.mkdir(parents=True, exist_ok=True)

@@ -3,9 +3,12 @@
     python benchmarks/fit_presets.py [--write]
 
 Two steps, each a constant of the hardware or of the stack, never of a run or a source:
-  1. Per hardware, on its Megatron-family runs (NeMo, Megatron-Bridge, Megatron-LM: the
+  1. Per hardware, on its dense Megatron-family runs (NeMo, Megatron-Bridge, Megatron-LM: the
      Transformer Engine kernels the presets' efficiencies describe): `paraplan calibrate --fit`
      the GEMM efficiency (BF16, and FP8 where FP8 runs exist) and the attention efficiency.
+     Mixture-of-experts runs are left out of this fit: their router, token permutation and
+     grouped-GEMM costs are not kernel efficiencies of the hardware, and fitting them in would
+     bend every dense prediction (they remain validation runs, with their own error bars).
      Hardware of the same die without such runs (H200, H800, the 96 GB H100) takes the fitted
      H100 fractions.
   2. Per stack, on the runs of every other framework over all hardware: the kernel throughput
@@ -55,12 +58,17 @@ def framework_of(run: Run) -> Framework:
     return Framework.parse(run.knobs.get("framework", "megatron"))
 
 
+def fits_hardware(run: Run) -> bool:
+    """A run the hardware constants are fitted on (step 1 of the module docstring)."""
+    return framework_of(run) == Framework.MEGATRON and run.model.num_experts <= 1
+
+
 def fit_hardware(runs: list[Run], quiet: bool = False) -> dict[str, dict[str, float]]:
     """Per hardware with enough Megatron-family runs: the fitted efficiency constants."""
     out: dict[str, dict[str, float]] = {}
     by_hw: dict[str, list[Run]] = {}
     for run in runs:
-        if framework_of(run) == Framework.MEGATRON:
+        if fits_hardware(run):
             by_hw.setdefault(run.hardware, []).append(run)
     for hardware, mine in sorted(by_hw.items()):
         if len(mine) < MIN_RUNS or any(hardware in same for same in SAME_DIE.values()):
@@ -130,6 +138,8 @@ def write_preset(name: str, values: dict[str, float], basis: str) -> None:
         else:
             block = block.replace("[efficiency]\n", f"[efficiency]\n{line}\n", 1)
     block = re.sub(r'\n    "fitted: [^\n]*",', "", block)
+    for key in values:  # an older note about a fitted value would contradict the new one
+        block = re.sub(rf'\n    "{key} [0-9][^\n]*",', "", block)
     note = f'\n    "fitted: {", ".join(f"{k} {v:.3f}" for k, v in values.items())} {basis}",'
     block = block.replace("sources = [", "sources = [" + note, 1)
     text = text[:section] + block + text[end:]
@@ -182,8 +192,8 @@ def main() -> int:
     fitted, stacks, _ = fit_all(runs)
     if args.write:
         for hardware, values in fitted.items():
-            count = sum(1 for r in runs if r.hardware == hardware and framework_of(r) == Framework.MEGATRON)
-            basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {count} Megatron-family runs of "
+            count = sum(1 for r in runs if r.hardware == hardware and fits_hardware(r))
+            basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {count} dense Megatron-family runs of "
                      f"{hardware} in benchmarks/data/runs_public.csv")  # fmt: skip
             write_preset(hardware, values, basis)
             for other in [o for o in SAME_DIE.get(hardware, ()) if o not in fitted]:

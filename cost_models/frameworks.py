@@ -21,6 +21,8 @@ DeepSpeed 0.19.8 (PyPI), `deepspeed/runtime/pipe/engine.py` and `runtime/zero/co
   * The pipeline engine asserts ZeRO stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline
     parallelism"); it has no interleaved schedule; no ring/all-gather context parallelism
     (its sequence parallelism is Ulysses all-to-all, not modelled).
+  * PipelineModule partitions the layers itself (partition_method "parameters" by default): no
+    user-chosen first/last stage layer counts.
   * ZeRO-Offload (offload_optimizer, stages 1-3) and ZeRO-Infinity parameter offload
     (offload_param, stage 3 only).
   * Gradients in the training dtype (bf16) by default.
@@ -31,12 +33,13 @@ torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
     "never", the default with pipeline parallelism). Replication without sharding is DDP
     (ZeRO-0). ZeRO-1 does not exist there.
   * FSDP combines with pipeline parallelism (as Llama 3 405B ran, Dubey et al. 2024 Sec 3.3.2).
-  * Interleaved schedules (Interleaved1F1B), context parallelism by all-gather or all-to-all
-    rotation (parallelism.context_parallel_rotate_method), float8 training.
-  * Selective activation checkpointing "op" saves every other matmul's output and recomputes
-    the rest of the layer; full AC recomputes every layer; selective "layer" AC with option k
-    fully recomputes every k-th block, which costs what Megatron's block method costs for l/k
-    of a chunk's l layers (paraplan's recompute_layers = l/k).
+  * Interleaved schedules (Interleaved1F1B), float8 training, bf16 (no fp16 loss scaling).
+  * Context parallelism all-gathers K/V (0.3.0 has no context_parallel_rotate_method, which
+    v0.2.2 had) and runs over the FSDP mesh (dp_shard_cp): CP > 1 always shards, so no ZeRO-0.
+  * Activation checkpointing is activation-checkpoint:none|selective|full; 0.3.0's "selective"
+    is the per-op policy: it saves every other matmul's output and recomputes the rest of the
+    layer. 0.3.0 has no selective_ac_option (v0.2.2's every-k-th-layer policy), so no block
+    recompute.
   * CPU offload (training.enable_cpu_offload) moves parameters, gradients and optimizer states
     to the host (FSDP2 CPUOffloadPolicy): offload "all" with ZeRO-3.
 """
@@ -49,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, Layouts
-from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Recompute
+from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Precision, Recompute
 from paraplan.cost_models.stack import Stack
 
 
@@ -64,7 +67,9 @@ class FrameworkSpec:
     interleaved: bool  # virtual pipeline stages
     cp_comms: frozenset[CpComm]  # context-parallel exchanges (empty: no CP)
     offloads: frozenset[Offload]
-    fp8: bool
+    precisions: frozenset[Precision]
+    uneven_split: bool  # user-chosen first/last stage layer counts
+    cp_shards: bool  # context parallelism runs over the sharding mesh (CP > 1 needs ZeRO >= 2)
     block_recompute: bool  # Megatron's block method: full recompute of N layers per chunk
     even_split_divides: bool  # an even pipeline split needs PP x VPP to divide the layers
     selective: str  # what "selective" recomputes: "core_attention" or "op" (see module docstring)
@@ -84,29 +89,31 @@ class FrameworkSpec:
 KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.MEGATRON: 1.0,
     Framework.DEEPSPEED: 0.753,
-    Framework.TORCHTITAN: 0.838,
+    Framework.TORCHTITAN: 0.827,
 }
 
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
         Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
-        cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}), fp8=True,
-        block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
+        cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}),
+        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0,
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
         Stack(main_grads="bf16", tp_overlap=True, p2p_overlap=False), zero_stages=frozenset({0, 1, 2, 3}),
-        zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload), fp8=False,
+        zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload),
+        precisions=frozenset({Precision.BF16, Precision.FP16}), uneven_split=False, cp_shards=False,
         block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
         Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False), zero_stages=frozenset({0, 2, 3}),
-        zero_with_pp=3, interleaved=True, cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.ALL}),
-        fp8=True, block_recompute=True, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
+        zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
+        offloads=frozenset({Offload.NONE, Offload.ALL}), precisions=frozenset({Precision.BF16, Precision.FP8}),
+        uneven_split=True, cp_shards=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
@@ -137,7 +144,7 @@ def per_framework(lay: Layouts, test: Callable[[FrameworkSpec, Layouts], BoolArr
     return out
 
 
-def _in(values: np.ndarray, allowed: frozenset[int] | frozenset[CpComm] | frozenset[Offload]) -> BoolArray:
+def _in(values: np.ndarray, allowed: frozenset[int] | frozenset[CpComm] | frozenset[Offload] | frozenset[Precision]) -> BoolArray:
     return np.isin(values, np.array(sorted(int(v) for v in allowed), dtype=np.int64))
 
 
@@ -167,10 +174,17 @@ def offload_unsupported(lay: Layouts) -> BoolArray:
     return np.asarray(per_framework(lay, lambda fs, x: ~_in(x.offload, fs.offloads)) | sharding)
 
 
-def fp8_unsupported(lay: Layouts) -> BoolArray:
-    from paraplan.cost_models.layout import Precision
+def precision_unsupported(lay: Layouts) -> BoolArray:
+    return per_framework(lay, lambda fs, x: ~_in(x.precision, fs.precisions))
 
-    return per_framework(lay, lambda fs, x: (x.precision == Precision.FP8) & (not fs.fp8))
+
+def uneven_unsupported(lay: Layouts) -> BoolArray:
+    uneven = (lay.first_stage_layers > 0) | (lay.last_stage_layers > 0)
+    return per_framework(lay, lambda fs, x: uneven & (not fs.uneven_split))
+
+
+def cp_unsharded(lay: Layouts) -> BoolArray:
+    return per_framework(lay, lambda fs, x: (x.cp > 1) & (x.zero < 2) & fs.cp_shards)
 
 
 def block_recompute_unsupported(lay: Layouts) -> BoolArray:
@@ -205,8 +219,12 @@ def unsupported_words(lay: Layout, num_layers: int) -> str:
         reasons.append(f"context parallelism by {lay.cp_comm}" if fs.cp_comms else "context parallelism")
     if offload_unsupported(one)[0]:
         reasons.append(f"offload {lay.offload} with ZeRO-{lay.zero}")
-    if fp8_unsupported(one)[0]:
-        reasons.append("FP8 training")
+    if precision_unsupported(one)[0]:
+        reasons.append(f"{lay.precision} training")
+    if uneven_unsupported(one)[0]:
+        reasons.append("user-chosen first/last stage layer counts (its pipeline partitions the layers itself)")
+    if cp_unsharded(one)[0]:
+        reasons.append(f"context parallelism with ZeRO-{lay.zero} (its CP runs over the sharding mesh: ZeRO-2 or 3)")
     if block_recompute_unsupported(one)[0]:
         reasons.append("block recompute (full recompute of N layers per chunk)")
     return f"{fs.title} {fs.version} cannot run " + "; ".join(reasons)

@@ -106,7 +106,9 @@ def _framework(t: Target, lay: Layouts) -> BoolArray:
         | frameworks.interleaved_unsupported(lay)
         | frameworks.cp_unsupported(lay)
         | frameworks.offload_unsupported(lay)
-        | frameworks.fp8_unsupported(lay)
+        | frameworks.precision_unsupported(lay)
+        | frameworks.uneven_unsupported(lay)
+        | frameworks.cp_unsharded(lay)
         | frameworks.block_recompute_unsupported(lay)
     )
 

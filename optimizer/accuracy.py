@@ -3,13 +3,16 @@
 `benchmarks/accuracy.py --write` predicts every published run in `benchmarks/data/runs_public.csv`
 and stores, per run, its hardware family, precision, GPU count, source and signed error
 e = predicted / measured - 1 in `optimizer/data/accuracy.json` (package data, so an installed
-paraplan carries it). For a new prediction the runs of the same regime are taken:
+paraplan carries it). For a new prediction the runs of the same regime are taken, a regime
+being dense or mixture-of-experts first (their errors differ: MoE runs carry router, token
+permutation and all-to-all costs that dense runs never show):
 
-  1. same hardware family, precision and framework, GPU counts within 8x of this one;
-  2. else the same family, precision and framework at any scale;
-  3. else the same family and precision, any framework;
-  4. else the same family at any precision;
-  5. else none: the hardware was never checked against a measurement, which the basis says,
+  1. same hardware family, precision, framework and kind (dense/MoE), GPU counts within 8x;
+  2. else the same family, precision, framework and kind at any scale;
+  3. else the same family, precision and kind, any framework;
+  4. else the same family and precision, any framework or kind;
+  5. else the same family at any precision;
+  6. else none: the hardware was never checked against a measurement, which the basis says,
      and the bar is the widest error of all runs.
 At least 3 runs make a regime (fewer: the next, wider one).
 
@@ -37,6 +40,7 @@ class ValidationRun:
     framework: str
     gpus: int
     error: float
+    moe: bool = False
 
 
 @dataclass(frozen=True)
@@ -65,17 +69,20 @@ def validation_runs() -> tuple[ValidationRun, ...]:
 MIN_REGIME = 3
 
 
-def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, framework: str,
-            gpus: int) -> tuple[list[ValidationRun], str]:  # fmt: skip
+def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, framework: str, gpus: int,
+            moe: bool) -> tuple[list[ValidationRun], str]:  # fmt: skip
     def near(rs: list[ValidationRun]) -> list[ValidationRun]:
         return [r for r in rs if 1 / SCALE_WINDOW <= r.gpus / gpus <= SCALE_WINDOW]
 
     same = [r for r in runs if r.family == family and r.precision == precision]
-    stack = [r for r in same if r.framework == framework]
+    kind = [r for r in same if r.moe == moe]
+    stack = [r for r in kind if r.framework == framework]
+    what = f"{family} {precision} {'MoE' if moe else 'dense'}"
     tiers = (
-        (near(stack), f"{family} {precision} {framework} runs within 8x of {gpus} GPUs"),
-        (stack, f"{family} {precision} {framework} runs"),
-        (same, f"{family} {precision} runs of any framework"),
+        (near(stack), f"{what} {framework} runs within 8x of {gpus} GPUs"),
+        (stack, f"{what} {framework} runs"),
+        (kind, f"{what} runs of any framework"),
+        (same, f"{family} {precision} runs of any framework, dense or MoE"),
         ([r for r in runs if r.family == family], f"{family} runs at any precision"),
     )
     for chosen, words in tiers:
@@ -84,9 +91,9 @@ def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, framew
     return [], ""
 
 
-def error_bar(family: str, precision: str, framework: str, gpus: int) -> ErrorBar:
+def error_bar(family: str, precision: str, framework: str, gpus: int, moe: bool = False) -> ErrorBar:
     runs = validation_runs()
-    chosen, what = _regime(runs, family, precision, framework, gpus)
+    chosen, what = _regime(runs, family, precision, framework, gpus, moe)
     if not chosen:
         if not runs:
             return ErrorBar(

@@ -109,6 +109,7 @@ def validate(
 
         read = resolve_from_launch(from_launch, spec, gpus=gpus, plan=plan, knobs=given, stack=stack)
         gpus, plan, given, stack, launch_notes = read.gpus, read.plan, read.knobs, read.stack, read.notes
+    _emit_framework(given, emit)
     if gpus is None or plan is None:
         raise InputError("validate needs --gpus and --plan (or --from-launch FILE)")
     _check_gpus(gpus)
@@ -173,6 +174,7 @@ def validate(
         solver=_solver(plan_rank, len(plan_space)),
         optimum=optimum,
         best_change=change,
+        warnings=input_warnings(spec),
     )
     if emit is not None:
         from paraplan.emit import emit_launch
@@ -311,13 +313,27 @@ def optimize(
     cons = constraints_from(bounds, tp_within_node, deadline_days, tokens)
     spec = _model(model)
     entries = _hardware_entries(hardware)
+    given: dict[str, object] = dict(knobs)
+    _emit_framework(given, emit)
     results = [
         _optimize_one(spec, cluster, gpu_counts(count if count is not None else gpus, cluster.gpus_per_node,
                                                 f"hardware entry '{cluster.name}' count" if count is not None else "gpus"),
-                      cons, top, objective, tokens, mem_headroom, stack, emit, scaling, dict(knobs))
+                      cons, top, objective, tokens, mem_headroom, stack, emit, scaling, given)
         for cluster, count in entries
     ]  # fmt: skip
-    return OptimizeResult(results=results, legend=legend())
+    return OptimizeResult(results=results, legend=legend(), warnings=input_warnings(spec))
+
+
+def input_warnings(spec: ModelSpec) -> list[str]:
+    """What the model's reader assumed or ignored, to be shown with every answer about it."""
+    return [f"model config of {spec.name}: {w}" for w in spec.warnings]
+
+
+def _emit_framework(knobs: dict[str, object], emit: str | None) -> None:
+    """Emitting a framework's launch without naming a framework plans for that framework: the
+    emitted file then launches exactly the plan that was evaluated."""
+    if emit is not None:
+        knobs.setdefault("framework", emit)
 
 
 def _hardware_entries(hardware: str | Cluster | Sequence[str | Cluster]) -> list[tuple[Cluster, str | None]]:

@@ -122,6 +122,15 @@ def degree_options(func: F) -> F:
     return func
 
 
+def _framework_from_emit(opts: dict[str, Any], emit: str | None) -> dict[str, Any]:
+    """--emit X without --framework plans for X (the API's rule); a default --framework yields."""
+    if emit is not None and click.get_current_context().get_parameter_source("framework") == (
+        click.core.ParameterSource.DEFAULT
+    ):
+        opts = {k: v for k, v in opts.items() if k != "framework"}
+    return opts
+
+
 def split_options(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(layout knobs, stack settings) out of a command's options, None = not given."""
     knobs = {n: opts.pop(n) for n in list(opts) if n in KNOBS}
@@ -178,13 +187,14 @@ def _plan_command(name: str, doc: str, memory_only: bool) -> click.Command:
         if from_launch is not None:  # the file's settings, not the options' defaults
             ctx = click.get_current_context()
             opts = {k: v for k, v in opts.items() if ctx.get_parameter_source(k) != click.core.ParameterSource.DEFAULT}
-        knobs, stack = split_options(opts)
+        knobs, stack = split_options(_framework_from_emit(opts, emit))
         result = api.validate(model, gpus, hardware, plan_text, mem_headroom=mem_headroom, stack=stack, emit=emit,
                               from_launch=from_launch, **knobs)  # fmt: skip
         if html_path is not None:
             from paraplan.html import write_validate_html
 
             write_validate_html(html_path, result)
+        warn(result.warnings)
         if as_json:
             _out(result.model_dump_json(indent=2))
         else:
@@ -266,7 +276,7 @@ def optimize(model: str, gpus_text: str | None, hardware: tuple[str, ...], tp_wi
     from paraplan import api, report
 
     bounds = _bounds(opts)
-    knobs, stack = split_options(opts)
+    knobs, stack = split_options(_framework_from_emit(opts, emit))
     result = api.optimize(model, hardware, gpus_text, top=top, objective=objective,  # type: ignore[arg-type]
                           tokens=tokens, deadline_days=deadline_days, bounds=bounds, tp_within_node=tp_within_node,
                           mem_headroom=mem_headroom, stack=stack, emit=emit, scaling=html_path is not None,
@@ -275,6 +285,7 @@ def optimize(model: str, gpus_text: str | None, hardware: tuple[str, ...], tp_wi
         from paraplan.html import write_optimize_html
 
         write_optimize_html(html_path, result)
+    warn(result.warnings)
     if as_json:
         _out(result.model_dump_json(indent=2))
     else:
@@ -321,6 +332,12 @@ def list_hardware(as_json: bool) -> int:
 
 def _out(text: str) -> None:
     click.echo(text)
+
+
+def warn(lines: list[str]) -> None:
+    """The inputs' warnings on stderr, one `Warning:` line each (stdout stays the answer)."""
+    for line in lines:
+        _stderr(f"Warning: {' '.join(line.split())}")
 
 
 def _register_late_commands() -> None:

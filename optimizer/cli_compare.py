@@ -125,7 +125,7 @@ def compare_command(knob_options: Callable[[F], F]) -> click.Command:
         --deadline-days, COUNT is the maximum and the count is chosen. Exit 0 when every hardware
         has a run that meets the budget and deadline, 1 otherwise, 2 on bad input.
         """
-        from paraplan.cli import split_options
+        from paraplan.cli import split_options, warn
         from paraplan.compare_report import print_compare
         from paraplan.decision import compare as run_compare
 
@@ -151,6 +151,7 @@ def compare_command(knob_options: Callable[[F], F]) -> click.Command:
             from paraplan.html import write_compare_html
 
             write_compare_html(html_path, result)
+        warn(result.warnings)
         if as_json:
             click.echo(result.model_dump_json(indent=2))
         else:

@@ -29,7 +29,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from paraplan.answers import evaluated
-from paraplan.api import MAX_GPUS, _check_gpus, gpu_count_domain, hardware_items, load_hardware
+from paraplan.api import MAX_GPUS, _check_gpus, gpu_count_domain, hardware_items, input_warnings, load_hardware
 from paraplan.api import _model as resolve_model
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.energy import busy_fraction, energy_kwh, wall_power_per_gpu_w
@@ -518,5 +518,5 @@ def compare(
     return CompareResult(
         tokens=tokens, model=spec.name, budget_usd=budget_usd, deadline_days=deadline_days,
         checkpoint_bytes_per_param=CHECKPOINT_BYTES_PER_PARAM, results=[_entry(o) for o in outcomes],
-        verdict=verdict(outcomes),
+        verdict=verdict(outcomes), warnings=input_warnings(spec),
     )  # fmt: skip

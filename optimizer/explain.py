@@ -17,6 +17,7 @@ _TERM_WORDS = {
     "pp_comm": "pipeline point-to-point transfers",
     "dp_comm": "exposed data-parallel gradient reduction",
     "bubble": "pipeline bubble",
+    "offload": "host transfers and the CPU optimizer step of offloading",
 }
 NEAR_LIMIT = 0.03  # a memory margin below this share of capacity is flagged
 
@@ -90,7 +91,11 @@ def why_loses(best: Evaluation, b: int, ev: Evaluation, i: int, by_cost: bool = 
         if step > best_step * (1 + 1e-9):
             return f"same cost per step, {step / best_step - 1:+.2%} step time ({diff})"
     if step <= best_step * (1 + 1e-9):
-        return f"same step time, more memory ({diff})"
+        mine, theirs = float(ev.memory.total[i]), float(best.memory.total[b])
+        if mine > theirs:
+            return f"same step time, more memory: {mine / 1e9:.1f} vs {theirs / 1e9:.1f} GB ({diff})"
+        # The tie-break prefers the simpler layout (search.py); the runner-up saves memory.
+        return f"same step time, {mine / 1e9:.1f} vs {theirs / 1e9:.1f} GB, ranked after the simpler layout ({diff})"
     term = max(TIME_TERMS, key=lambda t: float(ev.times[t][i]) - float(best.times[t][b]))
     if term == "bubble":
         mine, theirs = distinct(float(bubble_fraction(ev.layouts)[i]), float(bubble_fraction(best.layouts)[b]))

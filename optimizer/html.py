@@ -416,6 +416,10 @@ def _step_facts(e: EvaluatedLayout) -> list[tuple[str, object]]:
     ]
 
 
+def _warnings(page: Page, warnings: list[str]) -> None:
+    page.items([f"Warning: {w}" for w in warnings], "bad")
+
+
 def _validate_page(page: Page, r: ValidateResult) -> None:
     page.h2("Inputs")
     page.facts(
@@ -429,6 +433,7 @@ def _validate_page(page: Page, r: ValidateResult) -> None:
             ("candidates", f"{r.solver.candidates:,} ({r.solver.method})"),
         ]
     )
+    _warnings(page, r.warnings)
     page.h2("Result")
     page.add('<p class="good">FEASIBLE</p>' if r.feasible else '<p class="bad">INFEASIBLE</p>')
     page.items(r.violations, "bad")
@@ -570,6 +575,7 @@ def _optimize_page(page: Page, result: OptimizeResult) -> None:
         facts += _layout_facts(first)
     facts += [("legend", result.legend)]
     page.facts(facts)
+    _warnings(page, result.warnings)
     if len(result.results) > 1:
         page.h2("Best layout per hardware")
         page.table(
@@ -732,6 +738,7 @@ def _compare_page(page: Page, r: CompareResult) -> None:
     facts += _layout_facts(first)[:3] if first else []
     facts += [("checkpoint", f"{r.checkpoint_bytes_per_param} B/param (bf16 weights 2 + fp32 master and Adam 12)")]
     page.facts(facts)
+    _warnings(page, r.warnings)
     page.h2("Verdict")
     page.items(r.verdict)
     for e in r.results:

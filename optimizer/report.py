@@ -175,7 +175,8 @@ def print_validate(r: ValidateResult, memory_only: bool = False) -> None:
 def _launch(out: Console, launch: dict[str, str] | None) -> None:
     for framework, text in (launch or {}).items():
         out.print(styled((f"Launch ({framework}):", "bold")))
-        out.print(Text(safe(text)))
+        # Never wrapped: a launch line is copied and pasted as it stands, whatever the width.
+        out.print(Text(safe(text)), soft_wrap=True, overflow="ignore", crop=False)
 
 
 # --- optimize ------------------------------------------------------------------------------

@@ -152,6 +152,10 @@ class HardwareResult(_Out):
 class OptimizeResult(_Out):
     results: list[HardwareResult] = Field(description="one entry per --hardware")
     legend: str = Field(description="the compact layout words of the text tables")
+    warnings: list[str] = Field(
+        default_factory=list, description="what the input readers assumed or ignored (e.g. a config key transformers "
+        "does not read); also printed on stderr as 'Warning:' lines"
+    )
 
 
 class Optimum(_Out):
@@ -180,6 +184,10 @@ class ValidateResult(EvaluatedLayout):
     )
     launch_notes: list[str] = Field(
         default_factory=list, description="with --from-launch: what was read, overridden, not modelled or unknown"
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="what the input readers assumed or ignored (e.g. a config key transformers "
+        "does not read); also printed on stderr as 'Warning:' lines"
     )
 
 
@@ -237,6 +245,10 @@ class CompareResult(_Out):
     )
     results: list[CompareEntry] = Field(description="one entry per hardware")
     verdict: list[str] = Field(description="sentences computed from the accounts: fastest, cheapest, failures, energy")
+    warnings: list[str] = Field(
+        default_factory=list, description="what the input readers assumed or ignored (e.g. a config key transformers "
+        "does not read); also printed on stderr as 'Warning:' lines"
+    )
 
 
 class CalibratedRun(_Out):

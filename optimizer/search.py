@@ -144,7 +144,7 @@ def rank(ev: Evaluation, cons: Constraints, top: int, usd_per_gpu_hour: float | 
         ok &= subset
     index = np.nonzero(ok)[0]
     if len(index) == 0:
-        return Ranking(ev, [], index, time.perf_counter() - started, why_none(ev, cons))
+        return Ranking(ev, [], index, time.perf_counter() - started, why_none(ev, cons, subset))
     objective = objective_values(ev, usd_per_gpu_hour, index)
     scales = (_scale(objective), _scale(ev.step_time_s[index]))
     tied = _tied(objective, scales[0])
@@ -184,10 +184,14 @@ def closest(ev: Evaluation) -> int:
     return int(order[0])
 
 
-def why_none(ev: Evaluation, cons: Constraints) -> str:
-    """Why no candidate is admitted, with the figures that decide it."""
+def why_none(ev: Evaluation, cons: Constraints, subset: BoolArray | None = None) -> str:
+    """Why no candidate (of `subset`, where given) is admitted, with the figures that decide it."""
     if len(ev) == 0:
         return "no layout of these GPUs meets the structural rules (heads, layers, batch divisibility)"
+    if subset is not None:
+        if not subset.any():
+            return "no candidate differs from the plan by a single change"
+        return why_none(ev.take(np.nonzero(subset)[0]), cons)
     feasible = ev.feasible
     if not feasible.any():
         i = closest(ev)
@@ -196,6 +200,8 @@ def why_none(ev: Evaluation, cons: Constraints) -> str:
             f"no layout fits {ev.model.name} on {lay.gpus} x {ev.cluster.name}; the closest "
             f"({layout_words(lay)}): " + "; ".join(violations(ev, i))
         )
+    if cons.deadline_days is None or not cons.tokens:
+        return "every feasible layout is excluded by the constraints"
     best = int(np.argmin(np.where(feasible, ev.step_time_s, np.inf)))
     days = float(train_time_s(ev.take(np.array([best])), cons.tokens or 0.0)[0]) / SECONDS_PER_DAY
     return (

@@ -325,12 +325,6 @@ def test_overlap_windows_split_the_slot_one_to_two() -> None:
     assert list(bwd) == pytest.approx([2.0, 0.2])
 
 
-@pytest.mark.xfail(
-    reason="traffic.dp_exposed_s prices the expert bucket's collectives even when it holds no "
-    "parameters: a dense model pays (n-1) or 2(n-1) latencies per phantom collective (per layer and "
-    "micro-batch under ZeRO-3)",
-    strict=True,
-)
 @pytest.mark.parametrize(
     ("zero", "expected"),
     [

@@ -79,9 +79,7 @@ def layouts(draw: st.DrawFn, model: ModelSpec, cluster: Cluster, framework: Fram
     virtual = draw(st.sampled_from(_divisors_in((1, 2, 4), fits)))
     recompute = draw(st.sampled_from(list(Recompute)))
     block = recompute == Recompute.FULL and fs.block_recompute
-    precisions = [Precision.BF16, Precision.FP16]
-    if fs.fp8 and cluster.gpu.peak_fp8_flops is not None:
-        precisions.append(Precision.FP8)
+    precisions = sorted(p for p in fs.precisions if p != Precision.FP8 or cluster.gpu.peak_fp8_flops is not None)
     return Layout(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, micro_batch=micro_batch, global_batch=dp * micro_batch * steps,
         seq_len=draw(st.sampled_from((2048, 4096, 8192))), virtual_stages=virtual, recompute=recompute,
@@ -301,7 +299,7 @@ def test_fp8_utilization_stays_within_bounds(pool: Pool, data: st.DataObject, ha
     # FP8 runs against the FP8 peak, so MFU and HFU stay below 1 where it runs; a GPU without FP8
     # tensor cores refuses it (the "fp8" limit).
     cluster = pool.presets[hardware]
-    fw = data.draw(st.sampled_from([fw for fw, fs in FRAMEWORKS.items() if fs.fp8]))
+    fw = data.draw(st.sampled_from([fw for fw, fs in FRAMEWORKS.items() if Precision.FP8 in fs.precisions]))
     case = data.draw(cases(Pool(pool.models, {hardware: cluster}), fw))
     rows = [row.model_copy(update={"precision": Precision.FP8}) for row in case.rows]
     ev = case.evaluate(rows=rows)

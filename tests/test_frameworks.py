@@ -82,14 +82,29 @@ def test_context_parallelism(target: Target) -> None:
     # DeepSpeed's sequence parallelism is Ulysses all-to-all, not modelled: no CP at all
     assert _violated(target, cp=2, framework=DEEPSPEED) == {"framework"}
     assert "context parallelism" in _message(target, "framework", cp=2, framework=DEEPSPEED)
-    for fw in (MEGATRON, TORCHTITAN):
-        for comm in ("ring", "allgather"):
-            assert not _violated(target, cp=2, cp_comm=comm, framework=fw)
+    for comm in ("ring", "allgather"):
+        assert not _violated(target, cp=2, cp_comm=comm, framework=MEGATRON)
+    # torchtitan 0.3.0 all-gathers K/V (no rotate method) over its FSDP mesh: ZeRO-2 or 3 only
+    assert not _violated(target, cp=2, cp_comm="allgather", zero=3, framework=TORCHTITAN)
+    assert _violated(target, cp=2, cp_comm="ring", zero=3, framework=TORCHTITAN) == {"framework"}
+    assert "ZeRO-0" in _message(target, "framework", cp=2, cp_comm="allgather", zero=0, framework=TORCHTITAN)
+
+
+def test_torchtitan_has_no_fp16_and_no_block_recompute(target: Target) -> None:
+    assert "fp16 training" in _message(target, "framework", precision="fp16", framework=TORCHTITAN)
+    assert "block recompute" in _message(target, "framework", recompute="full", recompute_layers=2,
+                                         framework=TORCHTITAN)  # fmt: skip
+
+
+def test_deepspeed_partitions_its_pipeline_itself(target: Target) -> None:
+    knobs = {"pp": 4, "first_stage_layers": 7, "last_stage_layers": 7, "framework": DEEPSPEED}
+    assert "first/last stage" in _message(target, "framework", **knobs)
+    assert not _violated(target, **{**knobs, "framework": MEGATRON})
 
 
 def test_fp8_needs_the_framework_and_the_tensor_cores(target: Target, presets: dict[str, Cluster]) -> None:
     assert _violated(target, precision="fp8", framework=DEEPSPEED) == {"framework"}
-    assert "FP8" in _message(target, "framework", precision="fp8", framework=DEEPSPEED)
+    assert "fp8 training" in _message(target, "framework", precision="fp8", framework=DEEPSPEED)
     assert not _violated(target, precision="fp8", framework=MEGATRON)
     # an A100 has no FP8 tensor cores whatever the framework
     a100 = Target(target.model, presets["a100-80g"])

@@ -165,11 +165,6 @@ def test_node_graph(a100: Cluster, presets: dict[str, Cluster]) -> None:
     assert not bridged.has_edge("gpu0.1", "gpu0.2")
 
 
-@pytest.mark.xfail(
-    reason="topology routes a pair over its lowest-latency path whatever its bandwidth: a PCIe "
-    "latency below NVLink's moves a DGX's NVLink traffic onto PCIe (NCCL would stay on NVLink)",
-    strict=True,
-)
 def test_nvlink_is_preferred_over_a_lower_latency_pcie(a100: Cluster) -> None:
     # DGX A100 with a PCIe latency of 2 us (below NVLink's 3 us): NVLink 240e9 B/s should still
     # carry TP8; the model routes it over PCIe at 13.76e9 B/s.

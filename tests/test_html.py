@@ -66,7 +66,7 @@ def check(text: str, charts: int) -> Page:
 
 @pytest.fixture(scope="module")
 def optimized() -> OptimizeResult:
-    return paraplan.optimize(model="llama2-7b", gpus="32..64", hardware="h100-sxm", top=3, tokens=2e11)
+    return paraplan.optimize(model="llama2-7b", gpus="32..64", hardware="h100-sxm", top=3, tokens=2e11, scaling=True)
 
 
 @pytest.fixture(scope="module")

@@ -207,10 +207,6 @@ def _setting_words() -> set[str]:
     return words
 
 
-@pytest.mark.xfail(
-    reason="layout.legend() has no entry for the precision's compact words (fp16, fp8) that layout_short writes",
-    strict=True,
-)
 def test_the_legend_explains_the_precision_words() -> None:
     for lay in _sample_layouts():
         assert not _unexplained(lay), layout_short(lay)
