@@ -120,7 +120,16 @@ class Layouts:
     @property
     def expert_dp(self) -> FloatArray:
         """Ranks that replicate each expert: TP x DP x CP / (EP x expert TP), at least 1."""
-        return np.asarray(np.maximum((self.tp * self.dp * self.cp) / (self.ep * self.etp), 1.0))
+        if "expert_dp" not in self._derived:
+            self._derived["expert_dp"] = np.maximum((self.tp * self.dp * self.cp) / (self.ep * self.etp), 1.0)
+        return np.asarray(self._derived["expert_dp"], dtype=np.float64)
+
+    @property
+    def frameworks_used(self) -> list[int]:
+        """The framework values present (usually one: a question has one framework)."""
+        if "frameworks" not in self._derived:
+            self._derived["frameworks"] = np.unique(self.framework)
+        return [int(v) for v in self._derived["frameworks"]]
 
     @property
     def seq_parallel_active(self) -> BoolArray:

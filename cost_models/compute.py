@@ -34,7 +34,7 @@ import numpy as np
 
 from paraplan.cost_models.candidates import FloatArray, Layouts
 from paraplan.cost_models.flops import causal_keys
-from paraplan.cost_models.frameworks import FRAMEWORKS
+from paraplan.cost_models.frameworks import per_framework_value
 from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
 from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
@@ -219,12 +219,19 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     )
 
 
+def fastest_rate_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
+    """A rate no compute term of this model exceeds: every GEMM runs at most at `matmul_rate`
+    (its shape factors are <= 1), the 16-bit GEMMs at `bf16_rate`, attention at the BF16 peak x
+    `efficiency.attention`, all divided by the framework's kernel efficiency (<= 1); memory-bound
+    work and kernel overheads only add time. So FLOPs / this rate is a lower bound on compute."""
+    attention = cluster.gpu.peak_bf16_flops * cluster.efficiency.attention
+    fastest = np.maximum(np.maximum(matmul_rate(cluster, lay), bf16_rate(cluster)), attention)
+    return np.asarray(fastest * kernel_efficiency(lay))
+
+
 def kernel_efficiency(lay: Layouts) -> FloatArray:
     """The layout's framework's kernel throughput relative to Megatron-LM's (`frameworks`)."""
-    out = np.ones(len(lay))
-    for fw, fs in FRAMEWORKS.items():
-        out = np.where(lay.framework == fw, fs.kernel_efficiency, out)
-    return np.asarray(out)
+    return per_framework_value(lay, lambda fs: fs.kernel_efficiency)
 
 
 def local_params(params: StageParams, lay: Layouts, from_stage: int) -> FloatArray:

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost_models.candidates import BoolArray, Layouts
+from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Precision, Recompute
 from paraplan.cost_models.stack import Stack
 
@@ -133,14 +133,23 @@ Check = Callable[[Layouts], BoolArray]
 def per_framework(lay: Layouts, test: Callable[[FrameworkSpec, Layouts], BoolArray]) -> BoolArray:
     """`test` applied to each framework's candidates (a question has one framework, but the
     arrays may mix them)."""
-    column = lay.framework
-    if len(column) and column[0] == column[-1] and bool(np.all(column == column[0])):
-        return np.asarray(test(FRAMEWORKS[Framework(int(column[0]))], lay) & np.ones(len(lay), dtype=bool))
+    used = lay.frameworks_used
+    if len(used) == 1:
+        return np.asarray(test(FRAMEWORKS[Framework(used[0])], lay) & np.ones(len(lay), dtype=bool))
     out = np.zeros(len(lay), dtype=bool)
-    for fw, fs in FRAMEWORKS.items():
-        mine = lay.framework == fw
-        if mine.any():
-            out |= mine & test(fs, lay)
+    for fw in used:
+        out |= (lay.framework == fw) & test(FRAMEWORKS[Framework(fw)], lay)
+    return out
+
+
+def per_framework_value(lay: Layouts, value: Callable[[FrameworkSpec], float]) -> FloatArray:
+    """A per-framework figure (`value` of its spec) for each candidate."""
+    used = lay.frameworks_used
+    if len(used) == 1:
+        return np.full(len(lay), float(value(FRAMEWORKS[Framework(used[0])])))
+    out = np.zeros(len(lay))
+    for fw in used:
+        out = np.where(lay.framework == fw, float(value(FRAMEWORKS[Framework(fw)])), out)
     return out
 
 

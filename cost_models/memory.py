@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
-from paraplan.cost_models.frameworks import FRAMEWORKS
+from paraplan.cost_models.frameworks import per_framework_value
 from paraplan.cost_models.layout import Framework, Offload, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
@@ -123,10 +123,7 @@ def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stag
 
 
 def _per_framework(lay: Layouts, attribute: str) -> FloatArray:
-    values = np.zeros(len(lay))
-    for fw, fs in FRAMEWORKS.items():
-        values = np.where(lay.framework == fw, float(getattr(fs, attribute)), values)
-    return values
+    return per_framework_value(lay, lambda fs: float(getattr(fs, attribute)))
 
 
 def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray, FloatArray]:

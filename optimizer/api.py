@@ -12,6 +12,7 @@ framework's. Bad input raises `paraplan.InputError` with a one-line message.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,8 +78,10 @@ def _cluster(hardware: str | Cluster) -> Cluster:
     return hardware if isinstance(hardware, Cluster) else load_hardware(hardware)
 
 
-def _solver(ranking: Ranking, candidates: int) -> SolverOut:
-    return SolverOut(status=ranking.status, wall_s=ranking.wall_s, candidates=candidates, method="enumeration")
+def _solver(ranking: Ranking, candidates: int, wall_s: float | None = None) -> SolverOut:
+    """`wall_s`: the whole search's time where the ranking's own is only its last part."""
+    return SolverOut(status=ranking.status, wall_s=ranking.wall_s if wall_s is None else wall_s,
+                     candidates=candidates, method="enumeration")  # fmt: skip
 
 
 # --- validate --------------------------------------------------------------------------------
@@ -120,6 +123,7 @@ def validate(
                 f"plan '{plan}' gives VPP{parsed.virtual_stages} but virtual-stages is {given['virtual_stages']}"
             )
         given["virtual_stages"] = parsed.virtual_stages
+    started = time.perf_counter()
     question = Question.of(spec, cluster, given, stack, mem_headroom)
     planned = question.fixed(tp=parsed.tp, pp=parsed.pp, dp=parsed.dp, cp=parsed.cp, ep=parsed.ep)
     free = question.free()
@@ -137,6 +141,7 @@ def validate(
     price = usd_per_gpu_hour(cluster)
     plan_rank = rank(plan_ev, Constraints(), 1)
     free_rank = rank(free_ev, Constraints(), 1)
+    searched_s = time.perf_counter() - started
     if len(plan_ev) == 0:
         raise InputError(f"plan '{plan}' admits no layout of {spec.name} on {gpus} GPUs")
     index = plan_rank.best[0] if plan_rank.groups else closest(plan_ev)
@@ -171,7 +176,7 @@ def validate(
         knobs_chosen=open_knobs,
         requirements=requirements(plan_ev, open_knobs),
         fixes=fixes,
-        solver=_solver(plan_rank, len(plan_space)),
+        solver=_solver(plan_rank, len(plan_space), searched_s),
         optimum=optimum,
         best_change=change,
         warnings=input_warnings(spec),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -270,7 +270,15 @@ def rank_space(question: Question, counts: Sequence[int], cons: Constraints, top
       * over a range of counts ranked by step time, counts are taken from the largest down, and
         a count whose step time cannot beat the k-th best found -- no layout of n GPUs is faster
         than the model's FLOPs at n GPUs' peak -- is not enumerated at all.
-    With `per_count`, the evaluation holds the best layout of every count (a scaling curve)."""
+    With `per_count`, the evaluation holds the best layout of every count (a scaling curve).
+    Its `wall_s` is the whole search: enumeration, evaluation and ranking."""
+    started = time.perf_counter()
+    ranking = _rank_space(question, counts, cons, top, usd_per_gpu_hour, per_count)
+    return replace(ranking, wall_s=time.perf_counter() - started)
+
+
+def _rank_space(question: Question, counts: Sequence[int], cons: Constraints, top: int,
+                usd_per_gpu_hour: float | None, per_count: bool) -> Ranking:  # fmt: skip
     if per_count or usd_per_gpu_hour is not None or len(counts) == 1:
         cores = Layouts.concat([question.space(n, trading=False) for n in counts])
         base = question.evaluate(cores)
@@ -299,14 +307,14 @@ def rank_space(question: Question, counts: Sequence[int], cons: Constraints, top
 
 
 def step_floor_s(question: Question) -> float:
-    """GPU-seconds no step can beat: the model FLOPs of a step at the GPU's highest dense peak
-    (every compute term of the cost model runs at or below its peak; communication only adds)."""
+    """GPU-seconds no step can beat: the model FLOPs of a step at the fastest rate any compute
+    term of the cost model reaches (`compute.fastest_rate_flops`); recompute, communication,
+    the bubble and the busiest GPU's excess over the mean only add."""
+    from paraplan.cost_models.compute import fastest_rate_flops
     from paraplan.cost_models.flops import model_flops_per_step
 
     one = Layouts.of([Layout(**{k: v for k, v in question.given.items() if k in SETTINGS})])
-    gpu = question.cluster.gpu
-    peak = max(gpu.peak_bf16_flops, gpu.peak_fp16_flops, gpu.peak_fp8_flops or 0.0)
-    return float(model_flops_per_step(question.model, one)[0]) / peak
+    return float(model_flops_per_step(question.model, one)[0] / fastest_rate_flops(question.cluster, one)[0])
 
 
 def best_per_count(ev: Evaluation, cons: Constraints, usd_per_gpu_hour: float | None = None) -> list[int]:

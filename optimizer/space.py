@@ -176,11 +176,14 @@ def _derive_splits(table: IntArray, ctx: DomainContext, fixed: Mapping[str, Any]
         out[:, INDEX["first_stage_layers"]] = int(fixed.get("first_stage_layers", 0))
         out[:, INDEX["last_stage_layers"]] = int(fixed.get("last_stage_layers", 0))
         return out
-    pairs = table[:, [INDEX["pp"], INDEX["virtual_stages"]]]
-    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    # One integer key per (PP, virtual stages) pair: a 1-D unique is far cheaper than one by rows.
+    v_span = int(table[:, INDEX["virtual_stages"]].max(initial=0)) + 1
+    keys = table[:, INDEX["pp"]] * v_span + table[:, INDEX["virtual_stages"]]
+    unique, inverse = np.unique(keys, return_inverse=True)
     parts = []
-    for k, (pp, v) in enumerate(unique.tolist()):
-        rows = table[inverse.reshape(-1) == k]
+    for k, key in enumerate(unique.tolist()):
+        pp, v = divmod(int(key), v_span)
+        rows = table[inverse == k]
         for first, last in split_options(ctx.model, int(pp), int(v)):
             block = rows.copy()
             block[:, INDEX["first_stage_layers"]] = first

@@ -18,7 +18,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from paraplan.cost_models.candidates import Layouts
+from paraplan.cost_models.compute import fastest_rate_flops
 from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation, evaluate
+from paraplan.cost_models.flops import model_flops_per_step
 from paraplan.cost_models.frameworks import FRAMEWORKS, default_stack
 from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Precision, Recompute
 from paraplan.cost_models.limits import Target, limit_checks
@@ -391,3 +393,19 @@ def test_bubble_is_p_minus_one_slots_over_v() -> None:
     # (p - 1)/v micro-batch slots of the slowest stage: p 4 with a 2 s slot => 6 s; v 2 => 3 s
     assert float(bubble_s(one(pp=4), np.array([2.0]))[0]) == 6.0
     assert float(bubble_s(one(pp=4, virtual_stages=2), np.array([2.0]))[0]) == 3.0
+
+
+# ------------------------------------------------------------------ the search's pruning bound
+
+
+@PROPERTY
+@given(data=st.data())
+def test_no_step_beats_the_flops_floor(pool: Pool, data: st.DataObject) -> None:
+    """`search.step_floor_s` prunes whole GPU counts of a range search: it must never exceed a
+    step time the cost model can produce, or a winning count would be skipped."""
+    case = data.draw(cases(pool))
+    ev = case.evaluate()
+    lay = ev.layouts
+    floor = model_flops_per_step(case.model, lay) / fastest_rate_flops(case.cluster, lay) / lay.gpus
+    too_high = floor > ev.step_time_s * (1 + 1e-9)
+    assert not too_high.any(), _first(case, too_high)
