@@ -32,13 +32,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from paraplan.calibrate import Run, calibrate, chosen_layouts, load_runs, predict  # noqa: E402
+from paraplan.calibrate import Run, chosen_layouts, load_runs, predict  # noqa: E402
 from paraplan.cost_models import frameworks  # noqa: E402
-from paraplan.cost_models.candidates import Layouts  # noqa: E402
 from paraplan.cost_models.errors import InputError  # noqa: E402
 from paraplan.cost_models.layout import layout_short  # noqa: E402
 from paraplan.hardware_specs.loader import load_cluster  # noqa: E402
 from paraplan.hardware_specs.schema import Cluster  # noqa: E402
+from paraplan.memory_runs import memory_runs  # noqa: E402
 
 DEFAULT_RUNS = REPO / "benchmarks" / "data" / "runs_public.csv"
 DEFAULT_MEMORY = REPO / "benchmarks" / "data" / "runs_memory.csv"
@@ -143,35 +143,10 @@ def cross_validate(runs: list[Run], results: list[RunResult]) -> dict[str, dict[
 
 def memory_check(path: Path) -> list[dict[str, Any]]:
     """Predicted peak memory (most loaded GPU, reserve included) vs the measured peaks."""
-    import csv
-
-    from paraplan.calibrate import _run
-
-    rows = list(csv.DictReader(path.open(newline="", encoding="utf-8-sig")))
-    out = []
-    cache: dict[str, Cluster] = {}
-    for n, row in enumerate(rows, start=2):
-        if not (row.get("measured_peak_memory_gib") or "").strip() or not row.get("hardware"):
-            continue
-        row = {**row, "step_time_s": row.get("measured_step_time_s") or "1"}
-        try:
-            run = _run(row, path, n)
-        except InputError as exc:
-            print(f"memory: skipped line {n}: {exc}", file=sys.stderr)
-            continue
-        cluster = _cluster(run.hardware, cache)
-        if cluster is None:
-            continue
-        layout = chosen_layouts([run], cluster)[0]
-        ev = run.question(cluster).evaluate(Layouts.of([layout]))
-        measured = float(row["measured_peak_memory_gib"]) * GIB
-        out.append({
-            "run": run.label, "source": run.group, "hardware": cluster.name, "kind": row.get("memory_kind", ""),
-            "oom": (row.get("oom") or "").strip().lower() == "true", "measured_bytes": measured,
-            "predicted_bytes": float(ev.memory.total[0]), "fits": bool(ev.feasible[0]),
-            "error": float(ev.memory.total[0]) / measured - 1.0, "layout": layout_short(layout),
-        })  # fmt: skip
-    return out
+    runs, skipped = memory_runs(path)
+    for line in skipped:
+        print(f"memory: skipped {line}", file=sys.stderr)
+    return [{**asdict(r), "error": r.error} for r in runs]
 
 
 def write_accuracy(results: list[RunResult]) -> None:

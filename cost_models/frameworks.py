@@ -40,6 +40,11 @@ torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
     is the per-op policy: it saves every other matmul's output and recomputes the rest of the
     layer. 0.3.0 has no selective_ac_option (v0.2.2's every-k-th-layer policy), so no block
     recompute.
+  * With pipeline parallelism, PyTorch's pipelining runs every micro-batch's backward of an FSDP
+    stage with set_requires_gradient_sync(False) and set_reshard_after_backward(False)
+    (pytorch/pytorch torch/distributed/pipelining/stage.py, `backward_maybe_with_nosync`, at
+    0138610331c9): the stage's gradients accumulate unsharded, in the fp32 reduce dtype, and
+    are reduce-scattered once after the last micro-batch; the parameters stay gathered.
   * CPU offload (training.enable_cpu_offload) moves parameters, gradients and optimizer states
     to the host (FSDP2 CPUOffloadPolicy): offload "all" with ZeRO-3.
 """
@@ -70,6 +75,7 @@ class FrameworkSpec:
     precisions: frozenset[Precision]
     uneven_split: bool  # user-chosen first/last stage layer counts
     cp_shards: bool  # context parallelism runs over the sharding mesh (CP > 1 needs ZeRO >= 2)
+    pp_defers_grad_sync: bool  # with PP > 1, unsharded gradients accumulate; one reduce-scatter per step
     block_recompute: bool  # Megatron's block method: full recompute of N layers per chunk
     even_split_divides: bool  # an even pipeline split needs PP x VPP to divide the layers
     selective: str  # what "selective" recomputes: "core_attention" or "op" (see module docstring)
@@ -97,7 +103,8 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
         Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
         cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}),
-        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
+        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False,
+        block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0,
     ),
     Framework.DEEPSPEED: FrameworkSpec(
@@ -105,7 +112,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Stack(main_grads="bf16", tp_overlap=True, p2p_overlap=False), zero_stages=frozenset({0, 1, 2, 3}),
         zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload),
         precisions=frozenset({Precision.BF16, Precision.FP16}), uneven_split=False, cp_shards=False,
-        block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
+        pp_defers_grad_sync=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
@@ -113,7 +120,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False), zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
         offloads=frozenset({Offload.NONE, Offload.ALL}), precisions=frozenset({Precision.BF16, Precision.FP8}),
-        uneven_split=True, cp_shards=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
+        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
@@ -181,6 +188,11 @@ def offload_unsupported(lay: Layouts) -> BoolArray:
     needs = np.where(lay.offload == Offload.ALL, 3, np.where(lay.offload == Offload.OPTIMIZER, 1, 0))
     sharding = (lay.zero < needs) & (lay.dp * lay.cp > 1)
     return np.asarray(per_framework(lay, lambda fs, x: ~_in(x.offload, fs.offloads)) | sharding)
+
+
+def deferred_grad_sync(lay: Layouts) -> BoolArray:
+    """Gradients kept whole across a pipelined step and reduced once (`pp_defers_grad_sync`)."""
+    return per_framework(lay, lambda fs, x: (x.pp > 1) & fs.pp_defers_grad_sync)
 
 
 def precision_unsupported(lay: Layouts) -> BoolArray:

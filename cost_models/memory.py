@@ -55,7 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
-from paraplan.cost_models.frameworks import per_framework_value
+from paraplan.cost_models.frameworks import deferred_grad_sync, per_framework_value
 from paraplan.cost_models.layout import Framework, Offload, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
@@ -144,7 +144,13 @@ def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[
     )
     stored = _per_framework(lay, "param_bytes") * count(params_sharded)
     weights = np.where(on_host_all, 0.0, stored) + gathered
-    grads = np.where(on_host_all, 0.0, stack.grad_bytes * count(lay.zero >= 2))
+    # Deferred sync (torchtitan with PP): whole gradients accumulate, plus the shard the final
+    # reduce-scatter writes.
+    deferred = deferred_grad_sync(lay)
+    whole = stack.grad_bytes * count(np.zeros(len(lay), dtype=bool))
+    sharded_grads = stack.grad_bytes * count(lay.zero >= 2)
+    grads = np.where(on_host_all, 0.0, np.where(deferred, whole + np.where(lay.zero >= 2, sharded_grads, 0.0),
+                                                 sharded_grads))  # fmt: skip
     optimizer = np.where(
         lay.offload != Offload.NONE, 0.0, _per_framework(lay, "optimizer_bytes") * count(lay.zero >= 1)
     )

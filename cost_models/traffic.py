@@ -49,6 +49,7 @@ from paraplan.cost_models.comm import (
     reduce_scatter_s,
 )
 from paraplan.cost_models.compute import MicroBatchTimes
+from paraplan.cost_models.frameworks import deferred_grad_sync
 from paraplan.cost_models.layout import CpComm
 from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
@@ -171,7 +172,9 @@ def dp_exposed_s(
 
     Each collective hides under one window (see `overlap_windows`), used once: the gradient
     reduction under a micro-batch's backward, the weight gather under a forward (ZeRO-3 gathers
-    again for the backward, in the backward's window). A window is wall time, so a faster GPU
+    again for the backward, in the backward's window). ZeRO-2 reduce-scatters every
+    micro-batch's gradients, except where the framework defers the sync to the last micro-batch
+    (`frameworks.deferred_grad_sync`: once per step). A window is wall time, so a faster GPU
     that only shifts time from compute to exposed communication does not shrink it.
     """
     overlap = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
@@ -196,6 +199,7 @@ def dp_exposed_s(
         layer_gathers = layer_gathers + layers * all_gather_s(count * BF16_BYTES / layers, n, bw, lat)
     fwd = overlap * windows[0]
     bwd = overlap * windows[1]
+    deferred = deferred_grad_sync(lay)
 
     def exposed(comm: FloatArray, window: FloatArray) -> FloatArray:
         return np.asarray(np.maximum(comm - window, 0.0))
@@ -206,8 +210,10 @@ def dp_exposed_s(
             [
                 exposed(all_reduce, bwd),
                 exposed(scatter, bwd) + exposed(gather, fwd),
-                m * exposed(scatter, bwd) + exposed(gather, fwd),
+                np.where(deferred, 1.0, m) * exposed(scatter, bwd) + exposed(gather, fwd),
             ],
-            default=m * exposed(layer_gathers, fwd) + m * exposed(layer_gathers + scatter, bwd),
+            default=m * exposed(layer_gathers, fwd)
+            + np.where(deferred, m * exposed(layer_gathers, bwd) + exposed(scatter, bwd),
+                       m * exposed(layer_gathers + scatter, bwd)),  # fmt: skip
         )
     )

@@ -181,7 +181,10 @@ def validate(
         best_change=change,
         warnings=input_warnings(spec),
     )
-    if emit is not None:
+    if emit is not None and not choice.feasible:
+        # A launch file the tool itself predicts will not run is never written.
+        launch_notes.append(f"no {emit} launch emitted: the plan is infeasible ({'; '.join(choice.violations)})")
+    elif emit is not None:
         from paraplan.emit import emit_launch
 
         text = emit_launch(emit, spec, choice.layout, question.stack, evaluated=choice,
@@ -326,7 +329,7 @@ def optimize(
                       cons, top, objective, tokens, mem_headroom, stack, emit, scaling, given)
         for cluster, count in entries
     ]  # fmt: skip
-    return OptimizeResult(results=results, legend=legend(), warnings=input_warnings(spec))
+    return OptimizeResult(model=spec.name, results=results, legend=legend(), warnings=input_warnings(spec))
 
 
 def input_warnings(spec: ModelSpec) -> list[str]:

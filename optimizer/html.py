@@ -568,7 +568,7 @@ def _hardware_section(page: Page, r: HardwareResult) -> None:
 def _optimize_page(page: Page, result: OptimizeResult) -> None:
     first = next((r.layouts[0] for r in result.results if r.layouts), None)
     page.h2("Inputs")
-    facts: list[tuple[str, object]] = [("model", first.model if first else "")]
+    facts: list[tuple[str, object]] = [("model", result.model)]
     facts += [("hardware", "; ".join(f"{r.hardware} x {_counts(r)}" for r in result.results))]
     if first is not None:
         facts += [("tokens", tokens)] if (tokens := _tokens(first)) else []
@@ -600,9 +600,8 @@ def _optimize_page(page: Page, result: OptimizeResult) -> None:
 
 
 def optimize_html(result: OptimizeResult) -> str:
-    first = next((r.layouts[0] for r in result.results if r.layouts), None)
     hardware = ", ".join(r.hardware for r in result.results)
-    title = f"paraplan optimize: {first.model if first else 'no layout'} on {hardware}"
+    title = f"paraplan optimize: {result.model} on {hardware}"
     return _render(title, lambda page: _optimize_page(page, result))
 
 

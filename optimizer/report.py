@@ -166,7 +166,7 @@ def print_validate(r: ValidateResult, memory_only: bool = False) -> None:
         c = r.best_change
         out.print(styled(f"  best single change  {c.change}: {fmt_seconds(c.step_time_s)} ({c.gain:.1%} faster)"))
     if r.launch_notes:
-        out.print(styled(("Launch file:", "bold")))
+        out.print(styled(("Launch:", "bold")))
         for note in r.launch_notes:
             out.print(styled(f"  - {note}"))
     _launch(out, r.launch)
@@ -190,15 +190,14 @@ def _counts(r: HardwareResult) -> str:
 def print_optimize(result: OptimizeResult, objective: str) -> None:
     out = console()
     for r in result.results:
-        _optimize_table(out, r, objective)
+        _optimize_table(out, result.model, r, objective)
     if len(result.results) > 1:
         _side_by_side(out, result.results)
     out.print(styled(f"  legend    {legend()}"))
 
 
-def _optimize_table(out: Console, r: HardwareResult, objective: str) -> None:
+def _optimize_table(out: Console, model: str, r: HardwareResult, objective: str) -> None:
     s = r.solver
-    model = r.layouts[0].model if r.layouts else ""
     out.print(styled("\n", (f"{model} on {_counts(r)} x {r.hardware}", "bold"),
                      f": {s.status} by {s.method} over {s.candidates:,} candidates in {s.wall_s:.2f} s "
                      f"(objective: {objective})"))  # fmt: skip

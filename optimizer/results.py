@@ -150,6 +150,7 @@ class HardwareResult(_Out):
 
 
 class OptimizeResult(_Out):
+    model: str = Field(description="the model's name")
     results: list[HardwareResult] = Field(description="one entry per --hardware")
     legend: str = Field(description="the compact layout words of the text tables")
     warnings: list[str] = Field(

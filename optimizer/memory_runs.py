@@ -1,0 +1,69 @@
+"""Predicted peak memory against runs that published theirs (`benchmarks/data/runs_memory.csv`).
+
+Each row is a training run with its exact layout and the peak memory its source reported (the
+`memory_kind` column says which figure: `allocated`, `reserved`, `nvidia_smi`, ... ; see
+benchmarks/data/README.md). The prediction is the most loaded GPU's total, the hardware's
+reserve included, with the knobs a row leaves open chosen as `validate` chooses them. Used by
+`benchmarks/accuracy.py --memory` and by the tests (a run that trained must be predicted to fit).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from paraplan.calibrate import _run, chosen_layouts
+from paraplan.cost_models.candidates import Layouts
+from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.layout import layout_short
+from paraplan.hardware_specs.loader import load_cluster
+from paraplan.hardware_specs.schema import Cluster
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class MemoryRun:
+    run: str
+    source: str
+    hardware: str
+    kind: str  # what the source measured (allocated, reserved, nvidia_smi, ...)
+    oom: bool  # the run ran out of memory
+    measured_bytes: float
+    predicted_bytes: float
+    fits: bool  # predicted feasible (memory and every other limit)
+    layout: str
+
+    @property
+    def error(self) -> float:
+        """predicted / measured - 1."""
+        return self.predicted_bytes / self.measured_bytes - 1.0
+
+
+def memory_runs(path: Path) -> tuple[list[MemoryRun], list[str]]:
+    """(the runs predicted, one line per row skipped and why)."""
+    with path.open(newline="", encoding="utf-8-sig") as handle:
+        rows = list(csv.DictReader(handle))
+    out: list[MemoryRun] = []
+    skipped: list[str] = []
+    clusters: dict[str, Cluster] = {}
+    for n, row in enumerate(rows, start=2):
+        if not (row.get("measured_peak_memory_gib") or "").strip() or not row.get("hardware"):
+            continue
+        row = {**row, "step_time_s": row.get("measured_step_time_s") or "1"}
+        try:
+            run = _run(row, path, n)
+            cluster = clusters.setdefault(run.hardware, load_cluster(run.hardware))
+            layout = chosen_layouts([run], cluster)[0]
+        except InputError as exc:
+            skipped.append(f"line {n}: {exc}")
+            continue
+        ev = run.question(cluster).evaluate(Layouts.of([layout]))
+        out.append(MemoryRun(
+            run=run.label, source=run.group, hardware=cluster.name, kind=row.get("memory_kind", ""),
+            oom=(row.get("oom") or "").strip().lower() == "true",
+            measured_bytes=float(row["measured_peak_memory_gib"]) * GIB,
+            predicted_bytes=float(ev.memory.total[0]), fits=bool(ev.feasible[0]), layout=layout_short(layout),
+        ))  # fmt: skip
+    return out, skipped
