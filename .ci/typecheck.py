@@ -21,9 +21,7 @@ TREE = ROOT / "build" / "typecheck"
 
 
 def build_tree() -> None:
-    mapping: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "package-dir"
-    ]
+    mapping: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
     shutil.rmtree(TREE, ignore_errors=True)
     # Parents before children: a subpackage's link goes inside its parent's folder.
     for package, folder in sorted(mapping.items(), key=lambda item: item[0].count(".")):
@@ -40,8 +38,9 @@ def main() -> int:
     env = {**os.environ, "MYPYPATH": str(TREE)}
     command = [sys.executable, "-m", "mypy", "--strict", "-p", "paraplan"]
     first = subprocess.run(command, cwd=ROOT, env=env, check=False)
-    tests = subprocess.run([sys.executable, "-m", "mypy", "--strict", "tests", "benchmarks"], cwd=ROOT, env=env,
-                           check=False)
+    tests = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "tests", "benchmarks"], cwd=ROOT, env=env, check=False
+    )
     return first.returncode or tests.returncode
 
 

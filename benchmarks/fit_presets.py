@@ -40,7 +40,10 @@ from paraplan.hardware_specs.schema import Cluster  # noqa: E402
 
 RUNS = REPO / "benchmarks" / "data" / "runs_public.csv"
 PRESETS = REPO / "hardware_specs" / "presets"
-SAME_DIE = {"h100-sxm": ("h200", "h800", "h100-96g", "h100-pcie"), "a100-80g": ("a100-40g", "a800-80g", "a100-80g-pcie")}
+SAME_DIE = {
+    "h100-sxm": ("h200", "h800", "h100-96g", "h100-pcie"),
+    "a100-80g": ("a100-40g", "a800-80g", "a100-80g-pcie"),
+}
 MIN_RUNS = 4
 # Before any fit: the MAMF share of each die's BF16 peak (stas00/ml-engineering
 # compute/accelerator/README.md @744d01e1) and attention at 0.6 of it (FlashAttention-2 reaches
@@ -147,7 +150,9 @@ def write_preset(name: str, values: dict[str, float], basis: str) -> None:
     path.write_text(text)
 
 
-def fit_all(runs: list[Run], quiet: bool = False) -> tuple[dict[str, dict[str, float]], dict[Framework, float], dict[str, Cluster]]:
+def fit_all(
+    runs: list[Run], quiet: bool = False
+) -> tuple[dict[str, dict[str, float]], dict[Framework, float], dict[str, Cluster]]:
     """The whole procedure: (per-hardware constants, per-stack kernel efficiencies, the fitted
     clusters by preset name). The stack figures are left in `frameworks.FRAMEWORKS` afterwards
     only by `apply_stacks`."""
@@ -156,8 +161,10 @@ def fit_all(runs: list[Run], quiet: bool = False) -> tuple[dict[str, dict[str, f
     for run in runs:
         if run.hardware and run.hardware not in clusters:
             base = load_cluster(run.hardware)
-            die = run.hardware if run.hardware not in {o for same in SAME_DIE.values() for o in same} else next(
-                h for h, same in SAME_DIE.items() if run.hardware in same
+            die = (
+                run.hardware
+                if run.hardware not in {o for same in SAME_DIE.values() for o in same}
+                else next(h for h, same in SAME_DIE.items() if run.hardware in same)
             )
             values = fitted.get(die) or PRIORS.get(die)
             clusters[run.hardware] = with_values(base, values) if values else base

@@ -115,7 +115,9 @@ def _layer_gemms_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens:
     total = total + gemm_s(tokens, h * ones, out_width / tp, peak, cluster)
 
     def mlp(width: float, rows: FloatArray) -> FloatArray:
-        return np.asarray(gemm_s(rows, up * width / tp, h * ones, peak, cluster) + gemm_s(rows, h * ones, width / tp, peak, cluster))
+        return np.asarray(
+            gemm_s(rows, up * width / tp, h * ones, peak, cluster) + gemm_s(rows, h * ones, width / tp, peak, cluster)
+        )
 
     dense_ffn = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
     dense = mlp(dense_ffn, tokens)
@@ -171,7 +173,9 @@ def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, 
     # QKV and first-MLP inputs (h each, gathered over TP), the output projection's and the second
     # MLP projection's (a*d/TP, f/TP). Weights are cast once per step (TE reuses them across
     # micro-batches), a memory-bound pass too small to matter here.
-    casts = np.where(lay.precision == Precision.FP8, 3.0 * (2.0 * h + (model.q_dim + model.mean_mlp_inner_active) / tp), 0.0)
+    casts = np.where(
+        lay.precision == Precision.FP8, 3.0 * (2.0 * h + (model.q_dim + model.mean_mlp_inner_active) / tp), 0.0
+    )
     launches = ELEMENTWISE_KERNELS_PER_LAYER * cluster.efficiency.kernel_overhead_s
     return np.asarray(_memory_s(tokens * (shared + activation + rotary + casts), cluster) + launches)
 

@@ -25,10 +25,10 @@ from paraplan.cost_models.compute import matmul_peak_flops, micro_batch_times, o
 from paraplan.cost_models.flops import model_flops_per_step, recompute_flops_per_step
 from paraplan.cost_models.limits import Target, limit_checks
 from paraplan.cost_models.memory import MemoryBreakdown, StageParams, host_state_bytes, peak_memory, stage_params
-from paraplan.cost_models.stages import most_layers, stage_layers
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.pipeline import bubble_s
 from paraplan.cost_models.stack import Stack
+from paraplan.cost_models.stages import most_layers, stage_layers
 from paraplan.cost_models.traffic import dp_exposed_s, micro_batch_comm, overlap_windows
 from paraplan.hardware_specs.schema import Cluster
 

@@ -160,7 +160,9 @@ def per_framework_value(lay: Layouts, value: Callable[[FrameworkSpec], float]) -
     return out
 
 
-def _in(values: np.ndarray, allowed: frozenset[int] | frozenset[CpComm] | frozenset[Offload] | frozenset[Precision]) -> BoolArray:
+def _in(
+    values: np.ndarray, allowed: frozenset[int] | frozenset[CpComm] | frozenset[Offload] | frozenset[Precision]
+) -> BoolArray:
     return np.isin(values, np.array(sorted(int(v) for v in allowed), dtype=np.int64))
 
 
@@ -218,7 +220,9 @@ def even_split_needs_divisor(lay: Layouts, num_layers: int) -> BoolArray:
     """Megatron-LM asserts 'Number of layers should be divisible by the pipeline-model-parallel
     size' (and by PP x VPP with virtual stages) unless the first/last stage counts are given."""
     even = (lay.first_stage_layers == 0) & (lay.last_stage_layers == 0) & (lay.pp > 1)
-    return per_framework(lay, lambda fs, x: even & fs.even_split_divides & (num_layers % (x.pp * x.virtual_stages) != 0))
+    return per_framework(
+        lay, lambda fs, x: even & fs.even_split_divides & (num_layers % (x.pp * x.virtual_stages) != 0)
+    )
 
 
 def unsupported_words(lay: Layout, num_layers: int) -> str:

@@ -434,7 +434,7 @@ def layout_words(lay: Layout) -> str:
     """'TP8/PP4/DP8, VPP5, micro-batch 4, recompute none, ZeRO-1, SP, bf16' for reports."""
     dims = "/".join(KNOBS[d].word(getattr(lay, d)) for d in DEGREES if d in ("tp", "pp", "dp") or getattr(lay, d) > 1)
     words = [dims]
-    for name in SEARCHED + ("precision",):
+    for name in (*SEARCHED, "precision"):
         value = getattr(lay, name)
         if name == "virtual_stages" and value == 1:
             continue
@@ -444,7 +444,9 @@ def layout_words(lay: Layout) -> str:
             continue
         if (name == "offload" and value == Offload.NONE) or (name == "cp_comm" and lay.cp == 1):
             continue
-        if name in ("first_stage_layers", "last_stage_layers") and not (lay.first_stage_layers or lay.last_stage_layers):
+        if name in ("first_stage_layers", "last_stage_layers") and not (
+            lay.first_stage_layers or lay.last_stage_layers
+        ):
             continue
         words.append(KNOBS[name].word(value))
     if lay.framework != Framework.MEGATRON:

@@ -93,9 +93,7 @@ def _stages_words(t: Target, lay: Layout) -> str:
         return "first/last stage layer counts need pipeline parallelism (PP > 1)"
     if lay.pp == 2:
         return f"first {f} + last {last} stage layers must add up to the {layers} layers with PP 2"
-    return (
-        f"the {layers} layers less first {f} and last {last} do not split evenly over the {lay.pp - 2} middle stages"
-    )
+    return f"the {layers} layers less first {f} and last {last} do not split evenly over the {lay.pp - 2} middle stages"
 
 
 def _framework(t: Target, lay: Layouts) -> BoolArray:

@@ -433,8 +433,17 @@ class ModelSpec(BaseModel):
         h = self.hidden_size
         if self.kv_lora_rank is None:
             return 2 * h * self.q_dim + 2 * h * self.kv_dim
-        d_v, r_kv, rope, q_lora = self.v_head_dim or self.head_dim, self.kv_lora_rank, self.qk_rope_head_dim, self.q_lora_rank
-        q = h * self.num_heads * self.head_dim if q_lora is None else h * q_lora + q_lora * self.num_heads * self.head_dim
+        d_v, r_kv, rope, q_lora = (
+            self.v_head_dim or self.head_dim,
+            self.kv_lora_rank,
+            self.qk_rope_head_dim,
+            self.q_lora_rank,
+        )
+        q = (
+            h * self.num_heads * self.head_dim
+            if q_lora is None
+            else h * q_lora + q_lora * self.num_heads * self.head_dim
+        )
         return q + h * (r_kv + rope) + r_kv * self.num_heads * (self.head_dim - rope + d_v) + self.num_heads * d_v * h
 
     @property

@@ -213,7 +213,10 @@ def dp_exposed_s(
                 np.where(deferred, 1.0, m) * exposed(scatter, bwd) + exposed(gather, fwd),
             ],
             default=m * exposed(layer_gathers, fwd)
-            + np.where(deferred, m * exposed(layer_gathers, bwd) + exposed(scatter, bwd),
-                       m * exposed(layer_gathers + scatter, bwd)),  # fmt: skip
+            + np.where(
+                deferred,
+                m * exposed(layer_gathers, bwd) + exposed(scatter, bwd),
+                m * exposed(layer_gathers + scatter, bwd),
+            ),
         )
     )

@@ -239,7 +239,9 @@ def _route(graph: nx.Graph[str], source: str, target: str) -> GroupLink:
             continue  # GPUs do not forward other GPUs' traffic
         hops = [graph.edges[u, v] for u, v in itertools.pairwise(path)]
         narrowest = min(hops, key=lambda edge: float(edge["bw_bytes_per_s"]))
-        link = GroupLink(float(narrowest["bw_bytes_per_s"]), sum(float(e["latency_s"]) for e in hops), str(narrowest["kind"]))
+        link = GroupLink(
+            float(narrowest["bw_bytes_per_s"]), sum(float(e["latency_s"]) for e in hops), str(narrowest["kind"])
+        )
         key = (all(e["kind"] in FABRIC for e in hops), link.bw_bytes_per_s, -link.latency_s)
         if best_key is None or key > best_key:
             best, best_key = link, key

@@ -374,7 +374,8 @@ def _optimize_one(
     ranking = rank_space(question, counts, cons, top, objective_price, per_count=scaling and len(counts) > 1)
     ev = ranking.evaluation
     layouts = [
-        evaluated(ev, int(g[0]), tokens=tokens, usd_per_gpu_hour=price, equivalent=[int(j) for j in g[1:]]) for g in ranking.groups
+        evaluated(ev, int(g[0]), tokens=tokens, usd_per_gpu_hour=price, equivalent=[int(j) for j in g[1:]])
+        for g in ranking.groups
     ]
     result = HardwareResult(
         hardware=cluster.name, gpus=layouts[0].gpus if layouts else counts[0], solver=_solver(ranking, len(ev)),

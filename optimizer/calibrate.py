@@ -30,11 +30,11 @@ import numpy as np
 import numpy.typing as npt
 
 from paraplan.cost_models.candidates import Layouts
-from paraplan.fit_parameters import PARAMETERS, Parameter
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import KNOBS, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
 from paraplan.cost_models.stack import STACK_FIELDS
+from paraplan.fit_parameters import PARAMETERS
 from paraplan.hardware_specs.files import read_text_file
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.plan import parse_plan
@@ -52,8 +52,7 @@ MAX_ITERATIONS = 40
 
 
 def with_constants(cluster: Cluster, values: dict[str, float]) -> Cluster:
-    efficiency_fields = ("gemm_max", "gemm_half_dim", "attention", "memory_bound", "dp_overlap",
-                         "kernel_overhead_s")
+    efficiency_fields = ("gemm_max", "gemm_half_dim", "attention", "memory_bound", "dp_overlap", "kernel_overhead_s")
     eff_updates = {k: v for k, v in values.items() if k in efficiency_fields}
     eff = cluster.efficiency.model_copy(update=eff_updates)
     intra = cluster.intra_node

@@ -13,6 +13,7 @@ so that `paraplan --help` and `paraplan list` start fast.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -405,10 +406,8 @@ def _quiet_pipe() -> None:
 
 
 def _stderr(text: str) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError, AttributeError):
         click.echo(text, err=True)
-    except (OSError, ValueError, AttributeError):
-        pass
 
 
 def _fail(message: str, code: int) -> None:

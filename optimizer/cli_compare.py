@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -182,17 +183,16 @@ def write_atomically(path: Path, text: str, force: bool, protect: list[Path]) ->
     if target.is_symlink():
         target = Path(os.path.realpath(target))
     directory = target.parent if str(target.parent) else Path(".")
+    temporary: str | None = None
     try:
-        handle = tempfile.NamedTemporaryFile("w", dir=directory, prefix=f".{target.name}.", suffix=".tmp",
-                                             delete=False, encoding="utf-8")  # fmt: skip
-        with handle:
+        descriptor, temporary = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(text)
-        os.replace(handle.name, target)
+        os.replace(temporary, target)
     except OSError as exc:
-        try:
-            os.unlink(handle.name)
-        except (OSError, UnboundLocalError):
-            pass
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
         raise InputError(f"cannot write --out '{path}': {exc.strerror or exc}") from None
 
 

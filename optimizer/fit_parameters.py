@@ -45,5 +45,3 @@ PARAMETERS = {
         Parameter("dp_overlap", 0.0, 1.0),
     )
 }
-
-

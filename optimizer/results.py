@@ -87,7 +87,9 @@ class EvaluatedLayout(_Out):
     violations: list[str] = Field(description="one sentence per violated limit; empty iff feasible")
     memory_bytes: MemoryOut = Field(description="memory of the most loaded GPU by term")
     memory_margin_bytes: float = Field(description="usable memory left after the model and the reserve")
-    near_memory_limit: bool = Field(description="the margin is below 3% of capacity: an allocator spike may run out of memory")
+    near_memory_limit: bool = Field(
+        description="the margin is below 3% of capacity: an allocator spike may run out of memory"
+    )
     step_time_s: float = Field(gt=0, description="one optimizer step of global_batch sequences")
     step_time_range_s: tuple[float, float] = Field(description="the step time's error bar from validation runs")
     accuracy_basis: str = Field(description="the validation runs behind step_time_range_s")
@@ -154,8 +156,9 @@ class OptimizeResult(_Out):
     results: list[HardwareResult] = Field(description="one entry per --hardware")
     legend: str = Field(description="the compact layout words of the text tables")
     warnings: list[str] = Field(
-        default_factory=list, description="what the input readers assumed or ignored (e.g. a config key transformers "
-        "does not read); also printed on stderr as 'Warning:' lines"
+        default_factory=list,
+        description="what the input readers assumed or ignored (e.g. a config key transformers "
+        "does not read); also printed on stderr as 'Warning:' lines",
     )
 
 
@@ -187,8 +190,9 @@ class ValidateResult(EvaluatedLayout):
         default_factory=list, description="with --from-launch: what was read, overridden, not modelled or unknown"
     )
     warnings: list[str] = Field(
-        default_factory=list, description="what the input readers assumed or ignored (e.g. a config key transformers "
-        "does not read); also printed on stderr as 'Warning:' lines"
+        default_factory=list,
+        description="what the input readers assumed or ignored (e.g. a config key transformers "
+        "does not read); also printed on stderr as 'Warning:' lines",
     )
 
 
@@ -247,8 +251,9 @@ class CompareResult(_Out):
     results: list[CompareEntry] = Field(description="one entry per hardware")
     verdict: list[str] = Field(description="sentences computed from the accounts: fastest, cheapest, failures, energy")
     warnings: list[str] = Field(
-        default_factory=list, description="what the input readers assumed or ignored (e.g. a config key transformers "
-        "does not read); also printed on stderr as 'Warning:' lines"
+        default_factory=list,
+        description="what the input readers assumed or ignored (e.g. a config key transformers "
+        "does not read); also printed on stderr as 'Warning:' lines",
     )
 
 

@@ -224,8 +224,13 @@ LLAMA3_405B = {
     # Dubey et al. 2024, Sec 3.3.2: TP8, PP16, DP128 (FSDP with PP), 8K sequences, micro-batch 1,
     # first and last stages one layer lighter (7 + 14 x 8 + 7 = 126 layers), ZeRO-2 (parameters
     # not resharded after the forward).
-    "seq_len": 8192, "global_batch": 2048, "zero": 2, "micro_batch": 1, "virtual_stages": 1,
-    "first_stage_layers": 7, "last_stage_layers": 7,
+    "seq_len": 8192,
+    "global_batch": 2048,
+    "zero": 2,
+    "micro_batch": 1,
+    "virtual_stages": 1,
+    "first_stage_layers": 7,
+    "last_stage_layers": 7,
 }
 
 

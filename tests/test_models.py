@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.models import (
     ModelSpec,
