@@ -1,86 +1,237 @@
-"""`paraplan calibrate`: the fit lowers the error on held-out runs; bad run files are refused."""
+"""`paraplan calibrate`: the fit lowers the error on held-out runs, leaves out runs it cannot
+fit, reports constants on their bounds, and writes its TOML safely.
+
+The measured runs are the published A100 rows of benchmarks/data/runs_public.csv (the file
+holds other hardware too: they are filtered by its `hardware` column).
+"""
 
 from __future__ import annotations
 
 import csv
-import json
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from conftest import Invoke, check_json_schema, one_error_line, single_json_object
 
+from paraplan.calibrate import Fit, Run, chosen_layouts, fit, load_runs, predict
 from paraplan.hardware_specs.loader import load_cluster
-from paraplan.calibrate import chosen_layouts, fit, load_runs, predict, relative_errors
-from paraplan.cli import main
+from paraplan.hardware_specs.schema import Cluster
 
 PUBLIC = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "runs_public.csv"
-FAST_FIT = ["gemm_max", "gemm_half_dim", "intra_node", "inter_node"]
+# Narayanan et al. 2021, Table 1: GPT models of 1.7B to 1T parameters on A100-80GB (Selene)
+TABLE1 = [f"narayanan21_t1_{i}" for i in range(1, 11)]
 
 
-def _run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(exit_info.value.code or 0), out, err
+def public_rows(hardware: str = "a100-80g") -> list[dict[str, str]]:
+    with PUBLIC.open(newline="") as handle:
+        return [row for row in csv.DictReader(handle) if row["hardware"] == hardware]
 
 
-def _mape(predicted: np.ndarray, measured: np.ndarray) -> float:
-    return float(np.mean(np.abs(relative_errors(predicted, measured))))
-
-
-def test_fit_on_half_lowers_error_on_the_other_half() -> None:
-    # Leave-out check of the issue: fit on every other public A100 run, predict the rest. The
-    # shipped preset's gemm_max was itself fitted to all these runs, so start from the
-    # uncalibrated data-sheet value (MAMF 0.86) for an honest hold-out.
-    runs = load_runs(PUBLIC)
-    train, held_out = runs[0::2], runs[1::2]
-    shipped = load_cluster("a100-80g")
-    preset = shipped.model_copy(update={"efficiency": shipped.efficiency.model_copy(update={"gemm_max": 0.86})})
-    result = fit(train, preset, FAST_FIT)
-    measured = np.array([r.measured_s for r in held_out])
-    before = predict(held_out, chosen_layouts(held_out, preset), preset)
-    after = predict(held_out, chosen_layouts(held_out, result.cluster), result.cluster)
-    assert _mape(after, measured) < _mape(before, measured)
-    assert _mape(result.after_s, result.measured_s) <= _mape(result.before_s, result.measured_s) + 1e-12
-
-
-def test_fitted_constants_stay_within_bounds() -> None:
-    runs = load_runs(PUBLIC)[:6]
-    result = fit(runs, load_cluster("a100-80g"), ["gemm_max", "intra_node"])
-    assert 0.2 <= result.values["gemm_max"] <= 1.0
-    assert 0.05 <= result.values["intra_node"] <= 1.0
-
-
-def _write_runs(path: Path, rows: list[dict[str, object]]) -> Path:
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+def write_runs(path: Path, rows: list[dict[str, Any]]) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     return path
 
 
-ROW = {"model": "llama2-7b", "gpus": 8, "plan": "TP1/PP1/DP8", "global_batch": 256, "seq_len": 4096,
-       "step_time_s": 25.0}
+def mape(predicted: np.ndarray[Any, Any], runs: list[Run]) -> float:
+    measured = np.array([r.measured_s for r in runs])
+    return float(np.mean(np.abs(predicted / measured - 1)))
 
 
-def test_cli_writes_a_toml_that_hardware_accepts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rows = [ROW, {**ROW, "gpus": 16, "plan": "TP2/DP8", "step_time_s": 13.5},
-            {**ROW, "model": "llama2-13b", "gpus": 32, "plan": "TP4/DP8", "global_batch": 512, "step_time_s": 28.0}]
-    runs = _write_runs(tmp_path / "runs.csv", rows)
-    out = tmp_path / "cal.toml"
-    code, stdout, err = _run_cli(["calibrate", "--hardware", "a100-80g", "--runs", str(runs), "--out", str(out),
-                                  "--fit", "gemm_max,intra_node", "--json"], capsys)
-    assert code == 0, err
-    report = json.loads(stdout)
+def data_sheet_a100() -> Cluster:
+    """The preset with gemm_max at the data-sheet maximum achievable matmul rate (0.86 of peak,
+    the MAMF table its sources cite), not the value fitted to these very runs: an honest start."""
+    shipped = load_cluster("a100-80g")
+    return shipped.model_copy(update={"efficiency": shipped.efficiency.model_copy(update={"gemm_max": 0.86})})
+
+
+@pytest.fixture(scope="module")
+def table1() -> list[Run]:
+    runs = {r.label: r for r in load_runs(PUBLIC) if r.hardware == "a100-80g"}
+    assert set(TABLE1) <= set(runs)
+    assert {r.hardware for r in load_runs(PUBLIC)} > {"a100-80g"}  # the file holds other hardware
+    return [runs[label] for label in TABLE1]
+
+
+@pytest.fixture(scope="module")
+def fits(table1: list[Run]) -> dict[float, Fit]:
+    """gemm_max fitted on every other Table 1 run, from the data-sheet value and from a poor one."""
+    start = data_sheet_a100()
+    poor = start.model_copy(update={"efficiency": start.efficiency.model_copy(update={"gemm_max": 0.5})})
+    return {0.86: fit(table1[0::2], start, ["gemm_max"]), 0.5: fit(table1[0::2], poor, ["gemm_max"])}
+
+
+def test_fit_lowers_the_error_on_held_out_runs(table1: list[Run], fits: dict[float, Fit]) -> None:
+    held_out, start, fitted = table1[1::2], data_sheet_a100(), fits[0.86].cluster
+    before = mape(predict(held_out, chosen_layouts(held_out, start), start), held_out)
+    after = mape(predict(held_out, chosen_layouts(held_out, fitted), fitted), held_out)
+    assert after < before
+    assert after < 0.10  # the model's stated accuracy on Megatron-LM runs
+    train = table1[0::2]
+    assert mape(fits[0.86].after_s, train) <= mape(fits[0.86].before_s, train) + 1e-12
+
+
+def test_fit_does_not_depend_on_where_it_starts(fits: dict[float, Fit]) -> None:
+    """One constant, a smooth least-squares problem: any start inside the range reaches the same
+    minimum."""
+    assert fits[0.5].values["gemm_max"] == pytest.approx(fits[0.86].values["gemm_max"], abs=2e-3)
+
+
+# --- the command --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def calibrated(invoke: Invoke, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Any]]:
+    """`paraplan calibrate` on four public A100 runs: (runs file, TOML written, --json output)."""
+    folder = tmp_path_factory.mktemp("calibrate")
+    runs = write_runs(folder / "runs.csv", [r for r in public_rows() if r["id"] in TABLE1[:4]])
+    out = folder / "a100-mine.toml"
+    result = invoke("calibrate", "--hardware", "a100-80g", "--runs", str(runs), "--out", str(out), "--fit",
+                    "gemm_max,intra_node", "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    return runs, out, single_json_object(result.out)
+
+
+def test_the_written_toml_loads_and_records_the_command(calibrated: tuple[Path, Path, dict[str, Any]]) -> None:
+    runs, out, report = calibrated
+    cluster = load_cluster(str(out))
+    assert cluster.name == "a100-80g-calibrated" == report["hardware"]
+    assert cluster.efficiency.gemm_max == pytest.approx(report["constants"]["gemm_max"])
+    assert cluster.intra_node.link.efficiency == pytest.approx(report["constants"]["intra_node"])
+    text = out.read_text()
+    for words in ("paraplan calibrate", "--hardware a100-80g", f"--runs {runs}", f"--out {out}",
+                  "--fit gemm_max,intra_node"):  # fmt: skip
+        assert words in text, words
+    assert report["command"] in text and "--fit gemm_max,intra_node" in report["command"]
+    assert report["out"] == str(out)
+    assert {f.name for f in out.parent.iterdir()} == {"runs.csv", out.name}  # no temporary file left behind
+
+
+def test_the_report_has_the_errors_before_and_after(
+    calibrated: tuple[Path, Path, dict[str, Any]], invoke: Invoke
+) -> None:
+    _, _, report = calibrated
+    assert report["fitted"] == ["gemm_max", "intra_node"]
     assert report["mape_after"] <= report["mape_before"]
-    assert set(report["constants"]) == {"gemm_max", "intra_node"}
-    calibrated = load_cluster(str(out))
-    assert calibrated.name == "a100-80g-calibrated"
-    assert calibrated.efficiency.gemm_max == pytest.approx(report["constants"]["gemm_max"])
-    code, stdout, err = _run_cli(["validate", "--model", "llama2-7b", "--gpus", "8", "--hardware", str(out),
-                                  "--plan", "TP1/PP1/DP8", "--json"], capsys)
-    assert code == 0, err
-    assert json.loads(stdout)["hardware"] == "a100-80g-calibrated"
+    assert len(report["runs"]) == 4 and all(r["flagged"] is None for r in report["runs"])
+    errors = [abs(r["after_s"] / r["measured_s"] - 1) for r in report["runs"]]
+    assert report["mape_after"] == pytest.approx(sum(errors) / 4, rel=1e-9)
+    assert report["worst_after"] == pytest.approx(max(errors), rel=1e-9)
+    schema = invoke("schema", "calibrate").json()
+    check_json_schema(schema, report)
+
+
+def test_a_calibrated_hardware_is_accepted_by_validate(
+    calibrated: tuple[Path, Path, dict[str, Any]], invoke: Invoke
+) -> None:
+    _, out, _ = calibrated
+    result = invoke("validate", "--model", "llama2-7b", "--gpus", "8", "--hardware", str(out), "--plan", "TP1/DP8",
+                    "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    assert result.json()["hardware"] == "a100-80g-calibrated"
+
+
+def test_out_refuses_the_runs_file(invoke: Invoke, tmp_path: Path) -> None:
+    runs = write_runs(tmp_path / "runs.csv", [r for r in public_rows() if r["id"] in TABLE1[:2]])
+    before = runs.read_bytes()
+    one_error_line(invoke("calibrate", "--hardware", "a100-80g", "--runs", str(runs), "--out", str(runs), "--force",
+                          "--fit", "gemm_max"), "--out")  # fmt: skip
+    assert runs.read_bytes() == before
+
+
+def test_out_refuses_an_existing_file_without_force(invoke: Invoke, tmp_path: Path) -> None:
+    runs = write_runs(tmp_path / "runs.csv", [r for r in public_rows() if r["id"] in TABLE1[:2]])
+    out = tmp_path / "mine.toml"
+    out.write_text("# keep me\n")
+    args = ["calibrate", "--hardware", "a100-80g", "--runs", str(runs), "--out", str(out), "--fit", "gemm_max"]
+    one_error_line(invoke(*args), "--force")
+    assert out.read_text() == "# keep me\n"
+    assert invoke(*args, "--force").code == 0
+    assert load_cluster(str(out)).name == "a100-80g-calibrated"
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(
+    invoke: Invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = write_runs(tmp_path / "runs.csv", [r for r in public_rows() if r["id"] in TABLE1[:2]])
+    out = tmp_path / "mine.toml"
+    out.write_text("# keep me\n")
+
+    def no_rename(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", no_rename)
+    one_error_line(invoke("calibrate", "--hardware", "a100-80g", "--runs", str(runs), "--out", str(out), "--force",
+                          "--fit", "gemm_max"), "--out")  # fmt: skip
+    assert out.read_text() == "# keep me\n"
+    assert {f.name for f in tmp_path.iterdir()} == {"runs.csv", "mine.toml"}
+
+
+def test_runs_it_cannot_fit_are_left_out_and_listed(invoke: Invoke, tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = [r for r in public_rows() if r["id"] in TABLE1[:3]]
+    slower = str(10 * float(rows[0]["measured_step_time_s"]))
+    far_off = {**rows[0], "id": "ten_times_slower", "measured_step_time_s": slower}
+    # one GPU cannot hold a 1.7B model's 16-bit weights and Adam states next to its activations
+    # at micro-batch 512 without recompute: the model finds the plan infeasible
+    infeasible = {
+        **rows[0],
+        "id": "does_not_fit",
+        "gpus": "1",
+        "plan": "TP1/PP1/DP1",
+        "knobs": rows[0]["knobs"].replace('"recompute": "full"', '"recompute": "none", "micro_batch": 512'),
+    }
+    base = write_runs(tmp_path / "base.csv", rows)
+    noisy = write_runs(tmp_path / "noisy.csv", [*rows, far_off, infeasible])
+    clean = invoke("calibrate", "--hardware", "a100-80g", "--runs", str(base), "--out", str(tmp_path / "a.toml"),
+                   "--fit", "gemm_max", "--json")  # fmt: skip
+    dirty = invoke("calibrate", "--hardware", "a100-80g", "--runs", str(noisy), "--out", str(tmp_path / "b.toml"),
+                   "--fit", "gemm_max", "--json")  # fmt: skip
+    assert clean.code == 0 and dirty.code == 0, dirty.err
+    flagged = {r["run"]: r["flagged"] for r in dirty.json()["runs"] if r["flagged"]}
+    assert set(flagged) == {"ten_times_slower", "does_not_fit"}
+    assert "3x" in flagged["ten_times_slower"] and "infeasible" in flagged["does_not_fit"]
+    # left out, not fitted through: the constants are those of the clean runs
+    assert dirty.json()["constants"] == pytest.approx(clean.json()["constants"], rel=1e-9)
+
+
+def test_a_constant_pushed_past_its_range_is_reported_at_its_bound(invoke: Invoke, tmp_path: Path) -> None:
+    """Runs measured 2.5x faster than the preset predicts (within the 3x screen) would need GEMMs
+    above the GPU's peak: gemm_max stops at its upper bound 1.0 and says so."""
+    rows = [r for r in public_rows() if r["id"] in TABLE1[:3]]
+    fast = [{**r, "measured_step_time_s": str(float(r["measured_step_time_s"]) / 2.5)} for r in rows]
+    runs = write_runs(tmp_path / "fast.csv", fast)
+    result = invoke("calibrate", "--hardware", "a100-80g", "--runs", str(runs), "--out", str(tmp_path / "c.toml"),
+                    "--fit", "gemm_max", "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    report = result.json()
+    assert report["at_bound"] == ["gemm_max"]
+    assert report["constants"]["gemm_max"] == pytest.approx(1.0, abs=1e-3)
+    warning = [line for line in (tmp_path / "c.toml").read_text().splitlines() if "WARNING" in line]
+    assert warning and "gemm_max" in warning[0] and "bound" in warning[0]  # said in the file it writes
+
+
+@pytest.mark.xfail(strict=True, reason="calibrate ignores the runs file's `hardware` column: a100 constants are "
+                   "fitted through H100 rows of the same file")  # fmt: skip
+def test_runs_of_other_hardware_are_not_fitted(invoke: Invoke, tmp_path: Path) -> None:
+    rows: list[dict[str, Any]] = [r for r in public_rows() if r["id"] in TABLE1[:3]]
+    other = {**rows[1], "id": "an_h100_run", "hardware": "h100-sxm"}
+    runs = write_runs(tmp_path / "mixed.csv", [*rows, other])
+    result = invoke("calibrate", "--hardware", "a100-80g", "--runs", str(runs), "--out", str(tmp_path / "m.toml"),
+                    "--fit", "gemm_max", "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    used = {r["run"] for r in result.json()["runs"] if not r["flagged"]}
+    assert "an_h100_run" not in used
+
+
+# --- bad run files ---------------------------------------------------------------------------------------
+
+ROW = {"model": "llama2-7b", "gpus": 8, "plan": "TP1/PP1/DP8", "global_batch": 256, "seq_len": 4096,
+       "step_time_s": 25.0}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -94,18 +245,15 @@ def test_cli_writes_a_toml_that_hardware_accepts(tmp_path: Path, capsys: pytest.
         ([{**ROW, "recompute": "sometimes"}], "recompute"),
     ],
 )
-def test_cli_refuses_bad_run_files(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                   rows: list[dict[str, object]], needle: str) -> None:
-    runs = _write_runs(tmp_path / "runs.csv", rows)
-    code, _, err = _run_cli(["calibrate", "--hardware", "a100-80g", "--runs", str(runs),
-                             "--out", str(tmp_path / "x.toml")], capsys)
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error:") and needle in lines[0]
-    assert not (tmp_path / "x.toml").exists()
+def test_bad_run_files_are_refused(invoke: Invoke, tmp_path: Path, rows: list[dict[str, Any]], needle: str) -> None:
+    runs = write_runs(tmp_path / "runs.csv", rows)
+    out = tmp_path / "x.toml"
+    one_error_line(invoke("calibrate", "--hardware", "a100-80g", "--runs", str(runs), "--out", str(out), "--fit",
+                          "gemm_max,intra_node"), needle)  # fmt: skip
+    assert not out.exists()
 
 
-def test_cli_refuses_missing_runs_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _run_cli(["calibrate", "--hardware", "a100-80g", "--runs", str(tmp_path / "none.csv"),
-                             "--out", str(tmp_path / "x.toml")], capsys)
-    assert code == 2 and err.startswith("Error:")
+def test_a_missing_runs_file_is_refused(invoke: Invoke, tmp_path: Path) -> None:
+    missing = tmp_path / "none.csv"
+    one_error_line(invoke("calibrate", "--hardware", "a100-80g", "--runs", str(missing), "--out",
+                          str(tmp_path / "x.toml")), str(missing))  # fmt: skip

@@ -1,482 +1,427 @@
-"""The `paraplan` command line against the contract (../shared/contract.md).
+"""The `paraplan` command line against the interface contract (commands, JSON keys, exit codes).
 
-`optimizer.cli.main(argv)` is called in-process (it maps bad input to an `Error:` line and a
-SystemExit), with stdout/stderr captured; a few cases run `python -m optimizer` end to end.
-Every validate call costs about a second, so results are shared through module fixtures.
+Every case runs `paraplan.cli.main` in-process through the `invoke` fixture (conftest); two run
+`python -m paraplan` / `python -m optimizer` end to end. Runs that several tests read are made
+once per module. Preset names come from the registries, never from a list typed here.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import math
-import subprocess
-import sys
-from dataclasses import dataclass
-from importlib import resources
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import (
+    EVALUATED_KEYS,
+    Invocation,
+    Invoke,
+    check_evaluated_layout,
+    check_json_schema,
+    one_error_line,
+    preset_toml,
+    run_module,
+    single_json_object,
+)
 
-from paraplan.cli import main
+from paraplan.cost_models.models import model_preset_names
+from paraplan.hardware_specs.loader import load_cluster, preset_names
 
-MODEL_PRESETS = [
-    "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3-405b",
-    "gpt3-175b", "mixtral-8x7b",
-]  # fmt: skip
-HARDWARE_PRESETS = [
-    "a100-40g", "a100-80g", "a100-80g-pcie", "h100-sxm", "h100-pcie", "h200", "b200",
-    "rtx4090", "rtx3090", "l40s", "mi300x",
-]  # fmt: skip
-LAYOUT_KEYS = {
-    "tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch", "seq_len", "virtual_stages",
-    "recompute", "zero", "sequence_parallel", "precision",
-}  # fmt: skip
-TOP_KEYS = {
-    "model", "hardware", "gpus", "layout", "feasible", "violations", "memory_bytes", "step_time_s",
-    "time_s", "mfu", "hfu", "tflops_per_gpu", "tokens_per_s",
-}  # fmt: skip
-MEMORY_KEYS = {"params", "grads", "optimizer", "activations", "other", "total", "capacity"}
-MEMORY_TERMS = ("params", "grads", "optimizer", "activations", "other")
-TIME_KEYS = {"compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble"}
-
-A100 = ["--model", "llama2-70b", "--gpus", "256", "--hardware", "a100-80g", "--plan", "TP8/PP4/DP8"]
-RTX4090 = ["--model", "llama2-70b", "--gpus", "2048", "--hardware", "rtx4090", "--plan", "TP2/PP16/DP64"]
-ONE_GPU_MEMORY = [
-    "memory", "--model", "llama2-70b", "--gpus", "1", "--hardware", "a100-80g", "--plan", "TP1/PP1/DP1",
-    "--micro-batch", "8", "--seq-len", "4096", "--recompute", "none", "--zero", "0", "--json",
-]  # fmt: skip
-REPO = Path(__file__).resolve().parent.parent
-
-
-@dataclass(frozen=True)
-class Result:
-    code: int | str | None  # the SystemExit code; None if main() returned or raised
-    out: str
-    err: str
-    exception: BaseException | None  # anything other than SystemExit that escaped main()
-
-    def json(self) -> Any:
-        return json.loads(self.out)
-
-
-def invoke(*args: str) -> Result:
-    """Run `paraplan args...` in-process, capturing stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    code: int | str | None = None
-    exception: BaseException | None = None
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as exc:
-            code = exc.code
-        except Exception as exc:  # a traceback for the user
-            exception = exc
-    return Result(code, out.getvalue(), err.getvalue(), exception)
-
-
-def run_module(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "paraplan", *args],
-        capture_output=True, text=True, cwd=REPO, timeout=120, check=False,
-    )  # fmt: skip
-
-
-def assert_one_error_line(result: Result, *names: str) -> str:
-    """Exit 2, exactly one `Error:` line on stderr naming each of `names`, no traceback."""
-    assert result.exception is None, f"exception escaped main(): {result.exception!r}"
-    assert result.code == 2, (result.code, result.err)
-    assert "Traceback" not in result.err
-    assert result.out == "", result.out
-    lines = result.err.splitlines()
-    assert len(lines) == 1, result.err
-    line = lines[0]
-    assert line.startswith("Error:"), line
-    for name in names:
-        assert name in line, f"{name!r} not named in {line!r}"
-    return line
-
-
-# ---------------------------------------------------------------------------- shared runs
+README_VALIDATE = ["validate", "--model", "llama2-70b", "--gpus", "256", "--hardware", "a100-80g", "--plan",
+                   "TP8/PP4/DP8"]  # fmt: skip
+README_OPTIMIZE = ["optimize", "--model", "llama2-70b", "--gpus", "1024", "--hardware", "a100-80g,h100-sxm,rtx4090",
+                   "--top", "5"]  # fmt: skip
+README_COMPARE = ["compare", "--model", "llama2-70b", "--hardware", "a100-80g:256,rtx4090:2048", "--tokens", "2e12"]
+SCHEMAS = ("validate", "optimize", "compare", "calibrate")
+JSON_COMMANDS: dict[str, list[str]] = {
+    "validate": [*README_VALIDATE, "--json"],
+    "memory": ["memory", *README_VALIDATE[1:], "--json"],
+    "optimize": [*README_OPTIMIZE, "--json"],
+    "compare": [*README_COMPARE, "--json"],
+    "list models": ["list", "models", "--json"],
+    "list hardware": ["list", "hardware", "--json"],
+    **{f"schema {name}": ["schema", name] for name in SCHEMAS},
+}
+# Llama 2 70B (its config.json: h 8192, 80 layers, 64 heads / 8 KV heads of 128, ffn 28672,
+# vocab 32000, untied): per layer q 8192^2 + k,v 2*8192*1024 + o 8192^2 + MLP 3*8192*28672 +
+# 2 norms 8192 = 855,654,400; x 80 + embedding and LM head 2*32000*8192 + final norm 8192.
+LLAMA2_70B_PARAMS = 80 * 855_654_400 + 2 * 32_000 * 8192 + 8192
+assert LLAMA2_70B_PARAMS == 68_976_648_192  # the count on the Hugging Face model card
 
 
 @pytest.fixture(scope="module")
-def a100() -> Result:
-    return invoke("validate", *A100, "--json")
+def outputs(invoke: Invoke) -> dict[str, Invocation]:
+    return {name: invoke(*args) for name, args in JSON_COMMANDS.items()}
 
 
-@pytest.fixture(scope="module")
-def a100_json(a100: Result) -> dict[str, Any]:
-    assert a100.exception is None, repr(a100.exception)
-    return a100.json()  # type: ignore[no-any-return]
+def output(outputs: dict[str, Invocation], name: str) -> dict[str, Any]:
+    result = outputs[name]
+    assert result.exception is None, repr(result.exception)
+    assert result.code == 0, result.err
+    return single_json_object(result.out)
 
 
-@pytest.fixture(scope="module")
-def rtx4090() -> Result:
-    return invoke("validate", *RTX4090, "--json")
+# --- every command's --json: one object, the contract's keys ----------------------------------------
 
 
-@pytest.fixture(scope="module")
-def one_gpu() -> Result:
-    return invoke(*ONE_GPU_MEMORY)
+@pytest.mark.parametrize("name", list(JSON_COMMANDS))
+def test_json_output_is_one_object_and_nothing_else(outputs: dict[str, Invocation], name: str) -> None:
+    output(outputs, name)
+    assert outputs[name].err == ""
 
 
-@pytest.fixture(scope="module")
-def a100_human() -> Result:
-    return invoke("validate", *A100)
-
-
-# ---------------------------------------------------------------------------- validate --json
-
-
-def check_evaluated_layout(obj: dict[str, Any]) -> None:
-    """Every key of the contract's evaluated-layout object, with consistent values."""
-    assert set(obj) >= TOP_KEYS, TOP_KEYS - set(obj)
-    assert set(obj["layout"]) >= LAYOUT_KEYS, LAYOUT_KEYS - set(obj["layout"])
-    assert set(obj["memory_bytes"]) >= MEMORY_KEYS, MEMORY_KEYS - set(obj["memory_bytes"])
-    assert set(obj["time_s"]) >= TIME_KEYS, TIME_KEYS - set(obj["time_s"])
-
+def test_validate_readme_example(outputs: dict[str, Invocation]) -> None:
+    obj = output(outputs, "validate")
+    check_evaluated_layout(obj)
+    assert (obj["model"], obj["hardware"], obj["gpus"], obj["feasible"]) == ("llama2-70b", "a100-80g", 256, True)
     layout = obj["layout"]
-    for key in ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch", "seq_len", "virtual_stages", "zero"):
-        assert isinstance(layout[key], int) and not isinstance(layout[key], bool), (key, layout[key])
-        assert layout[key] >= (0 if key == "zero" else 1), (key, layout[key])
-    assert layout["recompute"] in ("none", "selective", "full")
-    assert layout["zero"] in (0, 1, 2, 3)
-    assert isinstance(layout["sequence_parallel"], bool)
-    assert layout["precision"] in ("bf16", "fp16", "fp8")
-    assert layout["tp"] * layout["pp"] * layout["dp"] * layout["cp"] == obj["gpus"]
+    assert [layout[k] for k in ("tp", "pp", "dp", "cp", "ep")] == [8, 4, 8, 1, 1]
+    assert (layout["seq_len"], layout["global_batch"]) == (4096, 1024)  # 4,194,304 tokens / 4096
+    assert (layout["precision"], layout["framework"]) == ("bf16", "megatron")  # the defaults
+    assert obj["params"] == {"total": LLAMA2_70B_PARAMS, "active": LLAMA2_70B_PARAMS}  # dense: equal
+    # 312 TFLOP/s A100s training a 70B model: Megatron-LM reports MFU in the 0.4-0.6 range
+    assert 0.3 <= obj["mfu"] <= 0.75
 
-    assert isinstance(obj["feasible"], bool)
-    assert isinstance(obj["violations"], list)
-    assert all(isinstance(v, str) and v for v in obj["violations"])
-    assert (obj["violations"] == []) == obj["feasible"]
 
+def test_memory_prints_the_validate_object(outputs: dict[str, Invocation]) -> None:
+    validate, memory = output(outputs, "validate"), output(outputs, "memory")
+    for obj in (validate, memory):
+        obj["solver"].pop("wall_s")
+    assert memory == validate
+
+
+def test_optimize_readme_example(outputs: dict[str, Invocation]) -> None:
+    obj = output(outputs, "optimize")
+    assert [r["hardware"] for r in obj["results"]] == ["a100-80g", "h100-sxm", "rtx4090"]
+    for result in obj["results"]:
+        assert result["gpus"] == 1024
+        solver = result["solver"]
+        assert solver["status"] == "OPTIMAL"
+        assert solver["wall_s"] >= 0 and solver["candidates"] > 0
+        layouts = result["layouts"]
+        assert len(layouts) == 5
+        steps = [lay["step_time_s"] for lay in layouts]
+        assert steps == sorted(steps), "best first"
+        for lay in layouts:
+            check_evaluated_layout(lay)
+            assert lay["feasible"] and (lay["hardware"], lay["gpus"]) == (result["hardware"], 1024)
+
+
+@pytest.mark.parametrize("command", ["validate", "optimize", "compare"])
+def test_schema_validates_the_output(outputs: dict[str, Invocation], command: str) -> None:
+    schema = output(outputs, f"schema {command}")
+    assert schema["type"] == "object"
+    check_json_schema(schema, output(outputs, command))
+
+
+def test_validate_schema_requires_the_contract_keys(outputs: dict[str, Invocation]) -> None:
+    schema = output(outputs, "schema validate")
+    assert set(schema["required"]) >= EVALUATED_KEYS
+
+
+def test_schema_rejects_an_object_without_a_contract_key(outputs: dict[str, Invocation]) -> None:
+    """The schema check is not vacuous: dropping `step_time_s` fails it."""
+    broken = dict(output(outputs, "validate"))
+    del broken["step_time_s"]
+    with pytest.raises((AssertionError, ValueError)):
+        check_json_schema(output(outputs, "schema validate"), broken)
+
+
+# --- list ------------------------------------------------------------------------------------------
+
+
+def test_list_json_names_every_registry_preset(outputs: dict[str, Invocation]) -> None:
+    assert [m["name"] for m in output(outputs, "list models")["models"]] == sorted(model_preset_names())
+    assert [h["name"] for h in output(outputs, "list hardware")["hardware"]] == sorted(preset_names())
+
+
+def test_list_models_param_counts(outputs: dict[str, Invocation]) -> None:
+    models = {m["name"]: m for m in output(outputs, "list models")["models"]}
+    assert models["llama2-70b"]["total_params"] == LLAMA2_70B_PARAMS
+    # Mixtral 8x7B: 46.7B parameters, 12.9B active per token (Mistral AI's announcement)
+    assert models["mixtral-8x7b"]["total_params"] == pytest.approx(46.7e9, rel=1e-3)
+    assert models["mixtral-8x7b"]["active_params"] == pytest.approx(12.9e9, rel=2e-3)
+
+
+def test_list_tables_show_every_preset_whole(invoke: Invoke, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)  # a non-terminal's default width
+    for kind, names in (("models", model_preset_names()), ("hardware", preset_names())):
+        result = invoke("list", kind)
+        assert result.code == 0, result.err
+        words = re.split(r"[\s│┃]+", result.out)
+        assert set(names) <= set(words), set(names) - set(words)
+
+
+def test_list_hardware_shows_gib_next_to_gb(invoke: Invoke) -> None:
+    text = invoke("list", "hardware").out
+    assert "GiB" in text
+    rows = {line.split()[1]: line for line in text.splitlines() if line.startswith("│")}
+    # The A100-80GB has 81920 MiB = 80 GiB = 85.9e9 bytes; the A100-40GB 40 GiB = 42.9e9 bytes.
+    assert "85.9 (80)" in rows["a100-80g"]
+    assert "42.9 (40)" in rows["a100-40g"]
+
+
+# --- validate and memory: knobs, exit codes, the human report ----------------------------------------
+
+
+def test_one_gpu_for_70b_is_infeasible_for_memory(invoke: Invoke) -> None:
+    result = invoke("memory", "--model", "llama2-70b", "--gpus", "1", "--hardware", "a100-80g", "--plan", "TP1",
+                    "--micro-batch", "1", "--recompute", "none", "--zero", "0", "--json")  # fmt: skip
+    assert result.code == 1, result.err
+    obj = single_json_object(result.out)
+    check_evaluated_layout(obj)
+    assert not obj["feasible"] and any("memory" in v for v in obj["violations"])
     memory = obj["memory_bytes"]
-    for key in MEMORY_KEYS:
-        assert isinstance(memory[key], (int, float)) and math.isfinite(memory[key]) and memory[key] >= 0, key
-    assert sum(memory[k] for k in MEMORY_TERMS) == pytest.approx(memory["total"], rel=1e-9)
-    assert memory["capacity"] > 0
-
-    times = obj["time_s"]
-    for key in TIME_KEYS:
-        assert isinstance(times[key], (int, float)) and math.isfinite(times[key]) and times[key] >= 0, key
-    assert obj["step_time_s"] > 0
-    assert sum(times.values()) == pytest.approx(obj["step_time_s"], rel=1e-9)
-
-    for key in ("mfu", "hfu"):
-        assert 0 <= obj[key] <= 1, (key, obj[key])
-    assert obj["hfu"] >= obj["mfu"] - 1e-12
-    assert obj["tflops_per_gpu"] > 0
-    assert obj["tokens_per_s"] > 0
-    tokens = layout["global_batch"] * layout["seq_len"]
-    assert obj["tokens_per_s"] == pytest.approx(tokens / obj["step_time_s"], rel=1e-6)
+    # Megatron-LM mixed precision without a distributed optimizer: 18 bytes per parameter --
+    # bf16 weights 2, fp32 main gradients 4, fp32 master weights and Adam's two moments 12.
+    assert memory["params"] == pytest.approx(2 * LLAMA2_70B_PARAMS, rel=1e-9)
+    assert memory["optimizer"] == pytest.approx(12 * LLAMA2_70B_PARAMS, rel=1e-9)
+    assert memory["params"] + memory["grads"] + memory["optimizer"] == pytest.approx(18 * LLAMA2_70B_PARAMS, rel=1e-9)
+    assert memory["total"] > memory["capacity"] and obj["memory_margin_bytes"] < 0
 
 
-def test_validate_a100_exit_0(a100: Result) -> None:
-    assert a100.exception is None, repr(a100.exception)
-    assert a100.code == 0, a100.err
-    assert "Traceback" not in a100.err
-
-
-def test_validate_json_is_exactly_one_object(a100: Result) -> None:
-    decoder = json.JSONDecoder()
-    text = a100.out.strip()
-    obj, end = decoder.raw_decode(text)
-    assert isinstance(obj, dict)
-    assert end == len(text), "something besides the JSON object on stdout"
-
-
-def test_validate_json_has_every_contract_key(a100_json: dict[str, Any]) -> None:
-    check_evaluated_layout(a100_json)
-    assert a100_json["model"] == "llama2-70b"
-    assert a100_json["hardware"] == "a100-80g"
-    assert a100_json["gpus"] == 256
-    layout = a100_json["layout"]
-    assert (layout["tp"], layout["pp"], layout["dp"], layout["cp"], layout["ep"]) == (8, 4, 8, 1, 1)
-    assert layout["seq_len"] == 4096
-    assert layout["global_batch"] == 1024  # 4,194,304 tokens / 4096
-    assert layout["precision"] == "bf16"
-
-
-def test_validate_a100_is_feasible_with_plausible_mfu(a100_json: dict[str, Any]) -> None:
-    assert a100_json["feasible"] is True
-    assert a100_json["violations"] == []
-    assert 0.3 <= a100_json["mfu"] <= 0.75
-    assert a100_json["memory_bytes"]["total"] <= a100_json["memory_bytes"]["capacity"]
-
-
-def test_validate_rtx4090(rtx4090: Result, a100_json: dict[str, Any]) -> None:
-    assert rtx4090.exception is None, repr(rtx4090.exception)
-    assert rtx4090.code == 0, rtx4090.err
-    obj = rtx4090.json()
+def test_given_knobs_are_kept_and_the_rest_chosen(invoke: Invoke) -> None:
+    result = invoke(*README_VALIDATE, "--micro-batch", "2", "--recompute", "selective", "--zero", "2",
+                    "--no-sequence-parallel", "--virtual-stages", "2", "--precision", "fp16", "--seq-len", "2048",
+                    "--global-batch", "512", "--framework", "megatron", "--json")  # fmt: skip
+    assert result.code in (0, 1), result.err
+    obj = single_json_object(result.out)
     check_evaluated_layout(obj)
-    assert obj["hardware"] == "rtx4090"
-    assert obj["gpus"] == 2048
-    assert obj["feasible"] is True
-    assert obj["mfu"] < a100_json["mfu"]
-    assert obj["time_s"]["tp_comm"] > 0  # TP over PCIe through the host is not free
+    given = {"micro_batch": 2, "recompute": "selective", "zero": 2, "sequence_parallel": False, "virtual_stages": 2,
+             "precision": "fp16", "seq_len": 2048, "global_batch": 512, "framework": "megatron"}  # fmt: skip
+    assert {k: obj["layout"][k] for k in given} == given
+    assert not set(given) & set(obj["knobs_chosen"])
+    assert "offload" in obj["knobs_chosen"]
 
 
-# ---------------------------------------------------------------------------- memory
+def test_seq_len_sets_the_default_global_batch(invoke: Invoke) -> None:
+    obj = invoke(*README_VALIDATE, "--seq-len", "2048", "--json").json()
+    assert obj["layout"]["global_batch"] == 2048  # 4,194,304 tokens / 2048
 
 
-def test_memory_one_gpu_is_infeasible(one_gpu: Result) -> None:
-    assert one_gpu.exception is None, repr(one_gpu.exception)
-    assert one_gpu.code == 1, one_gpu.err
-    obj = one_gpu.json()
+def test_human_reports(invoke: Invoke) -> None:
+    validate = invoke(*README_VALIDATE)
+    assert validate.code == 0, validate.err
+    assert "TP8/PP4/DP8" in validate.out and "optimum" in validate.out and "MFU" in validate.out
+    memory = invoke("memory", *README_VALIDATE[1:])
+    assert memory.code == 0, memory.err
+    for term in ("params", "grads", "optimizer", "activations", "total"):
+        assert term in memory.out
+    assert not validate.out.lstrip().startswith("{")
+
+
+# --- the issue's cases ----------------------------------------------------------------------------------
+
+
+def test_70b_on_eight_a100s_gets_an_answer_with_optimizer_offload(invoke: Invoke) -> None:
+    result = invoke("optimize", "--model", "llama2-70b", "--gpus", "8", "--hardware", "a100-80g", "--json")
+    assert result.code == 0, result.err
+    layouts = result.json()["results"][0]["layouts"]
+    assert layouts and all(lay["feasible"] for lay in layouts)
+    assert layouts[0]["layout"]["offload"] in ("optimizer", "all")
+    assert layouts[0]["memory_bytes"]["host_bytes_per_gpu"] > 0
+
+
+def test_1000_gpus_with_the_default_batch_names_a_batch_that_works(invoke: Invoke) -> None:
+    """1000 = 2^3 * 5^3 GPUs: no DP degree of 1000 divides the default 1024 sequences, except
+    where TP*PP*CP takes all the factors of 5. Either a layout is found or a fix names a global
+    batch -- which must then work."""
+    args = ["optimize", "--model", "llama2-70b", "--gpus", "1000", "--hardware", "a100-80g", "--json"]
+    result = invoke(*args)
+    assert result.code in (0, 1), result.err
+    entry = result.json()["results"][0]
+    if entry["layouts"]:
+        return
+    batches = [int(b) for fix in entry["fixes"] for b in re.findall(r"global batch (\d+)", fix)]
+    assert batches, entry["fixes"]
+    again = invoke(*args, "--global-batch", str(batches[0]))
+    assert again.code == 0, again.err
+    assert again.json()["results"][0]["layouts"][0]["gpus"] == 1000
+
+
+@pytest.mark.xfail(strict=True, reason="validate's fixes (fixes_for_plan) never try another global batch: "
+                   "a 1000-GPU plan blocked only by 1024 % DP gets no fix at all")  # fmt: skip
+def test_validate_fixes_name_a_global_batch_at_1000_gpus(invoke: Invoke) -> None:
+    result = invoke("validate", "--model", "llama2-70b", "--gpus", "1000", "--hardware", "a100-80g",
+                    "--plan", "TP8/PP5/DP25", "--json")  # fmt: skip
+    assert result.code == 1, result.err
+    obj = result.json()
+    batches = [int(b) for fix in obj["fixes"] for b in re.findall(r"global batch (\d+)", fix)]
+    assert batches and all(b % 25 == 0 for b in batches), obj["fixes"]
+
+
+def test_hardware_without_a_price_never_shows_a_dollar_figure(invoke: Invoke, tmp_path: Path) -> None:
+    text = preset_toml("a100-80g")
+    start = text.index("\n[price]")
+    end = text.index("\n[", start + 1)
+    path = tmp_path / "no-price.toml"
+    path.write_text(text[:start] + text[end:])
+    args = ["optimize", "--model", "llama2-7b", "--gpus", "64", "--hardware", str(path), "--tokens", "2e12"]
+    obj = invoke(*args, "--json").json()
+    for lay in obj["results"][0]["layouts"]:
+        assert lay["cost_usd_per_step"] is None and lay["cost_usd"] is None
+        assert lay["train_time_s"] is not None
+    validate = invoke("validate", "--model", "llama2-7b", "--gpus", "64", "--hardware", str(path), "--plan", "TP1/DP64",
+                      "--json").json()  # fmt: skip
+    assert validate["cost_usd_per_step"] is None
+    compare = invoke("compare", "--model", "llama2-7b", "--hardware", f"{path}:64", "--json").json()["results"][0]
+    assert compare["cost_usd"] is None and compare["usd_per_billion_tokens"] is None
+    assert compare["best"]["cost_usd"] is None
+    dollars = re.compile(r"\$\s*[0-9]")
+    for text in (invoke(*args).out, invoke("compare", "--model", "llama2-7b", "--hardware", f"{path}:64").out):
+        assert not dollars.search(text), dollars.search(text)
+    line = one_error_line(invoke(*args, "--objective", "cost"), "[price]")
+    assert "cost" in line
+
+
+def test_tokens_give_every_layout_its_training_time(invoke: Invoke) -> None:
+    obj = invoke("optimize", "--model", "llama2-70b", "--gpus", "1024", "--hardware", "a100-80g", "--top", "3",
+                 "--tokens", "2e12", "--json").json()  # fmt: skip
+    for lay in obj["results"][0]["layouts"]:
+        steps = 2e12 / (lay["layout"]["global_batch"] * lay["layout"]["seq_len"])
+        assert lay["train_time_s"] == pytest.approx(lay["step_time_s"] * steps, rel=1e-9)
+        assert lay["cost_usd"] > 0  # the preset has a price
+
+
+def test_a_top_10_has_no_two_identical_predictions(invoke: Invoke) -> None:
+    obj = invoke("optimize", "--model", "llama3-8b", "--gpus", "8", "--hardware", "h100-sxm", "--precision", "fp8",
+                 "--top", "10", "--json").json()  # fmt: skip
+    layouts = obj["results"][0]["layouts"]
+    pairs = [(lay["step_time_s"], lay["memory_bytes"]["total"]) for lay in layouts]
+    assert len(pairs) == 10 and len(set(pairs)) == 10
+    assert any(lay["equivalent"] for lay in layouts)  # the merged variants are listed, not dropped
+
+
+@pytest.mark.parametrize("command", ["optimize", "compare"])
+def test_a_bad_count_is_named_as_a_count(invoke: Invoke, command: str) -> None:
+    extra = ["--gpus", "8"] if command == "optimize" else []
+    line = one_error_line(invoke(command, "--model", "llama2-7b", "--hardware", "a100-80g:abc", *extra), "abc")
+    assert "count" in line and "unknown hardware" not in line
+
+
+@pytest.mark.parametrize("command", ["optimize", "compare"])
+def test_a_zero_count_names_the_hardware_entry(invoke: Invoke, command: str) -> None:
+    extra = ["--gpus", "8"] if command == "optimize" else []
+    one_error_line(invoke(command, "--model", "llama2-7b", "--hardware", "a100-80g:0", *extra), "a100-80g")
+
+
+def test_expert_parallelism_on_a_dense_model_says_so(invoke: Invoke) -> None:
+    result = invoke("validate", "--model", "llama2-70b", "--gpus", "64", "--hardware", "a100-80g",
+                    "--plan", "TP8/DP8/EP2", "--json")  # fmt: skip
+    assert result.code == 1, result.err
+    (sentence,) = [v for v in result.json()["violations"] if "EP" in v]
+    assert "does not divide the 1 experts" not in sentence
+    assert "dense" in sentence or "mixture-of-experts" in sentence
+
+
+def test_moe_params_total_and_active(invoke: Invoke) -> None:
+    result = invoke("validate", "--model", "mixtral-8x7b", "--gpus", "64", "--hardware", "h100-sxm",
+                    "--plan", "TP2/PP2/DP16/EP8", "--json")  # fmt: skip
+    assert result.code in (0, 1), result.err
+    obj = result.json()
     check_evaluated_layout(obj)
-    assert obj["feasible"] is False
-    memory = obj["memory_bytes"]
-    assert memory["params"] == pytest.approx(138e9, rel=0.01)  # 68.98e9 params x 2 bytes
-    assert memory["optimizer"] == pytest.approx(828e9, rel=0.01)  # x 12 bytes (fp32 master, m, v)
-    assert 7.0e11 <= memory["activations"] <= 7.5e11
-    assert memory["total"] > memory["capacity"]
-    assert obj["violations"]
-    assert any("memory" in v.lower() for v in obj["violations"])
-
-
-def test_memory_one_gpu_keeps_given_knobs(one_gpu: Result) -> None:
-    layout = one_gpu.json()["layout"]
-    assert layout["micro_batch"] == 8
-    assert layout["seq_len"] == 4096
-    assert layout["recompute"] == "none"
-    assert layout["zero"] == 0
-
-
-# ---------------------------------------------------------------------------- knobs
-
-ALL_KNOBS = [
-    "--micro-batch", "2", "--recompute", "selective", "--zero", "2", "--no-sequence-parallel",
-    "--virtual-stages", "2", "--precision", "fp16", "--seq-len", "2048", "--global-batch", "512",
-]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def all_knobs() -> Result:
-    return invoke("validate", *A100, *ALL_KNOBS, "--json")
-
-
-@pytest.fixture(scope="module")
-def some_knobs() -> Result:
-    args = ["--model", "llama2-70b", "--gpus", "256", "--hardware", "a100-80g", "--plan", "TP4/PP8/VPP2"]
-    return invoke("validate", *args, "--micro-batch", "1", "--zero", "1", "--json")
-
-
-def test_given_knobs_appear_unchanged(all_knobs: Result) -> None:
-    assert all_knobs.exception is None, repr(all_knobs.exception)
-    assert all_knobs.code in (0, 1), all_knobs.err
-    obj = all_knobs.json()
-    check_evaluated_layout(obj)
-    assert obj["layout"] == {
-        "tp": 8, "pp": 4, "dp": 8, "cp": 1, "ep": 1, "micro_batch": 2, "global_batch": 512,
-        "seq_len": 2048, "virtual_stages": 2, "recompute": "selective", "zero": 2,
-        "sequence_parallel": False, "precision": "fp16", "recompute_layers": 0,
-    }  # fmt: skip
-    assert obj["knobs_chosen"] == []
-
-
-def test_knobs_not_given_are_listed_as_chosen(some_knobs: Result) -> None:
-    assert some_knobs.exception is None, repr(some_knobs.exception)
-    assert some_knobs.code in (0, 1), some_knobs.err
-    obj = some_knobs.json()
-    check_evaluated_layout(obj)
-    layout = obj["layout"]
-    assert (layout["tp"], layout["pp"], layout["dp"]) == (4, 8, 8)  # DP inferred
-    assert layout["virtual_stages"] == 2  # from the plan's VPP2
-    assert layout["micro_batch"] == 1
-    assert layout["zero"] == 1
-    chosen = obj["knobs_chosen"]
-    assert set(chosen) == {"recompute", "recompute_layers", "sequence_parallel"}
-    assert "virtual_stages" not in chosen and "micro_batch" not in chosen and "zero" not in chosen
-
-
-def test_all_layout_knobs_chosen_when_none_given(a100_json: dict[str, Any]) -> None:
-    chosen = a100_json["knobs_chosen"]
-    assert set(chosen) == {
-        "micro_batch", "virtual_stages", "recompute", "recompute_layers", "zero", "sequence_parallel"
+    # Mixtral 8x7B (h 4096, 32 layers, 32/8 heads, 8 experts of ffn 14336, top 2, vocab 32000):
+    # attention 41,943,040 + router 32,768 + norms 8,192 per layer, experts 3*4096*14336 each.
+    attention, expert = 41_943_040 + 32_768 + 8_192, 3 * 4096 * 14_336
+    rest = 2 * 32_000 * 4096 + 4096
+    assert obj["params"] == {
+        "total": 32 * (attention + 8 * expert) + rest,
+        "active": 32 * (attention + 2 * expert) + rest,
     }
 
 
-def test_seq_len_sets_default_global_batch(a100_json: dict[str, Any]) -> None:
-    assert a100_json["layout"]["global_batch"] * a100_json["layout"]["seq_len"] == 4_194_304
+FP8_PRESETS = [name for name in preset_names() if load_cluster(name).gpu.peak_fp8_flops]
+NO_FP8_PRESETS = [name for name in preset_names() if not load_cluster(name).gpu.peak_fp8_flops]
 
 
-# ---------------------------------------------------------------------------- list
-
-
-@pytest.fixture(scope="module")
-def lists() -> dict[str, Result]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.delenv("COLUMNS", raising=False)  # the default width of a non-terminal
-        return {
-            "models": invoke("list", "models"),
-            "models-json": invoke("list", "models", "--json"),
-            "hardware": invoke("list", "hardware"),
-            "hardware-json": invoke("list", "hardware", "--json"),
-        }
-
-
-@pytest.mark.parametrize("key", ["models", "models-json", "hardware", "hardware-json"])
-def test_list_exits_0(lists: dict[str, Result], key: str) -> None:
-    result = lists[key]
-    assert result.exception is None, repr(result.exception)
+@pytest.mark.parametrize("hardware", FP8_PRESETS)
+def test_fp8_json_has_mfu_at_most_one(invoke: Invoke, hardware: str) -> None:
+    result = invoke("optimize", "--model", "llama3-8b", "--hardware", hardware, "--gpus", "8", "--precision", "fp8",
+                    "--json")  # fmt: skip
     assert result.code == 0, result.err
-    assert result.out
+    for lay in result.json()["results"][0]["layouts"]:
+        check_evaluated_layout(lay)
+        assert lay["layout"]["precision"] == "fp8"
+        assert lay["peak_flops"] == load_cluster(hardware).gpu.peak_fp8_flops  # the ratios' denominator
 
 
-@pytest.mark.parametrize("name", MODEL_PRESETS)
-def test_list_models_names_every_preset(lists: dict[str, Result], name: str) -> None:
-    names = [m["name"] for m in lists["models-json"].json()["models"]]
-    assert name in names
-    assert name in lists["models"].out
+def test_fp8_without_fp8_tensor_cores_is_infeasible(invoke: Invoke) -> None:
+    assert {"h100-sxm", "h200", "b200", "l40s", "rtx4090"} <= set(FP8_PRESETS)
+    hardware = NO_FP8_PRESETS[0]
+    result = invoke("validate", "--model", "llama3-8b", "--hardware", hardware, "--gpus", "8", "--plan", "TP1/DP8",
+                    "--precision", "fp8", "--json")  # fmt: skip
+    assert result.code == 1, result.err
+    assert any("FP8" in v for v in result.json()["violations"])
 
 
-@pytest.mark.parametrize("name", HARDWARE_PRESETS)
-def test_list_hardware_json_names_every_preset(lists: dict[str, Result], name: str) -> None:
-    names = [h["name"] for h in lists["hardware-json"].json()["hardware"]]
-    assert name in names
+@pytest.mark.parametrize("command", ["validate", "memory", "optimize", "compare"])
+def test_recompute_layers_without_full_recompute_is_bad_input(invoke: Invoke, command: str) -> None:
+    where = {
+        "validate": ["--gpus", "8", "--hardware", "a100-80g", "--plan", "TP1"],
+        "memory": ["--gpus", "8", "--hardware", "a100-80g", "--plan", "TP1"],
+        "optimize": ["--gpus", "8", "--hardware", "a100-80g"],
+        "compare": ["--hardware", "a100-80g:8"],
+    }[command]
+    args = [command, "--model", "llama2-7b", *where, "--recompute", "none", "--recompute-layers", "1"]
+    one_error_line(invoke(*args), "recompute")
+    one_error_line(invoke(*args, "--json"), "recompute")
 
 
-@pytest.mark.parametrize("name", HARDWARE_PRESETS)
-def test_list_hardware_table_names_every_preset(lists: dict[str, Result], name: str) -> None:
-    # The human table at the default (non-terminal) width must show each preset name whole.
-    words = lists["hardware"].out.replace("│", " ").replace("┃", " ").split()
-    assert name in words, f"{name!r} not shown whole in `paraplan list hardware`"
+@pytest.mark.parametrize(
+    "setting",
+    [["--recompute", "none"], ["--framework", "torchtitan", "--recompute", "full"]],
+    ids=["as-meta-ran-it", "torchtitan-full-ac"],
+)
+def test_llama3_405b_published_layout_is_feasible(invoke: Invoke, setting: list[str]) -> None:
+    """Dubey et al. 2024 (The Llama 3 Herd of Models), Table 4 and Sec 3.3.2: 16,384 H100s as
+    TP8/PP16/DP128 at sequence 8192, batch 2048 x 8192 tokens (16M), micro-batch 1, FSDP
+    without parameter resharding (ZeRO-2), one layer fewer on the first and last stages:
+    7 + 14 x 8 + 7 = 126 layers. Meta reduced gradients per micro-batch and ran without
+    activation recompute; torchtitan, which keeps whole fp32 gradients across micro-batches
+    under PP, runs it with its own 405B recipe's full recompute."""
+    result = invoke("validate", "--model", "llama3-405b", "--gpus", "16384", "--hardware", "h100-sxm",
+                    "--plan", "TP8/PP16/DP128", "--seq-len", "8192", "--global-batch", "2048", "--micro-batch", "1",
+                    "--zero", "2", "--first-stage-layers", "7", "--last-stage-layers", "7", *setting,
+                    "--json")  # fmt: skip
+    assert result.code == 0, (result.err, result.out[-2000:])
+    obj = result.json()
+    check_evaluated_layout(obj)
+    assert obj["feasible"]
+    layers = [stage["layers"] for stage in obj["stages"]]
+    assert layers == [7, *[8] * 14, 7]
+    # Llama 3 405B reached 38-43% BF16 MFU on this layout (Table 4); the model should be near it.
+    assert 0.25 <= obj["mfu"] <= 0.6
 
 
-def test_list_models_json_has_param_counts(lists: dict[str, Result]) -> None:
-    models = {m["name"]: m for m in lists["models-json"].json()["models"]}
-    assert models["llama2-70b"]["total_params"] == pytest.approx(68.98e9, rel=0.005)
-    assert models["mixtral-8x7b"]["active_params"] < models["mixtral-8x7b"]["total_params"]
+def _llama_config(path: Path, layers: int) -> Path:
+    config = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": layers, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256,
+              "max_position_embeddings": 8192, "hidden_act": "silu"}  # fmt: skip
+    path.write_text(json.dumps(config))
+    return path
 
 
-# ---------------------------------------------------------------------------- human output
+@pytest.mark.xfail(strict=True, reason="limits._virtual refuses PP x VPP chunks beyond the layer count even with "
+                   "the embedding-and-loss split that stages.py documents for this case")  # fmt: skip
+def test_nemo_30_layers_on_pp4_vpp8_with_the_embedding_and_loss_split(invoke: Invoke, tmp_path: Path) -> None:
+    """NeMo's recipes count the embedding and the loss as one layer each: 30 + 2 = 32 chunks of
+    one layer on PP4 x VPP8, the first and last stages holding 7 transformer layers."""
+    config = _llama_config(tmp_path / "config.json", 30)
+    result = invoke("validate", "--model", str(config), "--gpus", "32", "--hardware", "h100-sxm",
+                    "--plan", "TP1/PP4/DP8/VPP8", "--first-stage-layers", "7", "--last-stage-layers", "7",
+                    "--json")  # fmt: skip
+    assert result.code == 0, result.json()["violations"]
+    assert sum(stage["layers"] for stage in result.json()["stages"]) == 30
 
 
-def test_human_validate(a100_human: Result) -> None:
-    assert a100_human.exception is None, repr(a100_human.exception)
-    assert a100_human.code == 0, a100_human.err
-    out = a100_human.out
-    assert "TP8/PP4/DP8" in out  # the layout
-    assert "Time per step" in out
-    for term in ("compute", "tp_comm", "step"):
-        assert term in out
-    assert "Memory" in out
-    for term in ("params", "optimizer", "activations", "total"):
-        assert term in out
-    assert "bottleneck" in out
-    assert "MFU" in out
-    assert "optimum" in out  # how far from the optimum
-    assert not out.lstrip().startswith("{")
+# --- bad input: exit 2, one Error: line ----------------------------------------------------------------
 
-
-def test_human_memory() -> None:
-    result = invoke("memory", *A100)
-    assert result.exception is None, repr(result.exception)
-    assert result.code == 0, result.err
-    assert "TP8/PP4/DP8" in result.out
-    assert "activations" in result.out
-    assert "capacity" in result.out
-
-
-def test_human_infeasible_lists_violations() -> None:
-    result = invoke(*[a for a in ONE_GPU_MEMORY if a != "--json"])
-    assert result.exception is None, repr(result.exception)
-    assert result.code == 1
-    assert "INFEASIBLE" in result.out
-    assert "memory" in result.out.lower()
-
-
-# ---------------------------------------------------------------------------- bad input
-
-
-def _toml_preset(name: str) -> str:
-    return resources.files("paraplan.hardware_specs").joinpath("presets", f"{name}.toml").read_text()
-
-
-def test_unknown_model_preset() -> None:
-    line = assert_one_error_line(invoke("validate", *A100[2:], "--model", "llama9-1t"), "llama9-1t")
-    assert "llama2-70b" in line  # what would be accepted
-
-
-def test_unknown_hardware_preset() -> None:
-    args = ["--model", "llama2-70b", "--gpus", "256", "--plan", "TP8/PP4/DP8", "--hardware", "tpu-v9"]
-    line = assert_one_error_line(invoke("validate", *args), "tpu-v9")
-    assert "a100-80g" in line
-
-
-def test_nonexistent_config_path(tmp_path: Path) -> None:
-    path = tmp_path / "missing" / "config.json"
-    assert_one_error_line(invoke("validate", *A100[2:], "--model", str(path)), str(path))
-
-
-def test_malformed_config_json(tmp_path: Path) -> None:
-    path = tmp_path / "config.json"
-    path.write_text('{"hidden_size": 4096, "num_hidden_layers": ')
-    assert_one_error_line(invoke("validate", *A100[2:], "--model", str(path)), str(path))
-
-
-def test_config_json_missing_keys(tmp_path: Path) -> None:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 4096, "vocab_size": 32000}))
-    assert_one_error_line(invoke("validate", *A100[2:], "--model", str(path)), "num_hidden_layers")
-
-
-def test_config_json_not_an_object(tmp_path: Path) -> None:
-    path = tmp_path / "config.json"
-    path.write_text("[4096, 32]")
-    assert_one_error_line(invoke("validate", *A100[2:], "--model", str(path)), str(path))
-
-
-def test_config_json_with_huge_integer(tmp_path: Path) -> None:
-    # json.loads raises a plain ValueError (not JSONDecodeError) past 4300 digits.
-    path = tmp_path / "config.json"
-    path.write_text('{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}")
-    assert_one_error_line(invoke("validate", *A100[2:], "--model", str(path)), str(path))
-
-
-def test_malformed_hardware_toml(tmp_path: Path) -> None:
-    path = tmp_path / "cluster.toml"
-    path.write_text('name = "x"\ngpus_per_node = [\n')
-    args = [*A100[:4], "--plan", "TP8/PP4/DP8", "--hardware", str(path)]
-    assert_one_error_line(invoke("validate", *args), str(path))
-
-
-def test_hardware_toml_with_negative_number(tmp_path: Path) -> None:
-    text = _toml_preset("a100-80g")
-    assert "peak_bf16_flops = 312e12" in text
-    path = tmp_path / "neg.toml"
-    path.write_text(text.replace("peak_bf16_flops = 312e12", "peak_bf16_flops = -1"))
-    args = [*A100[:4], "--plan", "TP8/PP4/DP8", "--hardware", str(path)]
-    assert_one_error_line(invoke("validate", *args), str(path), "peak_bf16_flops", "-1")
-
-
-def test_hardware_toml_with_huge_integer(tmp_path: Path) -> None:
-    # tomllib raises a plain ValueError (not TOMLDecodeError) past 4300 digits.
-    path = tmp_path / "huge.toml"
-    path.write_text("gpus_per_node = " + "9" * 5000 + "\n")
-    args = [*A100[:4], "--plan", "TP8/PP4/DP8", "--hardware", str(path)]
-    assert_one_error_line(invoke("validate", *args), str(path))
-
-
-def test_plan_product_not_gpus() -> None:
-    args = [*A100[:6], "--plan", "TP8/PP4/DP4"]
-    assert_one_error_line(invoke("validate", *args), "TP8/PP4/DP4", "256")
-
-
-def test_plan_garbage() -> None:
-    assert_one_error_line(invoke("validate", *A100[:6], "--plan", "TP8/PP4/banana"), "TP8/PP4/banana")
-
-
-def test_plan_number_beyond_int_conversion_limit() -> None:
-    assert_one_error_line(invoke("validate", *A100[:6], "--plan", "TP" + "9" * 5000))
+BASE = README_VALIDATE[1:]
 
 
 def _with(option: str, value: str) -> list[str]:
-    """A100 with `option` replaced (or added) by `value`."""
-    args = list(A100)
+    args = list(BASE)
     if option in args:
         args[args.index(option) + 1] = value
         return args
@@ -484,117 +429,117 @@ def _with(option: str, value: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("option", "value", "names"),
+    ("args", "names"),
     [
-        ("--gpus", "0", ("--gpus", "0")),
-        ("--gpus", "-5", ("--gpus", "-5")),
-        ("--gpus", "abc", ("--gpus", "abc")),
-        ("--seq-len", "0", ("--seq-len", "0")),
-        ("--zero", "5", ("--zero", "5")),
-        ("--recompute", "bogus", ("--recompute", "bogus", "selective")),
-        ("--precision", "fp4", ("--precision", "fp4", "bf16")),
-        ("--micro-batch", "0", ("--micro-batch", "0")),
-        ("--global-batch", "0", ("--global-batch", "0")),
-        ("--virtual-stages", "0", ("--virtual-stages", "0")),
+        (_with("--model", "llama9-1t"), ("llama9-1t", "llama2-70b")),  # names what would be accepted
+        (_with("--hardware", "tpu-v9"), ("tpu-v9", "a100-80g")),
+        (_with("--plan", "TP8/PP4/DP4"), ("TP8/PP4/DP4", "256")),
+        (_with("--plan", "TP8/PP4/banana"), ("TP8/PP4/banana",)),
+        (_with("--plan", "TP" + "9" * 5000), ()),
+        (_with("--gpus", "0"), ("--gpus", "0")),
+        (_with("--gpus", "-5"), ("--gpus", "-5")),
+        (_with("--gpus", "abc"), ("--gpus", "abc")),
+        (_with("--seq-len", "0"), ("--seq-len", "0")),
+        (_with("--zero", "5"), ("--zero", "5")),
+        (_with("--recompute", "bogus"), ("--recompute", "bogus", "selective")),
+        (_with("--precision", "fp4"), ("--precision", "fp4", "bf16")),
+        (_with("--framework", "jax"), ("--framework", "jax", "torchtitan")),
+        (_with("--micro-batch", "0"), ("--micro-batch", "0")),
+        (_with("--global-batch", "0"), ("--global-batch", "0")),
+        (_with("--virtual-stages", "0"), ("--virtual-stages", "0")),
+        (_with("--mem-headroom", "nan"), ("--mem-headroom",)),
+        ([*BASE, "--frobnicate"], ("--frobnicate",)),
+        (BASE[:-2], ("--plan",)),
+        ([a for a in BASE if a not in ("--model", "llama2-70b")], ("--model",)),
     ],
 )
 @pytest.mark.parametrize("command", ["validate", "memory"])
-def test_bad_option_value(command: str, option: str, value: str, names: tuple[str, ...]) -> None:
-    assert_one_error_line(invoke(command, *_with(option, value), "--json"), *names)
-
-
-@pytest.mark.parametrize("missing", ["--model", "--gpus", "--hardware", "--plan"])
-def test_missing_required_option(missing: str) -> None:
-    args = list(A100)
-    i = args.index(missing)
-    del args[i : i + 2]
-    assert_one_error_line(invoke("validate", *args), missing)
-
-
-def test_unknown_option() -> None:
-    assert_one_error_line(invoke("validate", *A100, "--frobnicate"), "--frobnicate")
-
-
-def test_unknown_subcommand() -> None:
-    assert_one_error_line(invoke("frobnicate", *A100), "frobnicate")
-
-
-def test_unknown_list_subject() -> None:
-    assert_one_error_line(invoke("list", "gizmos"), "gizmos")
-
-
-def test_pipeline_deeper_than_the_model_has_layers() -> None:
-    # llama2-70b has 80 layers; PP81 can never work. Either an infeasible report (exit 1, with a
-    # violation) or a usage error (exit 2, one Error: line), but never a traceback.
-    result = invoke("validate", "--model", "llama2-70b", "--gpus", "81", "--hardware", "a100-80g",
-                    "--plan", "PP81", "--json")  # fmt: skip
-    assert result.exception is None, f"exception escaped main(): {result.exception!r}"
-    assert "Traceback" not in result.err
-    assert result.code in (1, 2)
-    if result.code == 1:
-        obj = result.json()
-        assert obj["feasible"] is False and obj["violations"]
-    else:
-        assert_one_error_line(result, "81")
-
-
-def test_no_arguments_shows_usage_without_traceback() -> None:
-    result = invoke()
-    assert result.exception is None, repr(result.exception)
-    assert result.code in (0, 2)
-    assert "Traceback" not in result.err
-    assert "Usage" in result.out + result.err
-    assert "validate" in result.out + result.err
+def test_bad_plan_input(invoke: Invoke, command: str, args: list[str], names: tuple[str, ...]) -> None:
+    one_error_line(invoke(command, *args, "--json"), *names)
 
 
 @pytest.mark.parametrize(
-    "command",
-    [[], ["validate"], ["memory"], ["list"], ["list", "models"], ["list", "hardware"]],
+    ("args", "names"),
+    [
+        (["optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g", "--top", "0"], ("--top",)),
+        (["optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g", "--objective", "money"],
+         ("money",)),
+        (["optimize", "--model", "llama2-7b", "--gpus", "64..8", "--hardware", "a100-80g"], ("64..8",)),
+        (["optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g", "--min-tp", "4",
+          "--max-tp", "2"], ("min_tp", "max_tp")),
+        (["optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g", "--deadline-days", "3"],
+         ("tokens",)),
+        (["frobnicate"], ("frobnicate",)),
+        (["list", "gizmos"], ("gizmos",)),
+        (["schema", "memory"], ("memory",)),
+    ],
+)  # fmt: skip
+def test_bad_command_input(invoke: Invoke, args: list[str], names: tuple[str, ...]) -> None:
+    one_error_line(invoke(*args), *names)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "names"),
+    [
+        ("missing.json", None, ("{path}",)),
+        ("config.json", '{"hidden_size": 4096, "num_hidden_layers": ', ("{path}",)),
+        ("config.json", "[4096, 32]", ("{path}",)),
+        ("config.json", json.dumps({"model_type": "llama", "hidden_size": 4096, "vocab_size": 32000}),
+         ("num_hidden_layers",)),
+        ("config.json", '{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}", ("{path}",)),
+    ],
+)  # fmt: skip
+def test_bad_model_file(invoke: Invoke, tmp_path: Path, name: str, text: str | None, names: tuple[str, ...]) -> None:
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    one_error_line(invoke("validate", *_with("--model", str(path))), *(n.format(path=path) for n in names))
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "names"),
+    [
+        ("peak_bf16_flops = 312e12", "peak_bf16_flops = -1", ("peak_bf16_flops", "-1")),
+        ("gpus_per_node = 8", "gpus_per_node = [", ()),
+        ("gpus_per_node = 8", "gpus_per_node = " + "9" * 5000, ()),
+    ],
 )
-def test_help_exits_0(command: list[str]) -> None:
+def test_bad_hardware_file(invoke: Invoke, tmp_path: Path, old: str, new: str, names: tuple[str, ...]) -> None:
+    text = preset_toml("a100-80g")
+    assert old in text
+    path = tmp_path / "bad.toml"
+    path.write_text(text.replace(old, new))
+    one_error_line(invoke("validate", *_with("--hardware", str(path))), str(path), *names)
+
+
+@pytest.mark.parametrize("command", [[], ["validate"], ["optimize"], ["compare"], ["calibrate"], ["list"]])
+def test_help_exits_0(invoke: Invoke, command: list[str]) -> None:
     result = invoke(*command, "--help")
-    assert result.exception is None, repr(result.exception)
-    assert result.code in (0, None)
-    assert "Traceback" not in result.err
+    assert (result.code, result.exception) == (0, None), result.err
     assert "Usage" in result.out
 
 
-def test_validate_help_lists_the_knobs() -> None:
+def test_validate_help_lists_the_contract_knobs(invoke: Invoke) -> None:
     out = invoke("validate", "--help").out
-    options = [
-        "--model", "--gpus", "--hardware", "--plan", "--seq-len", "--global-batch", "--micro-batch",
-        "--recompute", "--zero", "--sequence-parallel", "--virtual-stages", "--precision", "--json",
-    ]  # fmt: skip
-    for option in options:
+    for option in ("--seq-len", "--global-batch", "--micro-batch", "--recompute", "--zero", "--sequence-parallel",
+                   "--virtual-stages", "--precision", "--framework", "--json"):  # fmt: skip
         assert option in out, option
 
 
-# ---------------------------------------------------------------------------- end to end
+# --- end to end, in a fresh process ----------------------------------------------------------------
 
 
-def test_python_m_optimizer_help() -> None:
-    proc = run_module("--help")
+def test_python_m_optimizer_prints_what_main_prints(outputs: dict[str, Invocation]) -> None:
+    proc = run_module("optimizer", *JSON_COMMANDS["validate"])
     assert proc.returncode == 0, proc.stderr
-    assert "Usage" in proc.stdout
-    assert "validate" in proc.stdout
-    assert "Traceback" not in proc.stderr
+    fresh, here = json.loads(proc.stdout), output(outputs, "validate")
+    for obj in (fresh, here):
+        obj["solver"].pop("wall_s")
+    assert fresh == here
 
 
-def test_python_m_optimizer_bad_input() -> None:
-    proc = run_module("validate", *A100[:6], "--plan", "TP8/PP4/DP4")
-    assert proc.returncode == 2
-    assert proc.stdout == ""
+def test_python_m_paraplan_bad_input() -> None:
+    proc = run_module("paraplan", *_with("--plan", "TP8/PP4/DP4"))
+    assert (proc.returncode, proc.stdout) == (2, "")
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:"), proc.stderr
-
-
-def test_deterministic_json_in_process(a100: Result) -> None:
-    again = invoke("validate", *A100, "--json")
-    assert again.code == 0
-    assert again.out == a100.out
-
-
-def test_deterministic_json_across_processes(a100: Result) -> None:
-    proc = run_module("validate", *A100, "--json")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == a100.out  # byte-identical: same process or a fresh one

@@ -227,7 +227,7 @@ def formatted_plans(draw: st.DrawFn) -> tuple[str, int, Plan]:
     return text, gpus, expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(formatted_plans())
 def test_formatted_plan_round_trips(case: tuple[str, int, Plan]) -> None:
     text, gpus, expected = case
@@ -246,13 +246,13 @@ def _parses_or_input_error(text: str, gpus: int) -> None:
         assert plan.virtual_stages is None or plan.virtual_stages >= 1
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.text(), st.integers(min_value=1, max_value=1_000_000))
 def test_arbitrary_text_parses_or_raises_input_error(text: str, gpus: int) -> None:
     _parses_or_input_error(text, gpus)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.text(alphabet="tpdcevxTPDCEVX0123456789/, =\t*-", max_size=30), st.integers(min_value=1, max_value=4096))
 def test_plan_like_text_parses_or_raises_input_error(text: str, gpus: int) -> None:
     _parses_or_input_error(text, gpus)
