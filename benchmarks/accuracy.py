@@ -32,7 +32,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from paraplan.calibrate import Run, chosen_layouts, load_runs, predict  # noqa: E402
+from paraplan.calibration import Run, chosen_layouts, load_runs, predict  # noqa: E402
 from paraplan.cost_models import frameworks  # noqa: E402
 from paraplan.cost_models.errors import InputError  # noqa: E402
 from paraplan.cost_models.layout import layout_short  # noqa: E402

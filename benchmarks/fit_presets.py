@@ -32,7 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from paraplan.calibrate import Run, calibrate, load_runs  # noqa: E402
+from paraplan.calibration import Run, calibrate, load_runs  # noqa: E402
 from paraplan.cost_models import frameworks  # noqa: E402
 from paraplan.cost_models.layout import Framework  # noqa: E402
 from paraplan.hardware_specs.loader import load_cluster  # noqa: E402
@@ -95,7 +95,7 @@ def with_values(cluster: Cluster, values: dict[str, float]) -> Cluster:
 
 def stack_error(runs: list[Run], clusters: dict[str, Cluster], framework: Framework, efficiency: float) -> float:
     """Mean |log(predicted / measured)| over the stack's runs at this kernel efficiency."""
-    from paraplan.calibrate import chosen_layouts, predict
+    from paraplan.calibration import chosen_layouts, predict
 
     saved = frameworks.FRAMEWORKS[framework]
     frameworks.FRAMEWORKS[framework] = replace(saved, kernel_efficiency=efficiency)

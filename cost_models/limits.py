@@ -57,17 +57,25 @@ def _micro_batches(lay: Layouts) -> np.ndarray:
     return np.asarray(lay.global_batch // np.maximum(lay.dp * lay.micro_batch, 1))
 
 
+def _max_chunks(t: Target, lay: Layouts) -> np.ndarray:
+    """Model chunks a pipeline can hold: one layer each at least, except that an uneven split's
+    lighter first (last) stage may give a chunk to the embedding (the loss) alone -- NeMo's
+    embedding-and-loss accounting, `stages` module docstring."""
+    extra = (lay.first_stage_layers > 0).astype(np.int64) + (lay.last_stage_layers > 0).astype(np.int64)
+    return np.asarray(t.model.num_layers + extra)
+
+
 def _virtual(t: Target, lay: Layouts) -> BoolArray:
     v = lay.virtual_stages
     return np.asarray(
-        (v > 1) & ((lay.pp == 1) | (lay.pp * v > t.model.num_layers) | (_micro_batches(lay) % lay.pp != 0))
+        (v > 1) & ((lay.pp == 1) | (lay.pp * v > _max_chunks(t, lay)) | (_micro_batches(lay) % lay.pp != 0))
     )
 
 
 def _virtual_words(t: Target, lay: Layout) -> str:
     if lay.pp == 1:
         return f"virtual stages {lay.virtual_stages} need pipeline parallelism (PP > 1)"
-    if lay.pp * lay.virtual_stages > t.model.num_layers:
+    if lay.pp * lay.virtual_stages > int(_max_chunks(t, Layouts.of([lay]))[0]):
         return (
             f"PP {lay.pp} x {lay.virtual_stages} virtual stages = {lay.pp * lay.virtual_stages} chunks "
             f"exceed the {t.model.num_layers} layers"

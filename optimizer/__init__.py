@@ -19,7 +19,7 @@ from paraplan.cost_models.errors import InputError
 
 if TYPE_CHECKING:
     from paraplan.api import load_hardware, load_model, optimize, validate
-    from paraplan.calibrate import calibrate
+    from paraplan.calibration import calibrate
     from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Precision, Recompute
     from paraplan.decision import compare
 
@@ -45,7 +45,7 @@ _LAZY = {
     "load_model": "paraplan.api",
     "load_hardware": "paraplan.api",
     "compare": "paraplan.decision",
-    "calibrate": "paraplan.calibrate",
+    "calibrate": "paraplan.calibration",
     "Layout": "paraplan.cost_models.layout",
     "Recompute": "paraplan.cost_models.layout",
     "Precision": "paraplan.cost_models.layout",

@@ -11,6 +11,7 @@ framework's. Bad input raises `paraplan.InputError` with a one-line message.
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -290,7 +291,31 @@ def constraints_from(
             raise InputError(f"min_{dim} {low[dim]} exceeds max_{dim} {high[dim]}")
     if deadline_days is not None and tokens is None:
         raise InputError("a deadline needs tokens (how many tokens must be trained by then)")
+    check_amount("tokens", tokens, minimum=1.0, inclusive=True)
+    check_amount("deadline_days", deadline_days)
     return Constraints(low, high, tp_within_node, deadline_days, tokens)
+
+
+def _fixed_within_bounds(knobs: Mapping[str, object], cons: Constraints) -> None:
+    """A degree both fixed and bounded must agree with its bound: contradictory input."""
+    for dim in DEGREES:
+        value = knobs.get(dim)
+        if value is None:
+            continue
+        if dim in cons.low and int(str(value)) < cons.low[dim]:
+            raise InputError(f"{dim} {value} is fixed below its min_{dim} {cons.low[dim]}: give one of them")
+        if dim in cons.high and int(str(value)) > cons.high[dim]:
+            raise InputError(f"{dim} {value} is fixed above its max_{dim} {cons.high[dim]}: give one of them")
+
+
+def check_amount(name: str, value: float | None, minimum: float = 0.0, inclusive: bool = False) -> None:
+    """A finite amount above `minimum` (or at it, when `inclusive`); None means not given.
+    The CLI's option types check the same; this is the API's door."""
+    if value is None:
+        return
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not finite or value < minimum or (value == minimum and not inclusive):
+        raise InputError(f"{name} {value!r} must be a finite number {'>=' if inclusive else '>'} {minimum:g}")
 
 
 def optimize(
@@ -323,6 +348,7 @@ def optimize(
     entries = _hardware_entries(hardware)
     given: dict[str, object] = dict(knobs)
     _emit_framework(given, emit)
+    _fixed_within_bounds(given, cons)
     results = [
         _optimize_one(spec, cluster, gpu_counts(count if count is not None else gpus, cluster.gpus_per_node,
                                                 f"hardware entry '{cluster.name}' count" if count is not None else "gpus"),
@@ -348,6 +374,8 @@ def _hardware_entries(hardware: str | Cluster | Sequence[str | Cluster]) -> list
     if isinstance(hardware, Cluster):
         return [(hardware, None)]
     values = [hardware] if isinstance(hardware, str) else list(hardware)
+    if not values:
+        raise InputError("no hardware given: name at least one preset or TOML")
     out: list[tuple[Cluster, str | None]] = []
     for value in values:
         if isinstance(value, Cluster):

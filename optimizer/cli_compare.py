@@ -1,4 +1,4 @@
-"""The `compare` and `calibrate` commands (thin, over `paraplan.decision` and `paraplan.calibrate`)."""
+"""The `compare` and `calibrate` commands (thin, over `paraplan.decision` and `paraplan.calibration`)."""
 
 from __future__ import annotations
 
@@ -236,7 +236,7 @@ def calibrate_command() -> click.Command:
         """
         import shlex
 
-        from paraplan.calibrate import calibrate as run_calibrate
+        from paraplan.calibration import calibrate as run_calibrate
         from paraplan.report import print_calibrate
 
         if (out_path.exists() or out_path.is_symlink()) and not force:

@@ -29,7 +29,15 @@ import numpy as np
 from pydantic import ValidationError
 
 from paraplan.answers import evaluated
-from paraplan.api import MAX_GPUS, _check_gpus, gpu_count_domain, hardware_items, input_warnings, load_hardware
+from paraplan.api import (
+    MAX_GPUS,
+    _check_gpus,
+    check_amount,
+    gpu_count_domain,
+    hardware_items,
+    input_warnings,
+    load_hardware,
+)
 from paraplan.api import _model as resolve_model
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.energy import busy_fraction, energy_kwh, wall_power_per_gpu_w
@@ -495,8 +503,10 @@ def compare(
     """The hardware decision: per NAME:COUNT, the best layout and what training `tokens` costs.
     `figures` overrides preset figures for every hardware (gpu_usd, cloud_usd_per_gpu_hour,
     usd_per_kwh, gpu_mtbf_hours, restart_s, ...)."""
-    if not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens >= 1):
-        raise InputError(f"tokens {tokens!r} must be a finite number >= 1")
+    check_amount("tokens", tokens, minimum=1.0, inclusive=True)
+    check_amount("budget_usd", budget_usd)
+    check_amount("deadline_days", deadline_days)
+    check_amount("staff_usd_per_day", staff_usd_per_day, inclusive=True)
     spec = resolve_model(model)
     items = []
     for item in hardware_items(hardware):

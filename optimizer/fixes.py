@@ -3,7 +3,8 @@
 Tried in order of how little they change the question, each a new question evaluated once:
   1. a knob the user fixed (recompute, ZeRO, micro-batch, offload, ...) left to the search;
   2. the nearest global batches that some data-parallel degree divides;
-  3. more GPUs: the smallest count above the one asked (whole nodes, up to 64x) that fits;
+  3. more GPUs: the smallest count above the one asked that fits, among the sizes clusters are
+     built in (2^a and 3 x 2^a, whole nodes, up to 64x);
   4. another framework, where the chosen one lacks what would fit (DeepSpeed's parameter
      offload, torchtitan's FSDP with pipeline parallelism, ...).
 Each fix is a sentence with the resulting layout and its step time, so it can be acted on.
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from paraplan.api import MAX_GPUS, gpu_count_domain
 from paraplan.cost_models.evaluate import Evaluation
 from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, layout_words
 from paraplan.question import Question
@@ -47,6 +49,15 @@ def _with(question: Question, **values: object) -> Question:
     return Question(question.model, question.cluster, given, question.stack, question.mem_headroom, question.bounds)
 
 
+def _blocked_only_by(ev: Evaluation, name: str) -> np.ndarray:
+    """Candidates whose one violated limit is `name` (memory included among the limits)."""
+    others = np.zeros(len(ev), dtype=bool)
+    for check, mask in ev.checks.items():
+        if check != name:
+            others |= mask
+    return np.asarray(ev.checks[name] & ~others) if name in ev.checks else np.zeros(len(ev), dtype=bool)
+
+
 def fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: Constraints) -> list[str]:
     """Changes that make some layout of `counts` GPUs (or of more) qualify."""
     out: list[str] = []
@@ -55,7 +66,9 @@ def fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: C
         if found:
             out.append(f"leave {name.replace('_', '-')} to the search (not {question.given[name]}): {_words(found)}")
     batch = int(question.given["global_batch"])
-    dps = sorted({int(d) for d in np.unique(ev.layouts.dp)}) if len(ev) else []
+    # Another batch only helps where divisibility is what blocks a layout (the cheap test first:
+    # every batch tried is a whole search).
+    dps = sorted({int(d) for d in np.unique(ev.layouts.dp[_blocked_only_by(ev, "batch")])}) if len(ev) else []
     nearby = sorted({m * d for d in dps for m in (batch // d, batch // d + 1) if m * d > 0 and m * d != batch},
                     key=lambda b: (abs(b - batch), b))[:NEAREST_BATCHES]  # fmt: skip
     for candidate in nearby:
@@ -63,18 +76,15 @@ def fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: C
         if found:
             out.append(f"global batch {candidate} instead of {batch}: {_words(found)}")
             break
-    per_node = question.cluster.gpus_per_node
     top = max(counts)
-    step = per_node if top >= per_node else 1
-    for more in range(top + step, top * GPU_GROWTH_LIMIT + 1, step):
-        if more > top * 2 and more % (per_node * 8 if more > per_node * 8 else per_node):
-            continue  # beyond 2x, whole groups of 8 nodes are enough resolution
-        if "dp" in question.given:
-            break
-        found = _best(question, [more], cons)
-        if found:
-            out.append(f"{more} GPUs (the smallest count above {top} that fits): {_words(found)}")
-            break
+    if "dp" not in question.given and top < MAX_GPUS:
+        # The counts clusters are built in (2^a and 3 x 2^a whole nodes, `gpu_count_domain`):
+        # two per doubling, so at most a dozen searches up to 64x.
+        for more in gpu_count_domain(top + 1, min(top * GPU_GROWTH_LIMIT, MAX_GPUS), question.cluster.gpus_per_node):
+            found = _best(question, [more], cons)
+            if found:
+                out.append(f"{more} GPUs (the smallest 2^a or 3 x 2^a count above {top} that fits): {_words(found)}")
+                break
     for framework in Framework:
         if framework == question.framework or len(out) >= MAX_FIXES:
             continue
@@ -94,6 +104,15 @@ def fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: Co
         found = _best(_without(planned, name), [gpus], cons)
         if found:
             out.append(f"leave {name.replace('_', '-')} to the search (not {question.given[name]}): {_words(found)}")
+    batch = int(question.given["global_batch"])
+    unit = plan["dp"] * int(str(question.given.get("micro_batch", 1)))
+    nearby = sorted({m * unit for m in (batch // unit, batch // unit + 1) if 0 < m * unit != batch},
+                    key=lambda b: (abs(b - batch), b))  # fmt: skip
+    for candidate in nearby:
+        found = _best(_with(planned, global_batch=candidate), [gpus], cons)
+        if found:
+            out.append(f"global batch {candidate} instead of {batch}: {_words(found)}")
+            break
     for factor in (2, 3, 4, 6, 8, 16):
         more = gpus * factor
         bigger = question.fixed(**{d: plan[d] for d in DEGREES if d in plan and d != "dp"})

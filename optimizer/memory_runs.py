@@ -13,7 +13,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from paraplan.calibrate import _run, chosen_layouts
+from paraplan.calibration import _run, chosen_layouts
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import layout_short

@@ -13,7 +13,7 @@ import pytest
 from conftest import Invoke, gpt_spec, run_module
 
 import paraplan
-from paraplan.calibrate import calibrate  # `paraplan.calibrate` is shadowed: see the xfail below
+from paraplan.calibration import calibrate
 from paraplan.cost_models.models import ModelSpec
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.results import CalibrateResult, CompareResult, OptimizeResult, ValidateResult
@@ -70,11 +70,6 @@ def test_cli_help_imports_no_solver_and_no_numpy() -> None:
     assert not {"paraplan.api", "paraplan.search", "paraplan.cost_models.evaluate"} & imported
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="paraplan/__init__.py's lazy __getattr__ imports the submodule "
-    "paraplan.calibrate, which then shadows the function: the second access gets the module",
-)
 def test_paraplan_calibrate_stays_the_function() -> None:
     code = "import paraplan; first = paraplan.calibrate; print(callable(first), callable(paraplan.calibrate))"
     proc = run_module("paraplan", code=code)
@@ -213,29 +208,19 @@ BAD_CALLS: dict[str, Callable[[], object]] = {
     "calibrate fit": lambda: calibrate("a100-80g", PUBLIC_RUNS, fit_names="nope"),
     "load model": lambda: paraplan.load_model("/nonexistent/config.json"),
     "load hardware": lambda: paraplan.load_hardware("tpu-v9"),
+    "tokens negative": lambda: paraplan.optimize("llama2-7b", "a100-80g", 8, tokens=-1.0),
+    "tokens nan": lambda: paraplan.optimize("llama2-7b", "a100-80g", 8, tokens=float("nan")),
+    "deadline negative": lambda: paraplan.optimize(TINY, "a100-80g", 8, tokens=1e9, deadline_days=-1.0),
+    "no hardware": lambda: paraplan.optimize("llama2-7b", [], 8),
+    "budget negative": lambda: paraplan.compare("llama2-7b", "a100-80g:8", budget_usd=-1.0),
+    "staff negative": lambda: paraplan.compare("llama2-7b", "a100-80g:8", staff_usd_per_day=-1.0),
 }
-UNCHECKED = "the API does not check it (the CLI's option types do): "
-BAD_CALLS_XFAIL: dict[str, tuple[Callable[[], object], str]] = {
-    "tokens negative": (lambda: paraplan.optimize("llama2-7b", "a100-80g", 8, tokens=-1.0),
-                        UNCHECKED + "pydantic ValidationError on train_time_s"),
-    "tokens nan": (lambda: paraplan.optimize("llama2-7b", "a100-80g", 8, tokens=float("nan")),
-                   UNCHECKED + "pydantic ValidationError on train_time_s"),
-    "deadline negative": (lambda: paraplan.optimize(TINY, "a100-80g", 8, tokens=1e9, deadline_days=-1.0),
-                          UNCHECKED + "accepted silently"),
-    "no hardware": (lambda: paraplan.optimize("llama2-7b", [], 8), UNCHECKED + "an empty result"),
-    "budget negative": (lambda: paraplan.compare("llama2-7b", "a100-80g:8", budget_usd=-1.0),
-                        UNCHECKED + "accepted silently"),
-    "staff negative": (lambda: paraplan.compare("llama2-7b", "a100-80g:8", staff_usd_per_day=-1.0),
-                       UNCHECKED + "pydantic ValidationError on CostOut.staff"),
-}  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "call",
-    [pytest.param(f, id=k) for k, f in BAD_CALLS.items()]
-    + [pytest.param(f, id=k, marks=pytest.mark.xfail(strict=True, reason=why))
-       for k, (f, why) in BAD_CALLS_XFAIL.items()],
-)  # fmt: skip
+    [pytest.param(f, id=k) for k, f in BAD_CALLS.items()],
+)
 def test_bad_input_raises_input_error_with_one_line(call: Callable[[], object]) -> None:
     with pytest.raises(paraplan.InputError) as info:
         call()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import Invoke, check_json_schema, one_error_line, single_json_object
 
-from paraplan.calibrate import Fit, Run, chosen_layouts, fit, load_runs, predict
+from paraplan.calibration import Fit, Run, chosen_layouts, fit, load_runs, predict
 from paraplan.hardware_specs.loader import load_cluster
 from paraplan.hardware_specs.schema import Cluster
 
@@ -215,8 +215,6 @@ def test_a_constant_pushed_past_its_range_is_reported_at_its_bound(invoke: Invok
     assert warning and "gemm_max" in warning[0] and "bound" in warning[0]  # said in the file it writes
 
 
-@pytest.mark.xfail(strict=True, reason="calibrate ignores the runs file's `hardware` column: a100 constants are "
-                   "fitted through H100 rows of the same file")  # fmt: skip
 def test_runs_of_other_hardware_are_not_fitted(invoke: Invoke, tmp_path: Path) -> None:
     rows: list[dict[str, Any]] = [r for r in public_rows() if r["id"] in TABLE1[:3]]
     other = {**rows[1], "id": "an_h100_run", "hardware": "h100-sxm"}

@@ -240,8 +240,6 @@ def test_1000_gpus_with_the_default_batch_names_a_batch_that_works(invoke: Invok
     assert again.json()["results"][0]["layouts"][0]["gpus"] == 1000
 
 
-@pytest.mark.xfail(strict=True, reason="validate's fixes (fixes_for_plan) never try another global batch: "
-                   "a 1000-GPU plan blocked only by 1024 % DP gets no fix at all")  # fmt: skip
 def test_validate_fixes_name_a_global_batch_at_1000_gpus(invoke: Invoke) -> None:
     result = invoke("validate", "--model", "llama2-70b", "--gpus", "1000", "--hardware", "a100-80g",
                     "--plan", "TP8/PP5/DP25", "--json")  # fmt: skip
@@ -402,8 +400,6 @@ def _llama_config(path: Path, layers: int) -> Path:
     return path
 
 
-@pytest.mark.xfail(strict=True, reason="limits._virtual refuses PP x VPP chunks beyond the layer count even with "
-                   "the embedding-and-loss split that stages.py documents for this case")  # fmt: skip
 def test_nemo_30_layers_on_pp4_vpp8_with_the_embedding_and_loss_split(invoke: Invoke, tmp_path: Path) -> None:
     """NeMo's recipes count the embedding and the loss as one layer each: 30 + 2 = 32 chunks of
     one layer on PP4 x VPP8, the first and last stages holding 7 transformer layers."""

@@ -371,11 +371,6 @@ def test_best_of_each_count_when_a_small_count_fits_nothing() -> None:
     assert {int(ranking.evaluation.gpus[i]) for i in ranking.best} == {64}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a degree fixed outside its own bound (--tp 4 --max-tp 2) is neither refused "
-    "nor infeasible: the space takes fixed values without Bounds.admits, and layouts break the bound",
-)
 @pytest.mark.parametrize("args", [["--tp", "4", "--max-tp", "2"], ["--dp", "8", "--max-dp", "2"]])
 def test_a_fixed_degree_outside_its_bound_is_never_returned(invoke: Invoke, args: list[str]) -> None:
     result = invoke("optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g", *args, "--json")

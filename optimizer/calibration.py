@@ -325,13 +325,17 @@ BOUND_TOLERANCE = 1e-3  # a constant within this share of its range from a bound
 
 
 def _screen(runs: list[Run], cluster: Cluster) -> tuple[list[Run], dict[str, str]]:
-    """Runs fit for fitting, and why each other one is left out: the model finds its plan
+    """Runs fit for fitting, and why each other one is left out: a `hardware` column naming other
+    hardware than the one calibrated (neither its name nor its family); the model finds its plan
     infeasible (its prediction would be for a plan that cannot run), or predicts it more than
     3x off (a different regime, or a mistake in the row; fitting through it would distort every
     constant)."""
     flagged: dict[str, str] = {}
     keep = []
     for run in runs:
+        if run.hardware and run.hardware not in (cluster.name, cluster.gpu_family):
+            flagged[run.label] = f"measured on {run.hardware}, not {cluster.name} (the file's hardware column)"
+            continue
         question = run.question(cluster)
         ev = question.evaluate(question.space(run.gpus))
         ranking = rank(ev, Constraints(), 1)
