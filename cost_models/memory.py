@@ -206,7 +206,7 @@ def _full_layer_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) ->
     return activation_bytes_per_token_layer(model, lay.replace(recompute=int(Recompute.NONE)), stack)
 
 
-def in_flight_micro_batches(lay: Layouts, stage: FloatArray | int) -> FloatArray:
+def in_flight_micro_batches(lay: Layouts, stage: FloatArray | float) -> FloatArray:
     """Micro-batches' worth of activations stage `stage` (0 = first) holds at its peak."""
     pp = lay.pp.astype(np.float64)
     v = lay.virtual_stages.astype(np.float64)
@@ -277,7 +277,8 @@ def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: flo
     acts = LayerActivations.of(model, lay, stack)
     first = stage_memory(model, lay, stack, reserve_bytes, first_l, 0.0, first=True, last=single, per_token=acts)
     middle = stage_memory(model, lay, stack, reserve_bytes, middle_l, 1.0, first=False, last=False, per_token=acts)
-    last = stage_memory(model, lay, stack, reserve_bytes, last_l, lay.pp - 1.0, first=single, last=True,
+    last_index = np.asarray(lay.pp - 1.0, dtype=np.float64)
+    last = stage_memory(model, lay, stack, reserve_bytes, last_l, last_index, first=single, last=True,
                         per_token=acts)  # fmt: skip
     peak = _where(first.total >= last.total, first, last)
     return _where(middle.total > peak.total, middle, peak)

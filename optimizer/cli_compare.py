@@ -53,7 +53,7 @@ def _figure_options(func: F) -> F:
     return func
 
 
-def compare_command(knob_options: Callable[[F], F]) -> click.Command:
+def compare_command(knob_options: Callable[[Callable[..., Any]], Callable[..., Any]]) -> click.Command:
     from paraplan.cli import FiniteRange
 
     @click.command("compare")

@@ -91,11 +91,11 @@ def why_loses(best: Evaluation, b: int, ev: Evaluation, i: int, by_cost: bool = 
         if step > best_step * (1 + 1e-9):
             return f"same cost per step, {step / best_step - 1:+.2%} step time ({diff})"
     if step <= best_step * (1 + 1e-9):
-        mine, theirs = float(ev.memory.total[i]), float(best.memory.total[b])
-        if mine > theirs:
-            return f"same step time, more memory: {mine / 1e9:.1f} vs {theirs / 1e9:.1f} GB ({diff})"
+        mine_gb, theirs_gb = float(ev.memory.total[i]) / 1e9, float(best.memory.total[b]) / 1e9
+        if mine_gb > theirs_gb:
+            return f"same step time, more memory: {mine_gb:.1f} vs {theirs_gb:.1f} GB ({diff})"
         # The tie-break prefers the simpler layout (search.py); the runner-up saves memory.
-        return f"same step time, {mine / 1e9:.1f} vs {theirs / 1e9:.1f} GB, ranked after the simpler layout ({diff})"
+        return f"same step time, {mine_gb:.1f} vs {theirs_gb:.1f} GB, ranked after the simpler layout ({diff})"
     term = max(TIME_TERMS, key=lambda t: float(ev.times[t][i]) - float(best.times[t][b]))
     if term == "bubble":
         mine, theirs = distinct(float(bubble_fraction(ev.layouts)[i]), float(bubble_fraction(best.layouts)[b]))

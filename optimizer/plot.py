@@ -116,9 +116,9 @@ def write_plot(path: Path, result: CompareResult) -> None:
         (axes[1][2], "cost", "million USD", "Scaling: cost vs GPUs"),
     ):
         for e in done:
-            points = [p for p in e.scaling if key == "time" or p.cost_usd is not None]
+            points = [p for p in e.scaling if (p.train_time_s if key == "time" else p.cost_usd) is not None]
             xs = [p.gpus for p in points]
-            ys = [p.train_time_s / DAY if key == "time" else (p.cost_usd or 0.0) / 1e6 for p in points]
+            ys = [(p.train_time_s or 0.0) / DAY if key == "time" else (p.cost_usd or 0.0) / 1e6 for p in points]
             line = ax.plot(xs, ys, marker="o", label=e.hardware)
             chosen = (e.train_time_s or 0) / DAY if key == "time" else (e.cost_usd.total / 1e6 if e.cost_usd else None)
             if chosen is not None:
