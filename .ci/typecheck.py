@@ -1,4 +1,4 @@
-"""mypy --strict over the package and the tests, under the package's installed names.
+"""mypy --strict over the package, the tests and the benchmarks, under the package's installed names.
 
 The folders optimizer/, cost_models/ and hardware_specs/ install as `paraplan`,
 `paraplan.cost_models` and `paraplan.hardware_specs` (pyproject's [tool.setuptools.package-dir]).

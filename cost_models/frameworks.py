@@ -10,8 +10,9 @@ Megatron-LM, main @ d98e8a64 (2026-08; Megatron-Core 0.19 era), `megatron/traini
     with no assertion against pipeline parallelism at that commit.
   * Interleaved schedule (virtual stages) with --overlap-p2p-communication on by default.
   * Context parallelism: --cp-comm-type p2p (ring) or allgather.
-  * Optimizer offload: --optimizer-cpu-offload (HybridDeviceOptimizer; needs the distributed
-    optimizer). Parameters are not offloaded.
+  * Optimizer offload: --optimizer-cpu-offload (HybridDeviceOptimizer over the distributed
+    optimizer's shards, so ZeRO-1: not combined with Megatron-FSDP here). Parameters are not
+    offloaded.
   * Selective recompute (--recompute-granularity selective) recomputes core attention
     (--recompute-modules core_attn, the default) whatever the attention backend: with flash
     attention the flash forward runs again in the backward pass and little memory is saved.
@@ -72,6 +73,7 @@ class FrameworkSpec:
     interleaved: bool  # virtual pipeline stages
     cp_comms: frozenset[CpComm]  # context-parallel exchanges (empty: no CP)
     offloads: frozenset[Offload]
+    optimizer_offload_zero: frozenset[int]  # ZeRO stages its optimizer offload runs with (DP x CP > 1)
     precisions: frozenset[Precision]
     uneven_split: bool  # user-chosen first/last stage layer counts
     cp_shards: bool  # context parallelism runs over the sharding mesh (CP > 1 needs ZeRO >= 2)
@@ -103,6 +105,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
         Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
         cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}),
+        optimizer_offload_zero=frozenset({1}),
         precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False,
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0,
@@ -111,6 +114,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
         Stack(main_grads="bf16", tp_overlap=True, p2p_overlap=False), zero_stages=frozenset({0, 1, 2, 3}),
         zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload),
+        optimizer_offload_zero=frozenset({1, 2, 3}),
         precisions=frozenset({Precision.BF16, Precision.FP16}), uneven_split=False, cp_shards=False,
         pp_defers_grad_sync=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
@@ -119,7 +123,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
         Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False), zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
-        offloads=frozenset({Offload.NONE, Offload.ALL}), precisions=frozenset({Precision.BF16, Precision.FP8}),
+        offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),
         uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
     ),
@@ -188,8 +192,14 @@ def offload_unsupported(lay: Layouts) -> BoolArray:
     single data-parallel rank every stage shards over one rank, so any stage will do (the
     emitter writes the stage the framework requires)."""
     needs = np.where(lay.offload == Offload.ALL, 3, np.where(lay.offload == Offload.OPTIMIZER, 1, 0))
-    sharding = (lay.zero < needs) & (lay.dp * lay.cp > 1)
-    return np.asarray(per_framework(lay, lambda fs, x: ~_in(x.offload, fs.offloads)) | sharding)
+    several = lay.dp * lay.cp > 1
+    sharding = (lay.zero < needs) & several
+
+    def lacks(fs: FrameworkSpec, x: Layouts) -> BoolArray:
+        stage = (x.offload == Offload.OPTIMIZER) & several & ~_in(x.zero, fs.optimizer_offload_zero)
+        return np.asarray(~_in(x.offload, fs.offloads) | stage)
+
+    return np.asarray(per_framework(lay, lacks) | sharding)
 
 
 def deferred_grad_sync(lay: Layouts) -> BoolArray:

@@ -273,7 +273,7 @@ class Layout(BaseModel):
         "config (pinned versions: see the README).", word=lambda v: str(v), short=lambda v: None,
     )] = Framework.MEGATRON  # fmt: skip
     offload: Annotated[Offload, Knob(
-        Role.SEARCHED, "Offload to host memory (DeepSpeed): optimizer states, or optimizer states and weights.",
+        Role.SEARCHED, "Offload to host memory: optimizer states (DeepSpeed ZeRO-Offload, Megatron's CPU optimizer), or optimizer states and weights (DeepSpeed ZeRO-Infinity, torchtitan FSDP CPU offload).",
         word=lambda v: f"offload {v}", short=lambda v: f"off-{v}" if v != Offload.NONE else None,
         legend="off-WHAT: offload to host memory", domain=_all(list(Offload)), trades_memory=True,
     )] = Offload.NONE  # fmt: skip
@@ -444,6 +444,8 @@ def layout_words(lay: Layout) -> str:
             continue
         if (name == "offload" and value == Offload.NONE) or (name == "cp_comm" and lay.cp == 1):
             continue
+        if name == "expert_tp" and lay.ep == 1 and not value:
+            continue  # no expert layers split: nothing to say
         if name in ("first_stage_layers", "last_stage_layers") and not (
             lay.first_stage_layers or lay.last_stage_layers
         ):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 70B on 256 A100-80GB, or on 2048 RTX 4090? The worked walk-through is a100_vs_rtx4090_70b.md.
-# Run from anywhere with paraplan installed (pip install -e .); PARAPLAN overrides the command,
-# e.g. PARAPLAN="python -m optimizer". Every command exits 0.
+# Run from anywhere with paraplan installed (pip install .); PARAPLAN overrides the command,
+# e.g. PARAPLAN="python -m paraplan". Every command exits 0.
 set -euo pipefail
 PARAPLAN=${PARAPLAN:-paraplan}
 
@@ -13,7 +13,7 @@ $PARAPLAN validate --model llama2-70b --gpus 2048 --hardware rtx4090 --plan TP2/
 #    time with failures, goodput, energy and money (owned hardware, preset figures).
 $PARAPLAN compare --model llama2-70b --hardware a100-80g:256,rtx4090:2048 --tokens 2e12
 
-# 3. The same as JSON (the contract's object, for scripts).
+# 3. The same as one JSON object, for scripts (fields: docs/json.md).
 $PARAPLAN compare --model llama2-70b --hardware a100-80g:256,rtx4090:2048 --tokens 2e12 --json
 
 # 4. Rented instead of owned: the cloud price per GPU-hour (energy included in it).

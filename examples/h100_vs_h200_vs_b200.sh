@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Llama 3 70B on 15T tokens: H100, H200 or B200? The walk-through is h100_vs_h200_vs_b200.md.
-# PARAPLAN overrides the command, e.g. PARAPLAN="python -m optimizer". Every command exits 0.
+# Run from anywhere with paraplan installed (pip install .); PARAPLAN overrides the command,
+# e.g. PARAPLAN="python -m paraplan". Every command exits 0.
 set -euo pipefail
 PARAPLAN=${PARAPLAN:-paraplan}
 

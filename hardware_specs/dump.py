@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from paraplan.hardware_specs.schema import Cluster
@@ -23,7 +24,9 @@ def _value(v: Any) -> str:
             raise ValueError(f"cannot write non-finite number {v} to TOML")
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a valid TOML basic string
+        # A JSON string is a TOML basic string, but JSON's ASCII mode writes characters beyond the
+        # BMP as surrogate pairs, which TOML refuses; without it, DEL stays raw, which TOML refuses.
+        return json.dumps(_utf8(v), ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(v, (list, tuple)):
         return "[\n" + "".join(f"    {_value(x)},\n" for x in v) + "]"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
@@ -39,7 +42,18 @@ def _table(out: list[str], prefix: str, data: dict[str, Any]) -> None:
         _table(out, f"{prefix}.{key}" if prefix else key, sub)
 
 
+def _utf8(text: str) -> str:
+    # A name from the command line may carry undecodable bytes as lone surrogates (Python's
+    # surrogateescape); a TOML file is UTF-8, which cannot hold them.
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _comment(line: str) -> str:
+    # A comment may hold no control character but tab; the header quotes the user's command line.
+    return "# " + re.sub(r"[\x00-\x08\x0a-\x1f\x7f]", "?", _utf8(line))
+
+
 def cluster_to_toml(cluster: Cluster, header: str = "") -> str:
-    out = [f"# {line}" for line in header.splitlines()]
+    out = [_comment(line) for line in header.splitlines()]
     _table(out, "", cluster.model_dump(mode="python"))
     return "\n".join(out) + "\n"

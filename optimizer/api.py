@@ -115,7 +115,7 @@ def validate(
         gpus, plan, given, stack, launch_notes = read.gpus, read.plan, read.knobs, read.stack, read.notes
     _emit_framework(given, emit)
     if gpus is None or plan is None:
-        raise InputError("validate needs --gpus and --plan (or --from-launch FILE)")
+        raise InputError("validate needs a GPU count and a plan (or a launch file to read them from)")
     _check_gpus(gpus)
     parsed = parse_plan(plan, gpus)
     if parsed.virtual_stages is not None:

@@ -159,8 +159,9 @@ def _row_settings(row: dict[str, str], where: str) -> tuple[dict[str, object], d
 
 
 def load_runs(path: Path) -> list[Run]:
-    """Runs from a CSV: the contract's columns, or the published table's (config, knobs,
-    measured_step_time_s). Every problem is an InputError naming the row and column."""
+    """Runs from a CSV: the documented columns (model, gpus, plan, global_batch, seq_len,
+    step_time_s, and any knob), or the published table's (config, knobs, measured_step_time_s).
+    Every problem is an InputError naming the row and column."""
     text = read_text_file(path, "runs file", MAX_RUNS_BYTES)
     try:
         rows = list(csv.DictReader(io.StringIO(text)))

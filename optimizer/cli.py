@@ -14,8 +14,10 @@ so that `paraplan --help` and `paraplan list` start fast.
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +32,7 @@ from paraplan.cost_models.stack import MAIN_GRADS, STACK_FIELDS, Stack
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_GPUS = 10_000_000
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_OUTPUT, EXIT_PIPE = 0, 1, 2, 3, 141
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # after whitespace is collapsed: ESC, BEL, C1 controls
 FRAMEWORKS = ENUMS["framework"].labels()
 
 
@@ -338,7 +341,7 @@ def _out(text: str) -> None:
 def warn(lines: list[str]) -> None:
     """The inputs' warnings on stderr, one `Warning:` line each (stdout stays the answer)."""
     for line in lines:
-        _stderr(f"Warning: {' '.join(line.split())}")
+        _stderr(f"Warning: {_one_line(line)}")
 
 
 def _register_late_commands() -> None:
@@ -353,8 +356,18 @@ _register_late_commands()
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input is one `Error:` line and exit 2; a closed pipe exits quietly."""
+    _buffer_stdout()
+    stdout = sys.stdout
     try:
-        code = cli.main(args=argv, prog_name="paraplan", standalone_mode=False)
+        try:
+            code = cli.main(args=argv, prog_name="paraplan", standalone_mode=False)
+        except SystemExit:
+            # click turns a closed pipe met inside a command (or its --help) into exit 1, which the
+            # contract reserves for "infeasible"; it swaps in a stdout wrapper only then.
+            if sys.stdout is not stdout:
+                sys.stdout = stdout
+                raise BrokenPipeError from None
+            raise
         sys.stdout.flush()
     except InputError as exc:
         _fail(str(exc), EXIT_BAD_INPUT)
@@ -371,14 +384,28 @@ def main(argv: list[str] | None = None) -> None:
     except BrokenPipeError:
         _quiet_pipe()
     except OSError as exc:
-        _fail(f"cannot write the output: {exc.strerror or exc}", EXIT_OUTPUT)
+        _output_failed(f"cannot write the output: {exc.strerror or exc}")
     except Exception as exc:  # a bug: one line, no traceback (PARAPLAN_DEBUG=1 shows it)
         if _stdout_unusable():
-            _fail("cannot write the output: standard output is closed", EXIT_OUTPUT)
+            _output_failed("cannot write the output: standard output is closed")
         if os.environ.get("PARAPLAN_DEBUG"):
             raise
         _fail(f"internal error ({type(exc).__name__}: {exc}); please report it with the command line", EXIT_OUTPUT)
     sys.exit(code if isinstance(code, int) else EXIT_OK)
+
+
+def _buffer_stdout() -> None:
+    """Under PYTHONUNBUFFERED (python -u) stdout writes straight to its file descriptor, and
+    CPython's text layer drops whatever a partial write leaves: a pipe whose reader goes away
+    mid-write, or a signal, would cut the answer short with exit 0. A buffered writer retries
+    partial writes and raises on the broken pipe."""
+    raw = getattr(sys.stdout, "buffer", None)
+    if not isinstance(raw, io.FileIO) or raw.closed:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        writer = io.BufferedWriter(io.FileIO(raw.fileno(), "w", closefd=False))
+        sys.stdout = io.TextIOWrapper(writer, encoding=sys.stdout.encoding, errors=sys.stdout.errors,
+                                      line_buffering=sys.stdout.line_buffering)  # fmt: skip
 
 
 def _stdout_unusable() -> bool:
@@ -392,17 +419,28 @@ def _flush_or_pipe() -> None:
     except BrokenPipeError:
         _quiet_pipe()
     except (OSError, ValueError):
-        _fail("cannot write the output", EXIT_OUTPUT)
+        _output_failed("cannot write the output")
 
 
-def _quiet_pipe() -> None:
-    # The reader went away (`paraplan ... | head -1`): stop quietly, as a SIGPIPE would.
+def _drop_stdout() -> None:
+    # What stdout still buffers can never be written: point its descriptor at /dev/null, so that
+    # the interpreter's last flush neither fails ("Exception ignored", exit 120) nor blocks.
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def _quiet_pipe() -> None:
+    # The reader went away (`paraplan ... | head -1`): stop quietly, as a SIGPIPE would.
+    _drop_stdout()
     sys.exit(EXIT_PIPE)
+
+
+def _output_failed(message: str) -> None:
+    _drop_stdout()
+    _fail(message, EXIT_OUTPUT)
 
 
 def _stderr(text: str) -> None:
@@ -410,7 +448,12 @@ def _stderr(text: str) -> None:
         click.echo(text, err=True)
 
 
+def _one_line(message: str) -> str:
+    """One line of printable text: user input quoted in a message (a model name, a plan) may hold
+    escape sequences that a terminal would obey; control characters become '?'."""
+    return _CONTROL.sub("?", " ".join(message.split()))
+
+
 def _fail(message: str, code: int) -> None:
-    first_line = " ".join(message.split())
-    _stderr(f"Error: {first_line}")
+    _stderr(f"Error: {_one_line(message)}")
     sys.exit(code)

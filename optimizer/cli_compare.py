@@ -167,21 +167,30 @@ def compare_command(knob_options: Callable[[Callable[..., Any]], Callable[..., A
     return compare
 
 
+def check_out(path: Path, force: bool, protect: list[Path]) -> Path:
+    """The file `--out` names (a link resolved), or InputError: it is one of `protect` (the
+    inputs), it exists and `force` is not given, or it is no regular file. A rename onto a device
+    or a FIFO would replace the node itself (as root, /dev/full), so those are refused even with
+    `force`. Called before any work, and again just before the write."""
+    for other in protect:
+        try:
+            if path.exists() and other.exists() and os.path.samefile(path, other):
+                raise InputError(f"--out '{path}' is the input file '{other}'; choose another name")
+        except OSError:
+            continue
+    if (path.exists() or path.is_symlink()) and not force:
+        raise InputError(f"--out '{path}' exists; give --force to overwrite it")
+    target = Path(os.path.realpath(path)) if path.is_symlink() else path
+    if target.exists() and not target.is_file():
+        raise InputError(f"--out '{path}' is not a regular file (a directory, device or pipe); name a file")
+    return target
+
+
 def write_atomically(path: Path, text: str, force: bool, protect: list[Path]) -> None:
     """Write `text` to `path` through a temporary file and a rename, so a failure never leaves a
     half-written file. Refuses a path that is one of `protect` (the inputs), and an existing
     file (or a link to one) unless `force`."""
-    target = path
-    for other in protect:
-        try:
-            if target.exists() and other.exists() and os.path.samefile(target, other):
-                raise InputError(f"--out '{path}' is the input file '{other}'; choose another name")
-        except OSError:
-            continue
-    if (target.exists() or target.is_symlink()) and not force:
-        raise InputError(f"--out '{path}' exists; give --force to overwrite it")
-    if target.is_symlink():
-        target = Path(os.path.realpath(target))
+    target = check_out(path, force, protect)
     directory = target.parent if str(target.parent) else Path(".")
     temporary: str | None = None
     try:
@@ -239,8 +248,7 @@ def calibrate_command() -> click.Command:
         from paraplan.calibration import calibrate as run_calibrate
         from paraplan.report import print_calibrate
 
-        if (out_path.exists() or out_path.is_symlink()) and not force:
-            raise InputError(f"--out '{out_path}' exists; give --force to overwrite it")
+        check_out(out_path, force, [runs_path])  # before the fit: a refusal should not wait for it
         argv = ["paraplan", "calibrate", "--hardware", hardware, "--runs", str(runs_path), "--out", str(out_path)]
         argv += ["--fit", fit_names] if fit_names else []
         argv += ["--name", name] if name else []

@@ -56,6 +56,14 @@ def print_compare(r: CompareResult) -> None:
                      "`paraplan list hardware --json`"))  # fmt: skip
 
 
+def _memory_words(e: CompareEntry) -> str:
+    if e.best is None:
+        return "-"
+    mem = e.best.memory_bytes
+    near = " ! near the limit" if e.best.near_memory_limit else ""
+    return f"{mem.total / GB:.1f}/{mem.capacity / GB:.1f} GB{near}"
+
+
 def _account_table(out: Console, done: list[CompareEntry]) -> None:
     table = Table(title="The run, failures and energy counted", title_justify="left")
     table.add_column("")
@@ -70,6 +78,7 @@ def _account_table(out: Console, done: list[CompareEntry]) -> None:
 
     row("step time", lambda e: range_words(e.best) if e.best else "-")
     row("MFU", lambda e: f"{e.best.mfu:.3f}" if e.best else "-")
+    row("memory (most loaded GPU)", lambda e: _memory_words(e))
     row("time without failures", lambda e: fmt_seconds(e.ideal_time_s or 0.0))
     row("failures per hour", lambda e: f"{e.failures_per_hour or 0.0:.4g}")
     row("job MTBF", lambda e: fmt_duration(e.job_mtbf_s or 0.0))

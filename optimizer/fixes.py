@@ -18,7 +18,7 @@ import numpy as np
 
 from paraplan.api import MAX_GPUS, gpu_count_domain
 from paraplan.cost_models.evaluate import Evaluation
-from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, layout_words
+from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, bounds, layout_words
 from paraplan.question import Question
 from paraplan.search import Constraints, rank_space
 from paraplan.units import fmt_seconds
@@ -106,8 +106,9 @@ def fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: Co
             out.append(f"leave {name.replace('_', '-')} to the search (not {question.given[name]}): {_words(found)}")
     batch = int(question.given["global_batch"])
     unit = plan["dp"] * int(str(question.given.get("micro_batch", 1)))
-    nearby = sorted({m * unit for m in (batch // unit, batch // unit + 1) if 0 < m * unit != batch},
-                    key=lambda b: (abs(b - batch), b))  # fmt: skip
+    lowest, highest = bounds("global_batch")  # a suggestion the options would refuse is no fix
+    nearby = sorted({m * unit for m in (batch // unit, batch // unit + 1) if m * unit != batch
+                     and lowest <= m * unit <= highest}, key=lambda b: (abs(b - batch), b))  # fmt: skip
     for candidate in nearby:
         found = _best(_with(planned, global_batch=candidate), [gpus], cons)
         if found:

@@ -213,7 +213,8 @@ def _optimize_table(out: Console, model: str, r: HardwareResult, objective: str)
     columns += ["days"] if with_days else []
     columns += ["cost"] if with_cost else ["$/step"] if r.layouts[0].cost_usd_per_step is not None else []
     for col in columns:
-        table.add_column(col, justify="left" if col == "layout" else "right")
+        # The layout folds rather than truncates: a hidden CP or EP degree would change the plan.
+        table.add_column(col, justify="left" if col == "layout" else "right", overflow="fold")
     for rank, e in enumerate(r.layouts, 1):
         mem = e.memory_bytes
         words = layout_short(e.layout) + (f" (= {len(e.equivalent)} more)" if e.equivalent else "")
@@ -314,7 +315,7 @@ def print_calibrate(r: object) -> None:
 
     assert isinstance(r, CalibrateResult)
     out = console()
-    table = Table(title=f"calibrate {r.hardware}: step time per run", title_justify="left")
+    table = Table(title=f"calibrate {safe(r.hardware)}: step time per run", title_justify="left")
     for col in ("run", "measured", "before", "error", "after", "error"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for run in r.runs:

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from paraplan.cost_models.layout import Layout
+from paraplan.cost_models.layout import Layout, Recompute
 
 Finite = Field(allow_inf_nan=False)
 
@@ -76,6 +76,12 @@ class StageOut(_Out):
     gpus_per_replica: int = Field(ge=1, description="GPUs of one data-parallel replica in this stage (its TP degree)")
     tp: int = Field(ge=1, description="tensor parallelism of the stage")
     layers: int = Field(ge=0, description="transformer layers on the stage")
+    recompute: Recompute | None = Field(default=None, description="the stage's activation recompute (pool plans)")
+    slot_s: float | None = Field(
+        default=None, ge=0, description="pool plans: the stage's time per micro-batch (forward, backward, boundaries)"
+    )
+    memory_bytes: float | None = Field(default=None, ge=0, description="pool plans: memory of one GPU of the stage")
+    capacity_bytes: float | None = Field(default=None, gt=0, description="pool plans: that GPU's memory")
 
 
 class EvaluatedLayout(_Out):
@@ -149,6 +155,45 @@ class HardwareResult(_Out):
     homogeneous: list[HardwareResult] | None = Field(
         default=None, description="for a pool: the best plan on each GPU type alone"
     )
+    enumeration: HardwareResult | None = Field(
+        default=None,
+        description="for a pool's single-type entry: the same GPU type searched by the uniform enumeration "
+        "(paraplan.optimize, every knob), for comparison with the pool's stage model",
+    )
+    pool: PoolOut | None = Field(default=None, description="for a pool: what it offers, uses, and whether mixing pays")
+
+
+class PoolMemberOut(_Out):
+    """One GPU type of a pool."""
+
+    hardware: str = Field(description="the GPU type")
+    count: int = Field(ge=0, description="GPUs of this type the pool offers")
+    used: int = Field(ge=0, description="GPUs of this type the best plan uses (the rest stay idle)")
+
+
+class PoolOut(_Out):
+    """A pool's answer beyond its layouts: the types it mixes and what mixing gains."""
+
+    members: list[PoolMemberOut] = Field(description="per GPU type: offered and used")
+    link: str = Field(description="the link between stages on different GPU types")
+    objective: str = Field(description="time (step time) or cost (dollars per step)")
+    best_single: str | None = Field(default=None, description="the GPU type whose single-type plan is best")
+    mixed: bool = Field(default=False, description="the best plan uses more than one GPU type")
+    gain: float | None = Field(
+        default=None, description="1 - the pool's best / the best single-type plan, both priced by the stage model"
+    )
+    gain_vs_enumeration: float | None = Field(
+        default=None,
+        description="1 - the pool's best / the best single-type plan of the uniform enumeration (other knobs "
+        "included: context parallelism, interleaving, offload, ZeRO 2/3)",
+    )
+    verdict: str = Field(description="whether mixing pays and by how much, with both numbers")
+    runnable: str = Field(description="which parts of the best plan a stock framework can launch")
+    plan_json: str | None = Field(default=None, description="the best plan, stage by stage, as JSON")
+    fixed: list[str] = Field(default_factory=list, description="what the pool search holds fixed")
+    models_solved: int = Field(default=0, ge=0, description="(DP, micro-batch) models CP-SAT solved")
+    models_pruned: int = Field(default=0, ge=0, description="(DP, micro-batch) models skipped by a proven bound")
+    notes: list[str] = Field(default_factory=list)
 
 
 class OptimizeResult(_Out):

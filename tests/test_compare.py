@@ -1,4 +1,4 @@
-"""`paraplan compare`: the contract's JSON, the worked example's commands, budgets and deadlines,
+"""`paraplan compare`: the documented JSON (docs/json.md), the worked example's commands, budgets and deadlines,
 zero prices, and hardware files whose names carry markup or terminal escapes.
 
 The commands of examples/a100_vs_rtx4090_70b.sh are read from the script and run in-process, so
@@ -48,7 +48,7 @@ def by_hardware(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {r["hardware"]: r for r in obj["results"]}
 
 
-# --- the contract and the worked example -----------------------------------------------------------------
+# --- the documented JSON and the worked example -----------------------------------------------------------------
 
 
 def test_every_example_command_exits_0(example: list[tuple[list[str], Invocation]]) -> None:

@@ -53,7 +53,7 @@ CASES: dict[str, tuple[Case, ...]] = {
     "megatron": (
         Case("llama2-13b", "a100-80g", 16),
         Case("mixtral-8x7b", "h100-sxm", 8, (("precision", "fp8"),)),
-        Case("gpt3-175b", "a100-80g", 16, (("precision", "fp16"), ("seq_len", 2048))),
+        Case("gpt3-175b", "a100-80g", 32, (("precision", "fp16"), ("seq_len", 2048))),
     ),
     "deepspeed": (
         Case("llama2-7b", "a100-80g", 16, (("precision", "fp16"),)),
