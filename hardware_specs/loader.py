@@ -63,6 +63,10 @@ def load_cluster(name_or_path: str) -> Cluster:
         return _load_preset(key)
     if _looks_like_path(name_or_path) or Path(name_or_path).is_file():
         return _load_file(Path(name_or_path))
+    name, colon, _ = name_or_path.rpartition(":")
+    if colon and name.strip().lower() in _preset_files():  # 'a100-80g:0' where one hardware is read
+        raise SpecError(f"hardware {name_or_path!r}: a count (NAME:COUNT) is for optimize and compare; "
+                        "here the GPU count comes from --gpus")  # fmt: skip
     raise SpecError(
         f"unknown hardware {name_or_path!r}: expected one of {', '.join(preset_names())} or a path to a .toml file"
     )

@@ -234,9 +234,10 @@ def _route(graph: nx.Graph[str], source: str, target: str) -> GroupLink:
     route (the largest bottleneck bandwidth); the lowest latency among equally good ones."""
     best: GroupLink | None = None
     best_key: tuple[bool, float, float] | None = None
-    for path in nx.all_simple_paths(graph, source, target, cutoff=MAX_HOPS):
-        if any(node.startswith("gpu") for node in path[1:-1]):
-            continue  # GPUs do not forward other GPUs' traffic
+    # GPUs do not forward other GPUs' traffic: search without them. (Filtering the paths instead
+    # enumerated every detour through every other GPU: 20 s for one node of 1,000 GPUs.)
+    hubs = nx.subgraph_view(graph, filter_node=lambda node: not node.startswith("gpu") or node in (source, target))
+    for path in nx.all_simple_paths(hubs, source, target, cutoff=MAX_HOPS):
         hops = [graph.edges[u, v] for u, v in itertools.pairwise(path)]
         narrowest = min(hops, key=lambda edge: float(edge["bw_bytes_per_s"]))
         link = GroupLink(

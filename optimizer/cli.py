@@ -405,7 +405,7 @@ def _buffer_stdout() -> None:
     with contextlib.suppress(OSError, ValueError):
         writer = io.BufferedWriter(io.FileIO(raw.fileno(), "w", closefd=False))
         sys.stdout = io.TextIOWrapper(writer, encoding=sys.stdout.encoding, errors=sys.stdout.errors,
-                                      line_buffering=sys.stdout.line_buffering)  # fmt: skip
+                                      line_buffering=bool(sys.stdout.line_buffering))  # fmt: skip
 
 
 def _stdout_unusable() -> bool:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Unpack
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import ValidationError
 
 from paraplan.answers import evaluated
@@ -39,7 +40,6 @@ from paraplan.api import (
     load_hardware,
 )
 from paraplan.api import _model as resolve_model
-from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.energy import busy_fraction, energy_kwh, wall_power_per_gpu_w
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation
@@ -49,7 +49,7 @@ from paraplan.cost_models.tco import PRICINGS, CostBreakdown, Pricing, hardware_
 from paraplan.hardware_specs.schema import Cluster, Power, Price, Reliability
 from paraplan.question import Question
 from paraplan.results import CompareEntry, CompareResult, CostOut, ScalingPoint
-from paraplan.search import Constraints, complete, expansion_needed, rank
+from paraplan.search import Constraints, closest, complete, expansion_needed, rank
 from paraplan.units import fmt_duration, fmt_seconds, fmt_usd
 
 SECONDS_PER_DAY = 86400.0
@@ -245,17 +245,31 @@ def scaling_counts(cluster: Cluster, gpus: int) -> list[int]:
     return sorted({*gpu_count_domain(lo, 2 * gpus, per_node), gpus})
 
 
-class Table:
-    """Every count of one hardware, enumerated and evaluated once; searches are masks over it."""
+# Layouts of one count kept beside its fastest: those within this share of its step time (far
+# beyond the 1e-12 below which `search.rank` calls two predictions equal).
+KEEP_TIE = 1e-6
 
-    def __init__(self, question: Question, counts: Sequence[int]):
+
+class Table:
+    """Every count of one hardware, enumerated and evaluated once; searches are masks over the
+    rows that can answer them.
+
+    Within one count every layout trains the same tokens per step on the same GPUs, so its
+    fastest feasible layout is also its cheapest and the first to meet any deadline: no search
+    over counts (a budget, a deadline, the scaling curve) picks another. So each count is
+    evaluated alone and only its fastest feasible layouts and the layout closest to feasible
+    (for the reason when none fits) are kept; the count `whole` (the one asked) is kept whole,
+    for the fixes. Holding every count whole took 2-3 GB for 8 hardware x 1024 GPUs."""
+
+    def __init__(self, question: Question, counts: Sequence[int], whole: int | None = None):
         self.question = question
         self.counts = sorted(set(counts))
-        base = question.evaluate(Layouts.concat([question.space(n, trading=False) for n in self.counts]))
-        need = np.zeros(len(base), dtype=bool)
-        for n in self.counts:  # what the best of each count needs, expanded once for all counts
-            need |= expansion_needed(base, Constraints(), 1, None, subset=base.layouts.gpus == n)
-        self.evaluation = complete(question, base, need)
+        parts = []
+        for n in self.counts:
+            base = question.evaluate(question.space(n, trading=False))
+            evaluation = complete(question, base, expansion_needed(base, Constraints(), 1, None))
+            parts.append(evaluation if n == whole else evaluation.take(_answers(evaluation)))
+        self.evaluation = Evaluation.concat(parts)
         self.gpus = self.evaluation.layouts.gpus
 
     def best(self, counts: Sequence[int], cons: Constraints, price: float | None = None) -> int | None:
@@ -268,13 +282,27 @@ class Table:
         return rank(self.evaluation.take(rows), cons, 1).reason or "no layout"
 
 
+def _answers(evaluation: Evaluation) -> npt.NDArray[np.int64]:
+    """Rows of one count that a search over counts can pick or name: the fastest feasible (with
+    their near-ties) and the one closest to feasible."""
+    keep = np.zeros(len(evaluation), dtype=bool)
+    if len(evaluation) == 0:
+        return np.nonzero(keep)[0]
+    feasible = evaluation.feasible
+    if feasible.any():
+        fastest = float(np.min(evaluation.step_time_s[feasible]))
+        keep |= feasible & (evaluation.step_time_s <= fastest * (1 + KEEP_TIE))
+    keep[closest(evaluation)] = True
+    return np.nonzero(keep)[0]
+
+
 def decide(question: Question, max_gpus: int, request: Request, figures: Figures) -> Outcome:
     cluster = question.cluster
     counts = [max_gpus]
     if request.deadline_days is not None or request.budget_usd is not None:
         counts = candidate_counts(cluster, max_gpus)
     extra = scaling_counts(cluster, max_gpus) if request.scaling else []
-    table = Table(question, [*counts, *extra])
+    table = Table(question, [*counts, *extra], whole=max_gpus)
     if request.deadline_days is not None:
         outcome = _with_deadline(table, counts, max_gpus, request, figures, request.deadline_days)
     elif request.budget_usd is not None:

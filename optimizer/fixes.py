@@ -12,6 +12,7 @@ Each fix is a sentence with the resulting layout and its step time, so it can be
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -21,16 +22,30 @@ from paraplan.cost_models.evaluate import Evaluation
 from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, bounds, layout_words
 from paraplan.question import Question
 from paraplan.search import Constraints, rank_space
+from paraplan.space import SpaceTooLarge, row_budget
 from paraplan.units import fmt_seconds
 
 MAX_FIXES = 4
+# Candidates all the searches for fixes may enumerate together (a fix is a suggestion; each is a
+# whole search, and a dozen of them for a model that fits nowhere took minutes): ~4 s of work, as
+# much as llama3-405b on 8 x rtx4090 needs to find its 128 GPUs. No one search may hold more than
+# FIX_TABLE_ROWS candidates: evaluated, 2M (the search's own cap) take over 1 GB.
+FIX_ROWS = 6_500_000
+FIX_TABLE_ROWS = 1_000_000
 NEAREST_BATCHES = 4
 GPU_GROWTH_LIMIT = 64
 
 
-def _best(question: Question, counts: Sequence[int], cons: Constraints) -> tuple[Evaluation, int] | None:
+def _search(question: Question, counts: Sequence[int], cons: Constraints) -> tuple[Evaluation, int] | None:
     ranking = rank_space(question, counts, cons, 1)
     return (ranking.evaluation, ranking.best[0]) if ranking.groups else None
+
+
+def _best(question: Question, counts: Sequence[int], cons: Constraints) -> tuple[Evaluation, int] | None:
+    try:
+        return _search(question, counts, cons)
+    except SpaceTooLarge:  # a fix is a suggestion: one too large to search is no reason to refuse the answer
+        return None
 
 
 def _words(found: tuple[Evaluation, int]) -> str:
@@ -60,6 +75,11 @@ def _blocked_only_by(ev: Evaluation, name: str) -> np.ndarray:
 
 def fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: Constraints) -> list[str]:
     """Changes that make some layout of `counts` GPUs (or of more) qualify."""
+    with row_budget(FIX_ROWS, FIX_TABLE_ROWS):
+        return _fixes_for(question, counts, ev, cons)
+
+
+def _fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: Constraints) -> list[str]:
     out: list[str] = []
     for name in [n for n in SEARCHED if n in question.given]:
         found = _best(_without(question, name), counts, cons)
@@ -69,8 +89,9 @@ def fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: C
     # Another batch only helps where divisibility is what blocks a layout (the cheap test first:
     # every batch tried is a whole search).
     dps = sorted({int(d) for d in np.unique(ev.layouts.dp[_blocked_only_by(ev, "batch")])}) if len(ev) else []
-    nearby = sorted({m * d for d in dps for m in (batch // d, batch // d + 1) if m * d > 0 and m * d != batch},
-                    key=lambda b: (abs(b - batch), b))[:NEAREST_BATCHES]  # fmt: skip
+    lowest, highest = bounds("global_batch")  # a suggestion the options would refuse is no fix
+    nearby = sorted({m * d for d in dps for m in (batch // d, batch // d + 1) if m * d != batch
+                     and lowest <= m * d <= highest}, key=lambda b: (abs(b - batch), b))[:NEAREST_BATCHES]  # fmt: skip
     for candidate in nearby:
         found = _best(_with(question, global_batch=candidate), counts, cons)
         if found:
@@ -79,12 +100,16 @@ def fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: C
     top = max(counts)
     if "dp" not in question.given and top < MAX_GPUS:
         # The counts clusters are built in (2^a and 3 x 2^a whole nodes, `gpu_count_domain`):
-        # two per doubling, so at most a dozen searches up to 64x.
-        for more in gpu_count_domain(top + 1, min(top * GPU_GROWTH_LIMIT, MAX_GPUS), question.cluster.gpus_per_node):
-            found = _best(question, [more], cons)
-            if found:
-                out.append(f"{more} GPUs (the smallest 2^a or 3 x 2^a count above {top} that fits): {_words(found)}")
-                break
+        # two per doubling, so at most a dozen searches up to 64x. A count too large to search
+        # ends the scan: no later count could be called the smallest that fits.
+        with contextlib.suppress(SpaceTooLarge):
+            for more in gpu_count_domain(top + 1, min(top * GPU_GROWTH_LIMIT, MAX_GPUS),
+                                         question.cluster.gpus_per_node):  # fmt: skip
+                found = _search(question, [more], cons)
+                if found:
+                    out.append(f"{more} GPUs (the smallest 2^a or 3 x 2^a count above {top} that fits): "
+                               f"{_words(found)}")  # fmt: skip
+                    break
     for framework in Framework:
         if framework == question.framework or len(out) >= MAX_FIXES:
             continue
@@ -98,6 +123,11 @@ def fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: C
 
 def fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: Constraints) -> list[str]:
     """For an infeasible plan (its degrees in `plan`): the same, keeping the plan's TP/PP/CP."""
+    with row_budget(FIX_ROWS, FIX_TABLE_ROWS):
+        return _fixes_for_plan(question, gpus, plan, cons)
+
+
+def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: Constraints) -> list[str]:
     planned = question.fixed(**plan)
     out: list[str] = []
     for name in [n for n in SEARCHED if n in question.given]:

@@ -19,7 +19,9 @@ most 64).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+import contextvars
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,6 +146,23 @@ class SpaceTooLarge(InputError):
     """The question's candidate space exceeds `MAX_ROWS` (a one-line message names what to narrow)."""
 
 
+# Rows left to the enumerations of an optional extra (the fixes of an infeasible answer, a dozen
+# whole searches): without a shared bound their sum grows with the model, past 10 s.
+_ROW_BUDGET: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("row_budget", default=None)
+
+
+@contextlib.contextmanager
+def row_budget(rows: int, largest: int = MAX_ROWS) -> Iterator[None]:
+    """Every enumeration inside the block together creates at most `rows` rows, and no table
+    more than `largest` (its evaluation's memory); past either, SpaceTooLarge. The bounds count
+    rows, not time, so that an answer stays deterministic."""
+    token = _ROW_BUDGET.set([rows, largest])
+    try:
+        yield
+    finally:
+        _ROW_BUDGET.reset(token)
+
+
 def _cross(table: IntArray, name: str, values: list[int]) -> IntArray:
     if not values or len(table) == 0:
         return table[:0]
@@ -153,6 +172,11 @@ def _cross(table: IntArray, name: str, values: list[int]) -> IntArray:
             f"for {len(table):,} partial layouts); narrow it: fix --micro-batch or other knobs, a smaller "
             "--gpus range, or a global batch with fewer divisors"
         )
+    budget = _ROW_BUDGET.get()
+    if budget is not None:
+        budget[0] -= len(table) * len(values)
+        if budget[0] < 0 or len(table) * len(values) > budget[1]:
+            raise SpaceTooLarge("the optional searches used up their share of candidates")
     repeated = np.repeat(table, len(values), axis=0)
     repeated[:, INDEX[name]] = np.tile(np.asarray(values, dtype=np.int64), len(table))
     return repeated

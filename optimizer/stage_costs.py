@@ -15,8 +15,8 @@ one-row `Layouts` (TP, DP = d, micro-batch b, PP, the settings), never by restat
   `memory.activation_bytes` with the micro-batches that stage holds in flight under 1F1B, the
   hardware's reserve), against `evaluate.usable_memory_bytes`;
 * the per-step tail of a stage: the optimizer step (`compute.optimizer_step_s`) and the
-  data-parallel reduction of its gradients over its DP group (`traffic.dp_exposed_s`), which
-  hides under the overlap windows of a micro-batch (`traffic.overlap_windows`);
+  data-parallel reduction of its gradients over its DP group (`traffic.dp_exposed_s`, split into
+  what hides under a micro-batch's backward and what under its forward: `traffic.overlap_windows`);
 * one boundary transfer between adjacent stages (`traffic.pp_per_micro_batch_s` / 2: one
   direction, T*h*2/TP bytes): on the same GPU type over that type's pair link at the stage
   distance (TP x DP ranks, as the uniform model); between different types over the network,
@@ -34,18 +34,22 @@ LM head, tied or not).
 
 Fixed for pools (documented in `paraplan.pools`): ZeRO-1 (the distributed optimizer), sequence
 parallelism with TP > 1, no context, expert or virtual pipeline parallelism, no offload, TP within
-a node of its type.
+a node of its type. Options that another option of the same type and TP beats on every count
+(time, memory, tail) are left out (with flash attention, Megatron's selective recompute stores
+what no recompute stores and takes longer).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-import numpy as np
 
-from paraplan.cost_models.candidates import FloatArray, Layouts
+import numpy as np
+import numpy.typing as npt
+
+from paraplan.cost_models.candidates import FloatArray, IntArray, Layouts
 from paraplan.cost_models.compute import matmul_peak_flops, micro_batch_times, optimizer_step_s
 from paraplan.cost_models.evaluate import usable_memory_bytes
-from paraplan.cost_models.layout import Layout, Recompute
+from paraplan.cost_models.layout import MAX_MICRO_BATCH_TOKENS, Layout, Recompute
 from paraplan.cost_models.limits import Target, limit_checks
 from paraplan.cost_models.memory import activation_bytes, model_state_bytes, stage_params
 from paraplan.cost_models.models import ModelSpec
@@ -88,7 +92,7 @@ class Pool:
 
     members: tuple[PoolMember, ...]
     link: PoolLink | None = None
-    label: str = ""  # how the user named it (a path to a pool file), "" = the NAME:N+NAME:M form
+    label: str = ""  # the pool file's name; "" = the NAME:N+NAME:M form
 
     @property
     def name(self) -> str:
@@ -107,7 +111,7 @@ class Pool:
 @dataclass(frozen=True)
 class PoolSettings:
     """What a pool search holds fixed: the run's settings, the stack, the headroom, and the
-    per-stage recompute modes it may choose from."""
+    per-stage recompute modes and TP degrees it may choose from."""
 
     base: Layout  # global batch, sequence length, precision, framework (the degrees are ignored)
     stack: Stack
@@ -115,6 +119,14 @@ class PoolSettings:
     recompute: tuple[Recompute, ...] = (Recompute.NONE, Recompute.SELECTIVE, Recompute.FULL)
     tp_low: int = 1
     tp_high: int = 1 << 30
+    sequence_parallel: bool | None = None  # None: on whenever TP > 1
+
+    def sp(self, tp: IntArray) -> IntArray:
+        """Sequence parallelism (0/1) for these TP degrees."""
+        on = np.asarray(tp) > 1
+        if self.sequence_parallel is not None:
+            on = on & self.sequence_parallel
+        return np.asarray(on.astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -157,7 +169,7 @@ class StageTables:
     layer_recompute_s: FloatArray  # [O]
     layer_tp_s: FloatArray  # [O]
     head_s: FloatArray  # [O] per micro-batch on the last stage: the LM head forward + backward
-    boundary_s: FloatArray  # [O, O] one transfer between back stage option and front stage option
+    boundary_s: FloatArray  # [O, O] one transfer between a stage of option a (behind) and one of b
     memory: Linear  # bytes on one GPU of the stage, reserve included
     usable_bytes: FloatArray  # [O] of the option's GPU type
     optimizer: Linear  # seconds per step: the optimizer step
@@ -168,32 +180,20 @@ class StageTables:
     peak_flops: FloatArray  # [O] per GPU
     rows: Layouts = field(repr=False)  # [O] the one-row layouts the options were priced with (PP 1)
 
-    @property
-    def gpus_per_replica(self) -> FloatArray:
-        return np.asarray([o.tp for o in self.options], dtype=np.float64)
-
 
 def micro_batch_domain(base: Layout) -> list[int]:
-    """Sequences per micro-batch the pool search tries: the knob's own domain (`Layout`)."""
-    from paraplan.cost_models.layout import MAX_MICRO_BATCH_TOKENS
-
+    """Sequences per micro-batch the pool search tries: as the knob's own domain (`Layout`)."""
     cap = max(1, MAX_MICRO_BATCH_TOKENS // base.seq_len)
-    return [b for b in _divisors(base.global_batch) if b <= cap]
+    return [b for b in divisors(base.global_batch) if b <= cap]
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0] if n <= 4096 else _big_divisors(n)
-
-
-def _big_divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
     small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
 
 
-def _rows(base: Layouts, count: int, **columns: FloatArray | int) -> Layouts:
-    data = np.repeat(base.data, count, axis=0)
-    cols = {k: np.asarray(v, dtype=np.int64) if not isinstance(v, int) else v for k, v in columns.items()}
-    return Layouts(data).replace(**cols)
+def _rows(base: Layouts, count: int, **columns: IntArray | int) -> Layouts:
+    return Layouts(np.repeat(base.data, count, axis=0)).replace(**columns)
 
 
 def _base_row(settings: PoolSettings, dp: int, micro_batch: int) -> Layouts:
@@ -210,15 +210,13 @@ def member_options(model: ModelSpec, settings: PoolSettings, cluster: Cluster, m
     """The options of one GPU type that the cost model's limits admit (TP divides the heads and KV
     heads and the node, FP8 where the GPU has it, the framework runs it, the batch divides)."""
     base = _base_row(settings, dp, micro_batch)
-    tps = [t for t in _divisors(cluster.gpus_per_node) if settings.tp_low <= t <= settings.tp_high and dp * t <= count]
+    tps = [t for t in divisors(cluster.gpus_per_node) if settings.tp_low <= t <= settings.tp_high and dp * t <= count]
     candidates = [(t, r) for t in tps for r in settings.recompute]
     if not candidates:
         return []
-    rows = _rows(
-        base, len(candidates), tp=np.array([t for t, _ in candidates]),
-        recompute=np.array([int(r) for _, r in candidates]),
-        sequence_parallel=np.array([int(t > 1) for t, _ in candidates]),
-    )  # fmt: skip
+    tp_col = np.array([t for t, _ in candidates], dtype=np.int64)
+    rows = _rows(base, len(candidates), tp=tp_col, recompute=np.array([int(r) for _, r in candidates], dtype=np.int64),
+                 sequence_parallel=settings.sp(tp_col))  # fmt: skip
     bad = np.zeros(len(candidates), dtype=bool)
     for mask in limit_checks(Target(model, cluster), rows).values():
         bad |= mask
@@ -245,6 +243,9 @@ def cross_link(pool: Pool, a: int, b: int) -> Link:
     return bridge_cluster(pool, a, b).inter_node
 
 
+Quantity = tuple[FloatArray, FloatArray, FloatArray]  # slope, plain, first: each [S, n]
+
+
 def stage_tables(model: ModelSpec, pool: Pool, settings: PoolSettings, dp: int, micro_batch: int,
                  stages: int) -> StageTables | None:  # fmt: skip
     """The tables for DP `dp` and micro-batch `micro_batch`, for pipelines of up to `stages`
@@ -263,56 +264,67 @@ def stage_tables(model: ModelSpec, pool: Pool, settings: PoolSettings, dp: int, 
     base = _base_row(settings, dp, micro_batch)
     n_opt = len(options)
     s_count = max(1, stages)
-    layer = np.zeros(n_opt)
-    compute = np.zeros(n_opt)
-    recompute = np.zeros(n_opt)
-    tp_comm = np.zeros(n_opt)
-    head = np.zeros(n_opt)
-    usable = np.zeros(n_opt)
-    peak = np.zeros(n_opt)
-    mem = [np.zeros((s_count, n_opt)) for _ in range(3)]
-    opt = [np.zeros((s_count, n_opt)) for _ in range(3)]
-    bwd = [np.zeros((s_count, n_opt)) for _ in range(3)]
-    fwd = [np.zeros((s_count, n_opt)) for _ in range(3)]
+    layer, compute, recompute, tp_comm, head = (np.zeros(n_opt) for _ in range(5))
+    usable, peak, overlap = (np.zeros(n_opt) for _ in range(3))
+    tables: list[list[FloatArray]] = [[np.zeros((s_count, n_opt)) for _ in range(3)] for _ in range(4)]
     all_rows: list[Layouts] = [Layouts.empty()] * n_opt
-    overlap = np.zeros(n_opt)
     for k, member in enumerate(pool.members):
         idx = [i for i, o in enumerate(options) if o.member == k]
         if not idx:
             continue
         cluster = member.cluster
-        tps = np.array([options[i].tp for i in idx])
-        rcs = np.array([int(options[i].recompute) for i in idx])
-        rows = _rows(base, len(idx), tp=tps, recompute=rcs, sequence_parallel=(tps > 1).astype(np.int64))
+        tps = np.array([options[i].tp for i in idx], dtype=np.int64)
+        rcs = np.array([int(options[i].recompute) for i in idx], dtype=np.int64)
+        rows = _rows(base, len(idx), tp=tps, recompute=rcs, sequence_parallel=settings.sp(tps))
         for j, i in enumerate(idx):
             all_rows[i] = rows.take(np.array([j]))
         times = micro_batch_times(model, rows, cluster, stack)
-        tp_s = tp_per_layer_s(model, rows, cluster, stack, times.layer_gemm_fwd_s)
         compute[idx] = times.layer_fwd_s + times.layer_bwd_s
         recompute[idx] = times.layer_recompute_s
-        tp_comm[idx] = tp_s
+        tp_comm[idx] = tp_per_layer_s(model, rows, cluster, stack, times.layer_gemm_fwd_s)
         layer[idx] = compute[idx] + recompute[idx] + tp_comm[idx]
         head[idx] = HEAD_PASSES * times.head_fwd_s
         usable[idx] = usable_memory_bytes(cluster, settings.mem_headroom)
         peak[idx] = matmul_peak_flops(cluster, rows)
         overlap[idx] = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
-        quantities = _linear_quantities(model, rows, cluster, stack, s_count)
-        for target, values in zip((mem, opt, bwd, fwd), quantities, strict=True):
+        for target, values in zip(tables, _linear_quantities(model, rows, cluster, stack, s_count), strict=True):
             for part in range(3):
                 target[part][:, idx] = values[part]
     boundary = _boundaries(model, pool, settings, options, base, dp)
+    keep = _undominated(options, layer, head, tables, overlap)
+    idx_keep = np.nonzero(keep)[0]
+    options = [options[i] for i in idx_keep]
+    layer, compute, recompute, tp_comm, head = (a[idx_keep] for a in (layer, compute, recompute, tp_comm, head))
+    usable, peak, overlap = usable[idx_keep], peak[idx_keep], overlap[idx_keep]
+    mem, opt, bwd, fwd = (Linear(*(q[:, idx_keep] for q in group)) for group in tables)
+    boundary = boundary[np.ix_(idx_keep, idx_keep)]
     w_fwd, w_bwd = overlap_windows(np.ones(1))
     return StageTables(
         model=model, pool=pool, settings=settings, dp=dp, micro_batch=micro_batch, micro_batches=m, stages=s_count,
         options=tuple(options), layer_s=layer, layer_compute_s=compute, layer_recompute_s=recompute,
-        layer_tp_s=tp_comm, head_s=head, boundary_s=boundary, memory=Linear(*mem), usable_bytes=usable,
-        optimizer=Linear(*opt), dp_bwd=Linear(*bwd), dp_fwd=Linear(*fwd),
-        overlap_bwd=overlap * float(w_bwd[0]), overlap_fwd=overlap * float(w_fwd[0]), peak_flops=peak,
-        rows=Layouts.concat(all_rows),
+        layer_tp_s=tp_comm, head_s=head, boundary_s=boundary, memory=mem, usable_bytes=usable, optimizer=opt,
+        dp_bwd=bwd, dp_fwd=fwd, overlap_bwd=overlap * float(w_bwd[0]), overlap_fwd=overlap * float(w_fwd[0]),
+        peak_flops=peak, rows=Layouts.concat([all_rows[i] for i in idx_keep]),
     )  # fmt: skip
 
 
-Quantity = tuple[FloatArray, FloatArray, FloatArray]  # slope, plain, first: each [S, n]
+def _undominated(options: list[Option], layer: FloatArray, head: FloatArray, quantities: list[list[FloatArray]],
+                 overlap: FloatArray) -> npt.NDArray[np.bool_]:  # fmt: skip
+    """Options no other option of the same GPU type and TP beats: one at least as fast per layer,
+    with no more memory at any position and role and no longer a tail, is always at least as good
+    (same GPUs, same boundaries), so the dominated one is left out."""
+    keep = np.ones(len(options), dtype=bool)
+    for i, a in enumerate(options):
+        for j, b in enumerate(options):
+            if i == j or not keep[j] or (a.member, a.tp) != (b.member, b.tp):
+                continue
+            no_worse = bool(layer[j] <= layer[i] and head[j] <= head[i] and overlap[j] == overlap[i])
+            no_worse = no_worse and all(bool(np.all(q[:, j] <= q[:, i])) for group in quantities for q in group)
+            better = bool(layer[j] < layer[i]) or any(bool(np.any(q[:, j] < q[:, i])) for g in quantities for q in g)
+            if no_worse and (better or j < i):
+                keep[i] = False
+                break
+    return keep
 
 
 def _linear_quantities(model: ModelSpec, rows: Layouts, cluster: Cluster, stack: Stack,
@@ -323,32 +335,33 @@ def _linear_quantities(model: ModelSpec, rows: Layouts, cluster: Cluster, stack:
     pp_rows = max(s_count, 2)
     s = np.repeat(np.arange(s_count), n)  # position of each expanded row (s-major)
     expanded = Layouts(np.tile(rows.data, (s_count, 1)))
-    results: list[list[FloatArray]] = [[], [], [], []]  # per quantity: [plain l1, plain l2, first l1, first l2]
+    count_rows = len(s)
+    overlap = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
+    results: list[list[FloatArray]] = [[], [], [], []]  # per quantity: plain l=1, plain l=2, first l=1, first l=2
     for role_first in (False, True):
         single = role_first & (s == 0)
-        pp = np.where(single, 1, pp_rows)
-        lay = expanded.replace(pp=pp)
+        lay = expanded.replace(pp=np.where(single, 1, pp_rows).astype(np.int64))
         stage = np.where(single, 0.0, pp_rows - 1.0 - s)
-        first = np.full(len(s), role_first)
+        first = np.full(count_rows, role_first)
         last = s == 0
         for layers in (1.0, 2.0):
-            count = np.full(len(s), layers)
+            count = np.full(count_rows, layers)
             params = stage_params(model, lay, count, first, last)
             weights, grads, optimizer = model_state_bytes(params, lay, stack)
             acts = activation_bytes(model, lay, stack, count, stage, first, last)
             memory = weights + grads + optimizer + acts + cluster.memory_reserve_bytes
             step = optimizer_step_s(params, lay, cluster, stack)
-            overlap = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
+            zeros, hidden = np.zeros(count_rows), np.full(count_rows, _HIDDEN)
             if overlap > 0:
-                under_bwd = dp_exposed_s(params, lay, cluster, stack, (np.full(len(s), _HIDDEN), np.zeros(len(s))))
-                under_fwd = dp_exposed_s(params, lay, cluster, stack, (np.zeros(len(s)), np.full(len(s), _HIDDEN)))
-            else:
-                under_bwd = dp_exposed_s(params, lay, cluster, stack, (np.zeros(len(s)), np.zeros(len(s))))
-                under_fwd = np.zeros(len(s))
+                under_bwd = dp_exposed_s(params, lay, cluster, stack, (hidden, zeros))
+                under_fwd = dp_exposed_s(params, lay, cluster, stack, (zeros, hidden))
+            else:  # nothing hides: all of it counts once, under the backward's (zero) window
+                under_bwd = dp_exposed_s(params, lay, cluster, stack, (zeros, zeros))
+                under_fwd = zeros
             for q, values in enumerate((memory, step, under_bwd, under_fwd)):
                 results[q].append(np.asarray(values, dtype=np.float64).reshape(s_count, n))
     out: list[Quantity] = []
-    for plain1, plain2, first1, first2 in results:
+    for plain1, plain2, first1, _first2 in results:  # the first stage's slope is the plain one
         slope = plain2 - plain1
         out.append((slope, plain1 - slope, first1 - slope))
     return out[0], out[1], out[2], out[3]
@@ -361,38 +374,22 @@ def _boundaries(model: ModelSpec, pool: Pool, settings: PoolSettings, options: l
     pipeline at the narrower TP, halved (it counts the forward and the backward transfer)."""
     groups = sorted({(o.member, o.tp) for o in options})
     cost: dict[tuple[tuple[int, int], tuple[int, int]], float] = {}
-    pairs = [(ga, gb) for ga in groups for gb in groups]
     by_link: dict[tuple[int, int], list[tuple[tuple[int, int], tuple[int, int]]]] = {}
-    for ga, gb in pairs:
-        by_link.setdefault((min(ga[0], gb[0]), max(ga[0], gb[0])), []).append((ga, gb))
+    for ga in groups:
+        for gb in groups:
+            by_link.setdefault((min(ga[0], gb[0]), max(ga[0], gb[0])), []).append((ga, gb))
     for (a, b), items in by_link.items():
         cluster = pool.members[a].cluster if a == b else bridge_cluster(pool, a, b)
-        tps = np.array([min(ga[1], gb[1]) for ga, gb in items])
-        lay = _rows(base, len(items), tp=tps, pp=2, dp=dp if a == b else 1,
-                    sequence_parallel=(tps > 1).astype(np.int64))  # fmt: skip
+        tps = np.array([min(ga[1], gb[1]) for ga, gb in items], dtype=np.int64)
+        lay = _rows(base, len(items), tp=tps, pp=2, dp=dp if a == b else 1, sequence_parallel=settings.sp(tps))
         both = pp_per_micro_batch_s(model, lay, cluster, settings.stack, np.zeros(len(items)))
-        for (ga, gb), t in zip(items, both, strict=True):
-            cost[(ga, gb)] = float(t) / 2.0
+        for pair, t in zip(items, both, strict=True):
+            cost[pair] = float(t) / 2.0
     out = np.zeros((len(options), len(options)))
     for i, oa in enumerate(options):
         for j, ob in enumerate(options):
             out[i, j] = cost[((oa.member, oa.tp), (ob.member, ob.tp))]
     return out
-
-
-def gpus_used(tables: StageTables, plan_options: tuple[int, ...]) -> tuple[int, ...]:
-    """GPUs of each type a plan uses: DP x the TP of each of its stages on that type."""
-    used = [0] * len(tables.pool.members)
-    for o in plan_options:
-        used[tables.options[o].member] += tables.dp * tables.options[o].tp
-    return tuple(used)
-
-
-def max_stages(model: ModelSpec, pool: Pool, dp: int, low: int = 1, high: int | None = None) -> int:
-    """The deepest pipeline DP `dp` admits: one layer and one GPU per replica and stage at least."""
-    gpus = sum(m.count for m in pool.members) // dp
-    deepest = min(model.num_layers, gpus, high if high is not None else model.num_layers)
-    return max(deepest, 0) if deepest >= low else 0
 
 
 __all__ = [
@@ -407,8 +404,7 @@ __all__ = [
     "StageTables",
     "bridge_cluster",
     "cross_link",
-    "gpus_used",
-    "max_stages",
+    "divisors",
     "member_options",
     "micro_batch_domain",
     "stage_tables",

@@ -106,8 +106,11 @@ def run_cli(argv: list[str]) -> Result:
                 code = exc.code
             except Exception as exc:  # a traceback for the user: always a bug
                 raise AssertionError(f"CLI crashed on argv={argv!r}: {type(exc).__name__}: {exc}") from exc
-    loud = [f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})"
-            for w in caught if not issubclass(w.category, _QUIET)]
+    loud = [
+        f"{w.category.__name__}: {w.message} ({w.filename}:{w.lineno})"
+        for w in caught
+        if not issubclass(w.category, _QUIET)
+    ]
     return Result(argv, code, out.getvalue(), err.getvalue(), loud)
 
 
@@ -144,14 +147,28 @@ def assert_all_finite(obj: Any, res: Result) -> None:
 
 TIME_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble")
 MEMORY_TERMS = ("params", "grads", "optimizer", "activations", "other")
-LAYOUT_KEYS = ("tp", "pp", "dp", "cp", "ep", "micro_batch", "global_batch", "seq_len", "virtual_stages",
-               "recompute", "zero", "sequence_parallel", "precision")
+LAYOUT_KEYS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "micro_batch",
+    "global_batch",
+    "seq_len",
+    "virtual_stages",
+    "recompute",
+    "zero",
+    "sequence_parallel",
+    "precision",
+)
 
 
 def _number(obj: dict[str, Any], key: str, where: str, res: Result) -> float:
     value = obj.get(key, "(missing)")
     assert isinstance(value, (int, float)) and not isinstance(value, bool), (
-        f"{where}.{key} = {value!r} is not a number\n{res}")
+        f"{where}.{key} = {value!r} is not a number\n{res}"
+    )
     assert math.isfinite(value), f"{where}.{key} = {value} is not finite\n{res}"
     return float(value)
 
@@ -171,13 +188,15 @@ def check_layout(lay: dict[str, Any], res: Result, where: str = "$") -> None:
     assert all(t >= 0 for t in terms), f"{where}.time_s has a negative term {times}\n{res}"
     total_time = sum(_number(times, t, f"{where}.time_s", res) for t in times)
     assert math.isclose(total_time, step, rel_tol=1e-9), (
-        f"{where}: time_s sums to {total_time!r}, step_time_s = {step!r}\n{res}")
+        f"{where}: time_s sums to {total_time!r}, step_time_s = {step!r}\n{res}"
+    )
     mem = lay["memory_bytes"]
     parts = [_number(mem, t, f"{where}.memory_bytes", res) for t in MEMORY_TERMS]
     assert all(p >= 0 for p in parts), f"{where}.memory_bytes has a negative term {mem}\n{res}"
     total = _number(mem, "total", f"{where}.memory_bytes", res)
     assert math.isclose(sum(parts), total, rel_tol=1e-9), (
-        f"{where}: memory terms sum to {sum(parts)!r}, total = {total!r}\n{res}")
+        f"{where}: memory terms sum to {sum(parts)!r}, total = {total!r}\n{res}"
+    )
     assert _number(mem, "capacity", f"{where}.memory_bytes", res) > 0
     mfu, hfu = _number(lay, "mfu", where, res), _number(lay, "hfu", where, res)
     assert 0.0 <= mfu <= 1.0 and 0.0 <= hfu <= 1.0, f"{where}: mfu {mfu}, hfu {hfu} outside 0..1\n{res}"
@@ -188,7 +207,8 @@ def check_layout(lay: dict[str, Any], res: Result, where: str = "$") -> None:
     violations = lay["violations"]
     assert isinstance(violations, list) and all(isinstance(v, str) and v for v in violations)
     assert (violations == []) == lay["feasible"], (
-        f"{where}: feasible = {lay['feasible']} but violations = {violations}\n{res}")
+        f"{where}: feasible = {lay['feasible']} but violations = {violations}\n{res}"
+    )
 
 
 def check_error(res: Result, names: tuple[str, ...] = ()) -> None:
@@ -231,8 +251,9 @@ def check(res: Result, kind: str | None, names: tuple[str, ...] = ()) -> dict[st
     return obj
 
 
-def plan_argv(command: str, model: str, gpus: int | str, hardware: str, plan: str, *extra: str,
-              as_json: bool = True) -> list[str]:
+def plan_argv(
+    command: str, model: str, gpus: int | str, hardware: str, plan: str, *extra: str, as_json: bool = True
+) -> list[str]:
     argv = [command, "--model", model, "--gpus", str(gpus), "--hardware", hardware, "--plan", plan, *extra]
     return [*argv, "--json"] if as_json else argv
 
@@ -240,29 +261,85 @@ def plan_argv(command: str, model: str, gpus: int | str, hardware: str, plan: st
 # --- 1. model config.json ----------------------------------------------------------------------
 
 LLAMA = {
-    "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
-    "num_key_value_heads": 4, "intermediate_size": 688, "vocab_size": 32000, "max_position_embeddings": 4096,
-    "hidden_act": "silu", "tie_word_embeddings": False,
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "intermediate_size": 688,
+    "vocab_size": 32000,
+    "max_position_embeddings": 4096,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
 }
 GPT2 = {
-    "model_type": "gpt2", "n_embd": 256, "n_layer": 4, "n_head": 8, "n_inner": None, "vocab_size": 50257,
-    "n_positions": 1024, "activation_function": "gelu_new",
+    "model_type": "gpt2",
+    "n_embd": 256,
+    "n_layer": 4,
+    "n_head": 8,
+    "n_inner": None,
+    "vocab_size": 50257,
+    "n_positions": 1024,
+    "activation_function": "gelu_new",
 }
 MIXTRAL = {**LLAMA, "model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2}
 BASE_CONFIGS = {"llama": LLAMA, "gpt2": GPT2, "mixtral": MIXTRAL}
 
-CONFIG_KEYS = sorted({
-    "model_type", "hidden_size", "n_embd", "d_model", "num_hidden_layers", "n_layer", "num_layers",
-    "num_attention_heads", "n_head", "num_heads", "num_key_value_heads", "num_kv_heads", "intermediate_size",
-    "n_inner", "ffn_hidden_size", "vocab_size", "padded_vocab_size", "max_position_embeddings", "n_positions",
-    "seq_length", "head_dim", "num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "tie_word_embeddings", "hidden_act",
-})
+CONFIG_KEYS = sorted(
+    {
+        "model_type",
+        "hidden_size",
+        "n_embd",
+        "d_model",
+        "num_hidden_layers",
+        "n_layer",
+        "num_layers",
+        "num_attention_heads",
+        "n_head",
+        "num_heads",
+        "num_key_value_heads",
+        "num_kv_heads",
+        "intermediate_size",
+        "n_inner",
+        "ffn_hidden_size",
+        "vocab_size",
+        "padded_vocab_size",
+        "max_position_embeddings",
+        "n_positions",
+        "seq_length",
+        "head_dim",
+        "num_local_experts",
+        "num_experts",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "tie_word_embeddings",
+        "hidden_act",
+    }
+)
 
 DELETE = object()
 # Tokens json.dumps cannot (or will not) write: spliced into the text in place of a placeholder.
-RAW_TOKENS = ["NaN", "Infinity", "-Infinity", "1" + "0" * 5000, "-" + "9" * 4400, "1e999", "-0", "1E400",
-              "00012", "0x10", "1.", ".5", "+1", "true", "null", "[", "{}", '"\\ud800"', "4096 4096"]
+RAW_TOKENS = [
+    "NaN",
+    "Infinity",
+    "-Infinity",
+    "1" + "0" * 5000,
+    "-" + "9" * 4400,
+    "1e999",
+    "-0",
+    "1E400",
+    "00012",
+    "0x10",
+    "1.",
+    ".5",
+    "+1",
+    "true",
+    "null",
+    "[",
+    "{}",
+    '"\\ud800"',
+    "4096 4096",
+]
 
 
 @dataclass(frozen=True)
@@ -285,9 +362,9 @@ hostile_values = st.one_of(
     st.sampled_from(RAW_TOKENS).map(Raw),
 )
 mutations = st.lists(
-    st.tuples(st.one_of(st.sampled_from(CONFIG_KEYS), st.text(max_size=6)),
-              st.one_of(st.just(DELETE), hostile_values)),
-    min_size=1, max_size=3,
+    st.tuples(st.one_of(st.sampled_from(CONFIG_KEYS), st.text(max_size=6)), st.one_of(st.just(DELETE), hostile_values)),
+    min_size=1,
+    max_size=3,
 )
 # (gpus, plan) pairs that any 8-head model admits structurally
 SMALL_PLANS = [(1, "TP1"), (2, "TP2"), (4, "TP2/PP2"), (8, "TP1/PP2"), (8, "DP4/EP2/TP2"), (4, "PP4")]
@@ -323,9 +400,17 @@ def config_text(base: dict[str, Any], muts: list[tuple[str, Any]]) -> str:
     filename=st.sampled_from(["config.json", "model.json", "weird name.JSON"]),
     as_json=st.sampled_from([True, True, True, False]),
 )
-def test_mutated_config_json(base: str, muts: list[tuple[str, Any]], damage: str, cut: float,
-                             gpus_plan: tuple[int, str], command: str, hardware: str, filename: str,
-                             as_json: bool) -> None:
+def test_mutated_config_json(
+    base: str,
+    muts: list[tuple[str, Any]],
+    damage: str,
+    cut: float,
+    gpus_plan: tuple[int, str],
+    command: str,
+    hardware: str,
+    filename: str,
+    as_json: bool,
+) -> None:
     data = config_text(BASE_CONFIGS[base], muts).encode("utf-8", "surrogatepass")
     if damage == "truncate":
         data = data[: int(len(data) * cut)]
@@ -354,7 +439,8 @@ def test_mutated_config_json(base: str, muts: list[tuple[str, Any]], damage: str
             max_leaves=8,
         ).map(lambda v: json.dumps(v).encode()),
         st.dictionaries(st.sampled_from(CONFIG_KEYS), st.integers(-5, 5000), max_size=8).map(
-            lambda d: json.dumps(d).encode()),
+            lambda d: json.dumps(d).encode()
+        ),
     ),
 )
 def test_random_config_bytes(payload: bytes) -> None:
@@ -389,14 +475,23 @@ CONFIG_CASES: list[tuple[str, str, tuple[str, ...]]] = [
     ("hidden_negative", json.dumps(_config_case(hidden_size=-256)), ("hidden_size",)),
     ("layers_missing", json.dumps(_config_case(num_hidden_layers=DELETE)), ("num_hidden_layers",)),
     ("layers_1e7", json.dumps(_config_case(num_hidden_layers=10**7)), ("layers",)),
-    ("heads_not_dividing_hidden", json.dumps(_config_case(num_attention_heads=7, num_key_value_heads=7)),
-     ("hidden", "heads")),
+    (
+        "heads_not_dividing_hidden",
+        json.dumps(_config_case(num_attention_heads=7, num_key_value_heads=7)),
+        ("hidden", "heads"),
+    ),
     ("kv_heads_not_dividing_heads", json.dumps(_config_case(num_key_value_heads=3)), ("key_value", "kv")),
-    ("topk_over_experts",
-     json.dumps(_config_case(model_type="mixtral", num_local_experts=4, num_experts_per_tok=8)), ("expert",)),
+    (
+        "topk_over_experts",
+        json.dumps(_config_case(model_type="mixtral", num_local_experts=4, num_experts_per_tok=8)),
+        ("expert",),
+    ),
     ("vocab_huge_int", json.dumps(_config_case(vocab_size=10**400)), ("vocab",)),
-    ("vocab_5000_digits", json.dumps(_config_case(vocab_size="__X__")).replace('"__X__"', "1" + "0" * 5000),
-     ("vocab", "config")),
+    (
+        "vocab_5000_digits",
+        json.dumps(_config_case(vocab_size="__X__")).replace('"__X__"', "1" + "0" * 5000),
+        ("vocab", "config"),
+    ),
     ("vocab_2_63", json.dumps(_config_case(vocab_size=2**63)), ("vocab",)),
     ("intermediate_negative", json.dumps(_config_case(intermediate_size=-1)), ("intermediate_size",)),
     ("no_key_family", json.dumps({"model_type": "mystery", "foo": 1}), ("model_type", "keys")),
@@ -438,7 +533,8 @@ def test_string_false_for_tie_word_embeddings_is_not_read_as_true(tmp_path: Path
     if got is not None:
         assert got["memory_bytes"]["params"] == ref["memory_bytes"]["params"], (
             f"'false' read as true: params {got['memory_bytes']['params']} vs untied "
-            f"{ref['memory_bytes']['params']}\n{res}")
+            f"{ref['memory_bytes']['params']}\n{res}"
+        )
 
 
 # --- 2. hardware TOML --------------------------------------------------------------------------
@@ -446,10 +542,44 @@ def test_string_false_for_tie_word_embeddings_is_not_read_as_true(tmp_path: Path
 TOML_LINES = PRESET_TOML.splitlines()
 VALUE_LINES = [i for i, line in enumerate(TOML_LINES) if re.match(r"^[A-Za-z_]\w*\s*=", line)]
 HEADER_LINES = [i for i, line in enumerate(TOML_LINES) if line.startswith("[")]
-TOML_VALUES = ["-1", "0", "-0.0", "1e400", "inf", "-inf", "nan", "+nan", "1e-300", "5e-324", "1e17", "1e18",
-               "1e308", "312", "1", "0.5", "2.0", '"312e12"', '"abc"', '""', "true", "false", "[]", "[1, 2]", "{}",
-               "{ a = 1 }", "99999999999999999999999", "1" + "0" * 5000, "0x10", "1_000", "2024-01-01", "'x'",
-               "", "1e", "=", '"""']
+TOML_VALUES = [
+    "-1",
+    "0",
+    "-0.0",
+    "1e400",
+    "inf",
+    "-inf",
+    "nan",
+    "+nan",
+    "1e-300",
+    "5e-324",
+    "1e17",
+    "1e18",
+    "1e308",
+    "312",
+    "1",
+    "0.5",
+    "2.0",
+    '"312e12"',
+    '"abc"',
+    '""',
+    "true",
+    "false",
+    "[]",
+    "[1, 2]",
+    "{}",
+    "{ a = 1 }",
+    "99999999999999999999999",
+    "1" + "0" * 5000,
+    "0x10",
+    "1_000",
+    "2024-01-01",
+    "'x'",
+    "",
+    "1e",
+    "=",
+    '"""',
+]
 toml_values = st.one_of(
     st.sampled_from(TOML_VALUES),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
@@ -464,8 +594,23 @@ def _drop_table(lines: list[str], header: int) -> list[str]:
 
 @st.composite
 def hostile_toml(draw: st.DrawFn) -> bytes:
-    op = draw(st.sampled_from(["set", "set", "set", "set", "delete_line", "drop_table", "unknown_key",
-                               "duplicate", "cut", "random_text", "random_bytes"]))
+    op = draw(
+        st.sampled_from(
+            [
+                "set",
+                "set",
+                "set",
+                "set",
+                "delete_line",
+                "drop_table",
+                "unknown_key",
+                "duplicate",
+                "cut",
+                "random_text",
+                "random_bytes",
+            ]
+        )
+    )
     lines = list(TOML_LINES)
     if op == "set":
         i = draw(st.sampled_from(VALUE_LINES))
@@ -589,10 +734,51 @@ def test_random_plan_text(plan: str, gpus: int) -> None:
     check(res, "layout", names=("plan",))
 
 
-DIM_WORDS = ["tp", "pp", "dp", "cp", "ep", "vpp", "vp", "v", "TP", "Pp", "DP", "VPP", "\uff34\uff30", "tq", "d",
-             "xp", "", "t p", "TPP", "\u0130P"]
-NUMBER_WORDS = ["1", "2", "4", "8", "16", "0", "-1", "8.5", "1e3", "\u0668", "\uff18", "\u00b2", "", "0008", "+8",
-                "99999999999999999999", "10000001", "1" + "0" * 300, " 8", "x", "Ⅷ"]
+DIM_WORDS = [
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "ep",
+    "vpp",
+    "vp",
+    "v",
+    "TP",
+    "Pp",
+    "DP",
+    "VPP",
+    "\uff34\uff30",
+    "tq",
+    "d",
+    "xp",
+    "",
+    "t p",
+    "TPP",
+    "\u0130P",
+]
+NUMBER_WORDS = [
+    "1",
+    "2",
+    "4",
+    "8",
+    "16",
+    "0",
+    "-1",
+    "8.5",
+    "1e3",
+    "\u0668",
+    "\uff18",
+    "\u00b2",
+    "",
+    "0008",
+    "+8",
+    "99999999999999999999",
+    "10000001",
+    "1" + "0" * 300,
+    " 8",
+    "x",
+    "Ⅷ",
+]
 JOINERS = ["", "", "", " ", "=", "-", ":", " = "]
 SEPARATORS = ["/", "/", "x", ",", " ", "-", "|", "//", "\t", "\n", "\u00d7", "*", "+", "", " / ", "\u3000"]
 
@@ -619,9 +805,33 @@ def test_near_miss_plans(plan: str, gpus: int, command: str) -> None:
 
 
 FIXED_PLANS = [
-    "TP8/PP4/DP", "TP-1", "TP8.5", "TP 8 PP", "x/x/x", "TP99999999999999999999", "TP8/PP4/DP8/", "/TP8",
-    "TP\uff18", "TP\u0668", "TP0", "TP8/TP8", "DP0", "VPP0", "TP8 garbage", "tp8pp1", "TP=8", "TP 8", "tp8xpp1",
-    "TP1" * 2000, "TP8/" + "x" * 50_000, "TP" + "9" * 5000, "\x00", "TP8\x00", "CP8", "EP3", "VPP4",
+    "TP8/PP4/DP",
+    "TP-1",
+    "TP8.5",
+    "TP 8 PP",
+    "x/x/x",
+    "TP99999999999999999999",
+    "TP8/PP4/DP8/",
+    "/TP8",
+    "TP\uff18",
+    "TP\u0668",
+    "TP0",
+    "TP8/TP8",
+    "DP0",
+    "VPP0",
+    "TP8 garbage",
+    "tp8pp1",
+    "TP=8",
+    "TP 8",
+    "tp8xpp1",
+    "TP1" * 2000,
+    "TP8/" + "x" * 50_000,
+    "TP" + "9" * 5000,
+    "\x00",
+    "TP8\x00",
+    "CP8",
+    "EP3",
+    "VPP4",
 ]
 
 
@@ -643,12 +853,54 @@ def test_long_plan_is_read_in_linear_time() -> None:
 
 # --- 4. knobs ----------------------------------------------------------------------------------
 
-INT_KNOBS = {"--seq-len": (1, 100_000_000), "--global-batch": (1, 1_000_000_000), "--micro-batch": (1, 1_000_000),
-             "--virtual-stages": (1, 10_000), "--zero": (0, 3), "--gpus": (1, 10_000_000)}
+INT_KNOBS = {
+    "--seq-len": (1, 100_000_000),
+    "--global-batch": (1, 1_000_000_000),
+    "--micro-batch": (1, 1_000_000),
+    "--virtual-stages": (1, 10_000),
+    "--zero": (0, 3),
+    "--gpus": (1, 10_000_000),
+}
 CHOICE_KNOBS = {"--recompute": ("none", "selective", "full"), "--precision": ("bf16", "fp16", "fp8")}
-KNOB_VALUES = ["-1", "0", "1", "2", "3", "4", "8", "1e3", "", " ", "abc", "nan", "NaN", "inf", "-inf", "1.5", "0.5",
-               "0.9", "0.95", "1_000", "\uff18", "\u0663", "0x10", "99999999999999999999", "1" + "0" * 5000, "-0",
-               "+4", "4096", "1048576", "100000001", "none", "selective", "full", "bf16", "fp8", "FP16", "4096.0"]
+KNOB_VALUES = [
+    "-1",
+    "0",
+    "1",
+    "2",
+    "3",
+    "4",
+    "8",
+    "1e3",
+    "",
+    " ",
+    "abc",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1.5",
+    "0.5",
+    "0.9",
+    "0.95",
+    "1_000",
+    "\uff18",
+    "\u0663",
+    "0x10",
+    "99999999999999999999",
+    "1" + "0" * 5000,
+    "-0",
+    "+4",
+    "4096",
+    "1048576",
+    "100000001",
+    "none",
+    "selective",
+    "full",
+    "bf16",
+    "fp8",
+    "FP16",
+    "4096.0",
+]
 
 
 def _expect_usage_error(knob: str, value: str) -> bool:
@@ -669,8 +921,8 @@ def _expect_usage_error(knob: str, value: str) -> bool:
                 return True
             number = int(as_float)
         return not lo <= number <= hi
-    if knob in CHOICE_KNOBS:
-        return value not in CHOICE_KNOBS[knob]
+    if knob in CHOICE_KNOBS:  # the choices are case-insensitive (click folds the case)
+        return value.casefold() not in CHOICE_KNOBS[knob]
     try:  # --mem-headroom: a fraction 0..0.9; NaN is no fraction
         number_f = float(value)
     except ValueError:
@@ -704,22 +956,70 @@ def test_hostile_knob_values(knob: str, value: str, command: str) -> None:
 
 NAN_OPTIONS = [
     # (id, argv without --json, the option the Error line must name)
-    ("validate_mem_headroom_nan", plan_argv("validate", "llama2-7b", 8, "a100-80g", "TP8", "--mem-headroom", "nan",
-                                            as_json=False), "--mem-headroom"),
-    ("optimize_mem_headroom_nan", ["optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g",
-                                   "--mem-headroom", "nan"], "--mem-headroom"),
-    ("optimize_deadline_nan", ["optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g",
-                               "--deadline-days", "nan", "--tokens", "1e12"], "--deadline-days"),
-    ("optimize_tokens_nan", ["optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g",
-                             "--deadline-days", "1", "--tokens", "nan"], "--tokens"),
-    ("compare_deadline_nan", ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--deadline-days", "nan"],
-     "--deadline-days"),
-    ("compare_tokens_nan", ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--tokens", "nan"],
-     "--tokens"),
-    ("compare_budget_nan", ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--budget-usd", "nan"],
-     "--budget-usd"),
-    ("compare_staff_nan", ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8",
-                           "--staff-usd-per-day", "nan"], "--staff-usd-per-day"),
+    (
+        "validate_mem_headroom_nan",
+        plan_argv("validate", "llama2-7b", 8, "a100-80g", "TP8", "--mem-headroom", "nan", as_json=False),
+        "--mem-headroom",
+    ),
+    (
+        "optimize_mem_headroom_nan",
+        ["optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g", "--mem-headroom", "nan"],
+        "--mem-headroom",
+    ),
+    (
+        "optimize_deadline_nan",
+        [
+            "optimize",
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "8",
+            "--hardware",
+            "a100-80g",
+            "--deadline-days",
+            "nan",
+            "--tokens",
+            "1e12",
+        ],
+        "--deadline-days",
+    ),
+    (
+        "optimize_tokens_nan",
+        [
+            "optimize",
+            "--model",
+            "llama2-7b",
+            "--gpus",
+            "8",
+            "--hardware",
+            "a100-80g",
+            "--deadline-days",
+            "1",
+            "--tokens",
+            "nan",
+        ],
+        "--tokens",
+    ),
+    (
+        "compare_deadline_nan",
+        ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--deadline-days", "nan"],
+        "--deadline-days",
+    ),
+    (
+        "compare_tokens_nan",
+        ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--tokens", "nan"],
+        "--tokens",
+    ),
+    (
+        "compare_budget_nan",
+        ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--budget-usd", "nan"],
+        "--budget-usd",
+    ),
+    (
+        "compare_staff_nan",
+        ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--staff-usd-per-day", "nan"],
+        "--staff-usd-per-day",
+    ),
 ]
 
 
@@ -731,8 +1031,16 @@ def test_nan_option_is_a_usage_error(argv: list[str], option: str) -> None:
         check_error(res, (option,))
 
 
-INF_OPTIONS = ["--gpu-usd", "--usd-per-kwh", "--node-overhead-w", "--staff-usd-per-day", "--gpu-mtbf-hours",
-               "--restart-s", "--budget-usd", "--server-usd"]
+INF_OPTIONS = [
+    "--gpu-usd",
+    "--usd-per-kwh",
+    "--node-overhead-w",
+    "--staff-usd-per-day",
+    "--gpu-mtbf-hours",
+    "--restart-s",
+    "--budget-usd",
+    "--server-usd",
+]
 
 
 @pytest.mark.parametrize("option", INF_OPTIONS)
@@ -745,17 +1053,31 @@ def test_infinite_compare_option_is_refused_or_finite(option: str) -> None:
 @given(
     gpus=st.sampled_from(["8", "4", "1..16", "16..1", "0", "abc", "8 .. 16", "", "1e3", "99999999999"]),
     fixed=st.dictionaries(
-        st.sampled_from(["--tp", "--pp", "--dp", "--micro-batch", "--zero", "--virtual-stages", "--max-tp",
-                         "--min-dp", "--max-pp", "--top", "--seq-len", "--global-batch"]),
+        st.sampled_from(
+            [
+                "--tp",
+                "--pp",
+                "--dp",
+                "--micro-batch",
+                "--zero",
+                "--virtual-stages",
+                "--max-tp",
+                "--min-dp",
+                "--max-pp",
+                "--top",
+                "--seq-len",
+                "--global-batch",
+            ]
+        ),
         st.sampled_from(["0", "1", "2", "3", "4", "8", "-1", "x", "1000"]),
         max_size=3,
     ),
-    flags=st.lists(st.sampled_from(["--tp-within-node", "--no-sequence-parallel", "--objective=cost"]),
-                   max_size=2, unique=True),
+    flags=st.lists(
+        st.sampled_from(["--tp-within-node", "--no-sequence-parallel", "--objective=cost"]), max_size=2, unique=True
+    ),
     hardware=st.sampled_from(["a100-80g", "rtx4090", "a100-80g,h100-sxm:8", "h100-sxm:0", "nope", "a100-80g,"]),
 )
-def test_optimize_with_hostile_constraints(gpus: str, fixed: dict[str, str], flags: list[str],
-                                           hardware: str) -> None:
+def test_optimize_with_hostile_constraints(gpus: str, fixed: dict[str, str], flags: list[str], hardware: str) -> None:
     argv = ["optimize", "--model", "llama2-7b", "--gpus", gpus, "--hardware", hardware, "--json", *flags]
     for knob, value in fixed.items():
         argv += [knob, value]
@@ -776,9 +1098,16 @@ def test_100k_gpus() -> None:
 
 
 def test_10t_parameter_model_on_16k_gpus(tmp_path: Path) -> None:
-    config = {"model_type": "llama", "hidden_size": 65536, "num_hidden_layers": 200, "num_attention_heads": 512,
-              "num_key_value_heads": 64, "intermediate_size": 4 * 65536, "vocab_size": 128_256,
-              "max_position_embeddings": 8192}
+    config = {
+        "model_type": "llama",
+        "hidden_size": 65536,
+        "num_hidden_layers": 200,
+        "num_attention_heads": 512,
+        "num_key_value_heads": 64,
+        "intermediate_size": 4 * 65536,
+        "vocab_size": 128_256,
+        "max_position_embeddings": 8192,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     for command in ("memory", "validate"):
@@ -789,10 +1118,18 @@ def test_10t_parameter_model_on_16k_gpus(tmp_path: Path) -> None:
 
 def test_widest_deepest_config_allowed(tmp_path: Path) -> None:
     """Every size at the loader's upper bound, dense and MoE: a report, never an overflow."""
-    config = {"model_type": "mixtral", "hidden_size": 1_000_000, "num_hidden_layers": 100_000,
-              "num_attention_heads": 1000, "num_key_value_heads": 1000, "intermediate_size": 10_000_000,
-              "vocab_size": 100_000_000, "max_position_embeddings": 100_000_000, "num_local_experts": 100_000,
-              "num_experts_per_tok": 100_000}
+    config = {
+        "model_type": "mixtral",
+        "hidden_size": 1_000_000,
+        "num_hidden_layers": 100_000,
+        "num_attention_heads": 1000,
+        "num_key_value_heads": 1000,
+        "intermediate_size": 10_000_000,
+        "vocab_size": 100_000_000,
+        "max_position_embeddings": 100_000_000,
+        "num_local_experts": 100_000,
+        "num_experts_per_tok": 100_000,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     for gpus, plan in ((1, "TP1"), (8, "TP8")):
@@ -802,8 +1139,9 @@ def test_widest_deepest_config_allowed(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("gpus", "plan"), [(1, "TP1"), (8, "TP8"), (64, "TP8/CP8")])
 def test_million_token_sequence_global_batch_one(gpus: int, plan: str) -> None:
-    res = run_cli(plan_argv("validate", "llama2-7b", gpus, "h100-sxm", plan, "--seq-len", "1048576",
-                            "--global-batch", "1"))
+    res = run_cli(
+        plan_argv("validate", "llama2-7b", gpus, "h100-sxm", plan, "--seq-len", "1048576", "--global-batch", "1")
+    )
     check(res, "layout")
 
 

@@ -136,7 +136,7 @@ def _label(path: str | os.PathLike[str]) -> str:
 
 def _read_text(path: str | os.PathLike[str]) -> str:
     """Read a regular file of at most MAX_BYTES as UTF-8 text; InputError otherwise."""
-    name = _label(path)
+    name = f"launch file {_label(path)}"  # the Error line says which input it is about
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:

@@ -1,0 +1,192 @@
+"""How fast is a mixed-pool search? Whole-process time, the solver's time, peak memory.
+
+Each figure is the median of N runs (default 3), every run a fresh process:
+
+  (a) importing the runtime dependencies alone (the floor any command pays);
+  (p) llama3-405b on the pool h100-sxm:2048+a100-80g:2048, --top 1 (target: proven optimal,
+      whole process at most 10 s): the single-type stage-model optima, the pool's optimum and
+      the uniform enumeration of each type alone;
+  (q) llama2-70b on a100-80g:64+rtx4090:512 (the mixing question; informational).
+
+The command is `python -m optimizer optimize --model M --hardware POOL --top 1 --json` once the
+CLI accepts pools; until then (the CLI refuses the pool with exit 2) the same search runs through
+`paraplan.pools.optimize_pool` in a fresh `python -c` process, and the report says which.
+Runs are interleaved -- rounds of (a), (p), (q) -- after one untimed warm-up of each. The
+script is a report: it always exits 0.
+
+    python benchmarks/pool_speed.py [--runs 3] [--json] [--skip-70b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+IMPORTS = "import ortools.sat.python.cp_model, pydantic, networkx, numpy, click, rich"
+CASES: dict[str, tuple[str, str]] = {
+    "p": ("llama3-405b", "h100-sxm:2048+a100-80g:2048"),
+    "q": ("llama2-70b", "a100-80g:64+rtx4090:512"),
+}
+TITLES = {
+    "a": "import ortools, pydantic, networkx, numpy, click, rich",
+    "p": "llama3-405b on h100-sxm:2048+a100-80g:2048, top 1",
+    "q": "llama2-70b on a100-80g:64+rtx4090:512, top 1",
+}
+TARGET_S = {"p": 10.0}
+API = (
+    "import sys; from paraplan.pools import optimize_pool; "
+    "r = optimize_pool(sys.argv[1], sys.argv[2], top=1); print(r.model_dump_json())"
+)
+
+
+@dataclass
+class Run:
+    wall_s: float
+    max_rss_bytes: int
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_once(argv: list[str]) -> Run:
+    """One fresh process: wall time, its own peak RSS (os.wait4 on its pid), exit code, output."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        scale = 1 if sys.platform == "darwin" else 1024
+        return Run(wall, int(usage.ru_maxrss) * scale, proc.returncode,
+                   out.read().decode(errors="replace"), err.read().decode(errors="replace"))  # fmt: skip
+
+
+def command(name: str) -> tuple[list[str], str]:
+    """The CLI command when it accepts pools, else the API in a fresh process (and which)."""
+    model, pool = CASES[name]
+    cli = [sys.executable, "-m", "optimizer", "optimize", "--model", model, "--hardware", pool, "--top", "1", "--json"]
+    probe = run_once(cli)
+    if probe.returncode in (0, 1):
+        return cli, "cli"
+    return [
+        sys.executable,
+        "-c",
+        API,
+        model,
+        pool,
+    ], f"api (the CLI does not take pools yet: exit {probe.returncode}: {probe.stderr.strip()[-120:]})"
+
+
+@dataclass
+class Measurement:
+    name: str
+    title: str
+    argv: list[str]
+    via: str = ""
+    whole_s: list[float] = field(default_factory=list)
+    solver_s: list[float] = field(default_factory=list)
+    peak_bytes: list[int] = field(default_factory=list)
+    status: str | None = None
+    picked: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+    def median(self, values: list[float] | list[int]) -> float | None:
+        return float(statistics.median(values)) if values else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "title": self.title, "via": self.via, "runs": len(self.whole_s), "whole_s": self.median(self.whole_s),
+            "whole_s_all": self.whole_s, "solver_s": self.median(self.solver_s), "solver_s_all": self.solver_s,
+            "peak_rss_bytes": self.median(self.peak_bytes), "status": self.status, "best": self.picked,
+            "errors": self.errors,
+        }  # fmt: skip
+
+
+def record(m: Measurement, r: Run) -> None:
+    if m.name == "a":
+        if r.returncode != 0:
+            m.errors.append(f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
+            return
+        m.whole_s.append(r.wall_s)
+        m.peak_bytes.append(r.max_rss_bytes)
+        return
+    try:
+        data = json.loads(r.stdout)
+        entry = data["results"][0] if "results" in data else data
+        solver = entry["solver"]
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        m.errors.append(f"exit {r.returncode}, unreadable JSON ({exc}): {r.stderr.strip()[-300:]}")
+        return
+    m.whole_s.append(r.wall_s)
+    m.peak_bytes.append(r.max_rss_bytes)
+    m.solver_s.append(float(solver["wall_s"]))
+    m.status = str(solver["status"])
+    if entry.get("layouts"):
+        best = entry["layouts"][0]
+        kinds = sorted({(s["hardware"], s["tp"]) for s in best.get("stages") or []})
+        words = ", ".join(f"{h} TP{t}" for h, t in kinds)
+        pool = entry.get("pool") or {}
+        m.picked = (f"{best['step_time_s']:.3f} s/step, {best['gpus']} GPUs, {len(best.get('stages') or [])} stages "
+                    f"({words}); mixing gain {pool.get('gain')}")  # fmt: skip
+
+
+def measure_all(runs: int, skip_70b: bool) -> dict[str, Measurement]:
+    names = ["p"] if skip_70b else ["p", "q"]
+    cases = [Measurement("a", TITLES["a"], [sys.executable, "-c", IMPORTS], "python -c")]
+    for n in names:
+        argv, via = command(n)
+        cases.append(Measurement(n, TITLES[n], argv, via))
+    for m in cases:  # warm-up: page cache, .pyc files
+        run_once(m.argv)
+    for _ in range(runs):
+        for m in cases:
+            record(m, run_once(m.argv))
+    return {m.name: m for m in cases}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--skip-70b", action="store_true")
+    args = parser.parse_args()
+    ms = measure_all(max(1, args.runs), args.skip_70b)
+    whole = ms["p"].median(ms["p"].whole_s)
+    check = {"check": "(p) whole process, proven optimal", "value": whole, "target": TARGET_S["p"], "unit": "s",
+             "result": "PASS" if whole is not None and whole <= TARGET_S["p"] and ms["p"].status == "OPTIMAL"
+             else "FAIL"}  # fmt: skip
+    report = {"cpus": os.cpu_count(), "cases": {n: m.as_json() for n, m in ms.items()}, "checks": [check]}
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"pool search speed, median of {args.runs} fresh processes ({os.cpu_count()} CPUs)")
+    for m in ms.values():
+        whole_m, solver_m = m.median(m.whole_s), m.median(m.solver_s)
+        line = f"  ({m.name}) {m.title}: whole {whole_m:.2f} s" if whole_m is not None else f"  ({m.name}) {m.title}: -"
+        if solver_m is not None:
+            line += f", search {solver_m:.2f} s, {m.status}"
+        print(line)
+        if m.via and m.name != "a":
+            print(f"      via {m.via}")
+        if m.picked:
+            print(f"      best: {m.picked}")
+        for e in m.errors:
+            print(f"      error: {e}")
+    print(f"  {check['check']}: {whole} s (target <= {TARGET_S['p']:g} s): {check['result']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
