@@ -56,6 +56,9 @@ from paraplan.search import (
     rank_space,
 )
 
+# Layouts per hardware unless `top` is given. A pool answers its proven best plan only by
+# default: each further answer is another proven (DP, micro-batch) optimum, 3-10x the time.
+DEFAULT_TOP = 5
 MAX_GPUS = 10_000_000
 MAX_TOP = 100
 Objective = Literal["time", "cost"]
@@ -323,7 +326,7 @@ def optimize(
     hardware: str | Cluster | Sequence[str | Cluster],
     gpus: int | str | None = None,
     *,
-    top: int = 5,
+    top: int | None = None,
     objective: Objective = "time",
     tokens: float | None = None,
     deadline_days: float | None = None,
@@ -339,22 +342,34 @@ def optimize(
     ({"max_tp": 4, "min_dp": 16}) bound them; with `tokens`, each layout carries its training
     time and cost; with `deadline_days`, only layouts that train `tokens` in time qualify; with
     `scaling`, a range search also reports the best layout of every GPU count."""
+    pool_top = 1 if top is None else top
+    top = DEFAULT_TOP if top is None else top
     if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP:
         raise InputError(f"top {top!r} must be a whole number in 1..{MAX_TOP}")
     if objective not in ("time", "cost"):
         raise InputError(f"objective {objective!r} must be time or cost")
     cons = constraints_from(bounds, tp_within_node, deadline_days, tokens)
     spec = _model(model)
-    entries = _hardware_entries(hardware)
     given: dict[str, object] = dict(knobs)
     _emit_framework(given, emit)
     _fixed_within_bounds(given, cons)
-    results = [
-        _optimize_one(spec, cluster, gpu_counts(count if count is not None else gpus, cluster.gpus_per_node,
-                                                f"hardware entry '{cluster.name}' count" if count is not None else "gpus"),
-                      cons, top, objective, tokens, mem_headroom, stack, emit, scaling, given)
-        for cluster, count in entries
-    ]  # fmt: skip
+    from paraplan.pools import Pool, optimize_pool, split_hardware
+
+    results: list[HardwareResult] = []
+    for part in split_hardware(hardware):
+        if isinstance(part, Pool):  # A:N+B:M or a pool TOML: one mixed pool, its own counts
+            pooled = optimize_pool(spec, part, top=pool_top, objective=objective, tokens=tokens, bounds=bounds,
+                                   mem_headroom=mem_headroom, stack=stack, emit=emit, deadline_days=deadline_days,
+                                   tp_within_node=tp_within_node, scaling=scaling, knobs=given)  # fmt: skip
+            results.append(pooled)
+            continue
+        for cluster, count in _hardware_entries(part):
+            where = f"hardware entry '{cluster.name}' count" if count is not None else "gpus"
+            counts = gpu_counts(count if count is not None else gpus, cluster.gpus_per_node, where)
+            results.append(_optimize_one(spec, cluster, counts, cons, top, objective, tokens, mem_headroom, stack,
+                                         emit, scaling, given))  # fmt: skip
+    if not results:
+        raise InputError("no hardware given: name at least one preset or TOML")
     return OptimizeResult(model=spec.name, results=results, legend=legend(), warnings=input_warnings(spec))
 
 

@@ -230,7 +230,9 @@ cli.add_command(_plan_command(
     "--hardware",
     multiple=True,
     required=True,
-    help="Hardware preset(s) or TOML path(s); comma-separated or repeated; NAME:COUNT sets its own count.",
+    help="Hardware preset(s) or TOML path(s); comma-separated or repeated; NAME:COUNT sets its own count; "
+    "A:N+B:M (or a pool TOML with [[member]] tables) is one mixed pool whose pipeline stages may run on "
+    "either type.",
 )
 @degree_options
 @click.option(
@@ -251,7 +253,9 @@ cli.add_command(_plan_command(
     default=None,
     help="Training tokens: adds days and (with a price) dollars to every layout.",
 )
-@click.option("--top", type=click.IntRange(1, 100), default=5, show_default=True, help="Layouts per hardware.")
+@click.option("--top", type=click.IntRange(1, 100), default=None,
+              help="Layouts per hardware [default: 5; 1 for a pool A:N+B:M, whose each further answer is "
+              "another proven optimum and takes several times longer].")  # fmt: skip
 @click.option(
     "--objective",
     type=click.Choice(["time", "cost"]),
@@ -269,7 +273,7 @@ cli.add_command(_plan_command(
 )
 @knob_options
 def optimize(model: str, gpus_text: str | None, hardware: tuple[str, ...], tp_within_node: bool,
-             deadline_days: float | None, tokens: float | None, top: int, objective: str, emit: str | None,
+             deadline_days: float | None, tokens: float | None, top: int | None, objective: str, emit: str | None,
              html_path: Path | None, as_json: bool, mem_headroom: float, **opts: Any) -> int:  # fmt: skip
     """The best layouts per hardware, exactly (every candidate evaluated, exact top-k).
 

@@ -62,7 +62,8 @@ def compare_command(knob_options: Callable[[Callable[..., Any]], Callable[..., A
         "--hardware",
         multiple=True,
         required=True,
-        help="NAME:COUNT per hardware (e.g. a100-80g:256,rtx4090:2048); comma-separated or repeated.",
+        help="NAME:COUNT per hardware (e.g. a100-80g:256,rtx4090:2048); comma-separated or repeated; "
+        "A:N+B:M (or a pool TOML) is one mixed pool.",
     )
     @click.option(
         "--gpus",

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +51,9 @@ from paraplan.question import Question
 from paraplan.results import CompareEntry, CompareResult, CostOut, ScalingPoint
 from paraplan.search import Constraints, closest, complete, expansion_needed, rank
 from paraplan.units import fmt_duration, fmt_seconds, fmt_usd
+
+if TYPE_CHECKING:
+    from paraplan.pools import PoolOutcome
 
 SECONDS_PER_DAY = 86400.0
 LOW_GOODPUT = 0.8  # the verdict warns below this goodput
@@ -405,7 +408,7 @@ def _share_less(low: float, high: float) -> str:
     return "no less (both free)" if high <= 0 else f"{1 - low / high:.0%} less"
 
 
-def verdict(outcomes: list[Outcome]) -> list[str]:
+def verdict(outcomes: Sequence[Outcome | PoolOutcome]) -> list[str]:
     """Sentences computed from the accounts: fastest, cheapest, by how much; failures; energy."""
     lines: list[str] = []
     done = [(f"{o.cluster.name} x {o.account.gpus}", o.account) for o in outcomes if o.account is not None]
@@ -464,7 +467,7 @@ def verdict(outcomes: list[Outcome]) -> list[str]:
     return lines + _warnings(outcomes)
 
 
-def _warnings(outcomes: list[Outcome]) -> list[str]:
+def _warnings(outcomes: Sequence[Outcome | PoolOutcome]) -> list[str]:
     out = []
     for o in outcomes:
         a = o.account
@@ -535,9 +538,15 @@ def compare(
     check_amount("budget_usd", budget_usd)
     check_amount("deadline_days", deadline_days)
     check_amount("staff_usd_per_day", staff_usd_per_day, inclusive=True)
+    from paraplan.pools import Pool, compare_pool, split_hardware
+
     spec = resolve_model(model)
-    items = []
-    for item in hardware_items(hardware):
+    items: list[tuple[Cluster, int] | Pool] = []
+    parts = [p for p in split_hardware(hardware) if isinstance(p, (str, Pool))]  # compare takes names
+    for item in (x for p in parts for x in ([p] if isinstance(p, Pool) else hardware_items(p))):
+        if isinstance(item, Pool):  # A:N+B:M or a pool TOML: one alternative, with its own counts
+            items.append(item)
+            continue
         if item.count is None and gpus is None:
             raise InputError(f"hardware '{item.name}' needs a GPU count: NAME:COUNT (e.g. {item.name}:256) or gpus")
         count = int(item.count) if item.count is not None and ".." not in item.count else gpus
@@ -549,12 +558,25 @@ def compare(
         _check_gpus(count)
         items.append((load_hardware(item.name), count))
     request = Request(tokens=tokens, budget_usd=budget_usd, deadline_days=deadline_days, scaling=scaling)
-    outcomes = []
-    for cluster, count in items:
+    outcomes: list[Outcome | PoolOutcome] = []
+    entries: list[CompareEntry] = []
+    for entry_item in items:
+        if isinstance(entry_item, Pool):
+            entry, pool_outcome = compare_pool(
+                spec, entry_item, tokens, pricing=pricing, overrides=figures or {}, staff_usd_per_day=staff_usd_per_day,
+                budget_usd=budget_usd, deadline_days=deadline_days, mem_headroom=mem_headroom, stack=stack,
+                knobs=dict(knobs),
+            )  # fmt: skip
+            entries.append(entry)
+            outcomes.append(pool_outcome)
+            continue
+        cluster, count = entry_item
         question = Question.of(spec, cluster, dict(knobs), stack, mem_headroom)
-        outcomes.append(decide(question, count, request, resolve(cluster, pricing, figures or {}, staff_usd_per_day)))
+        outcome = decide(question, count, request, resolve(cluster, pricing, figures or {}, staff_usd_per_day))
+        entries.append(_entry(outcome))
+        outcomes.append(outcome)
     return CompareResult(
         tokens=tokens, model=spec.name, budget_usd=budget_usd, deadline_days=deadline_days,
-        checkpoint_bytes_per_param=CHECKPOINT_BYTES_PER_PARAM, results=[_entry(o) for o in outcomes],
+        checkpoint_bytes_per_param=CHECKPOINT_BYTES_PER_PARAM, results=entries,
         verdict=verdict(outcomes), warnings=input_warnings(spec),
     )  # fmt: skip

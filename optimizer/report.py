@@ -241,6 +241,11 @@ def _optimize_table(out: Console, model: str, r: HardwareResult, objective: str)
             out.print(styled(f"  limit     {limit}"))
         for rank, line in enumerate(r.explanation.runners_up, 2):
             out.print(styled(f"  #{rank:<8} {line}"))
+    if r.pool is not None:
+        from paraplan.pools import pool_text
+
+        for line in pool_text(r):
+            out.print(styled(f"  {safe(line)}"))
     _launch(out, r.launch)
 
 
