@@ -144,7 +144,8 @@ def compare_command(knob_options: Callable[[Callable[..., Any]], Callable[..., A
                              deadline_days=deadline_days, pricing=pricing,  # type: ignore[arg-type]
                              figures={k: v for k, v in figures.items() if v is not None},
                              staff_usd_per_day=staff_usd_per_day, scaling=plot_path is not None or html_path is not None,
-                             mem_headroom=mem_headroom, stack=stack, **knobs)  # fmt: skip
+                             mem_headroom=mem_headroom, stack=stack,
+                             notify=lambda line: click.echo(f"Note: {line}", err=True), **knobs)  # fmt: skip
         if plot_path is not None:
             from paraplan.plot import write_plot
 
@@ -253,7 +254,8 @@ def calibrate_command() -> click.Command:
         argv = ["paraplan", "calibrate", "--hardware", hardware, "--runs", str(runs_path), "--out", str(out_path)]
         argv += ["--fit", fit_names] if fit_names else []
         argv += ["--name", name] if name else []
-        result = run_calibrate(hardware, runs_path, fit_names=fit_names, name=name, command=shlex.join(argv))
+        result = run_calibrate(hardware, runs_path, fit_names=fit_names, name=name, command=shlex.join(argv),
+                               notify=lambda line: click.echo(f"Note: {line}", err=True))  # fmt: skip
         write_atomically(out_path, result.toml, force, [runs_path])
         result = result.model_copy(update={"out": str(out_path)})
         if as_json:

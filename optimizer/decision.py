@@ -21,7 +21,7 @@ and goodput from `cost_models.reliability`; energy at the predicted busy fractio
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -235,6 +235,11 @@ class Outcome:
         return self.account is not None and self.deadline_met is not False and self.budget_met is not False
 
 
+# A compare needing more (hardware, GPU count) searches than this announces it first (CLI: one
+# Note line on stderr); each search is 0.1-0.4 s on 2 cores (70B-405B models).
+LONG_COMPARE_SEARCHES = 40
+
+
 def candidate_counts(cluster: Cluster, max_gpus: int) -> list[int]:
     """The counts a budget or deadline may pick: whole nodes of 2^a or 3*2^a GPUs, and N itself."""
     per_node = cluster.gpus_per_node
@@ -299,13 +304,22 @@ def _answers(evaluation: Evaluation) -> npt.NDArray[np.int64]:
     return np.nonzero(keep)[0]
 
 
+def _picked_counts(cluster: Cluster, max_gpus: int, request: Request) -> list[int]:
+    """The counts a budget or deadline chooses among (else the count asked)."""
+    if request.deadline_days is not None or request.budget_usd is not None:
+        return candidate_counts(cluster, max_gpus)
+    return [max_gpus]
+
+
+def _counts_searched(cluster: Cluster, max_gpus: int, request: Request) -> set[int]:
+    extra = scaling_counts(cluster, max_gpus) if request.scaling else []
+    return {*_picked_counts(cluster, max_gpus, request), *extra}
+
+
 def decide(question: Question, max_gpus: int, request: Request, figures: Figures) -> Outcome:
     cluster = question.cluster
-    counts = [max_gpus]
-    if request.deadline_days is not None or request.budget_usd is not None:
-        counts = candidate_counts(cluster, max_gpus)
-    extra = scaling_counts(cluster, max_gpus) if request.scaling else []
-    table = Table(question, [*counts, *extra], whole=max_gpus)
+    counts = _picked_counts(cluster, max_gpus, request)
+    table = Table(question, sorted(_counts_searched(cluster, max_gpus, request)), whole=max_gpus)
     if request.deadline_days is not None:
         outcome = _with_deadline(table, counts, max_gpus, request, figures, request.deadline_days)
     elif request.budget_usd is not None:
@@ -529,6 +543,7 @@ def compare(
     scaling: bool = False,
     mem_headroom: float = 0.0,
     stack: Mapping[str, object] | None = None,
+    notify: Callable[[str], None] | None = None,
     **knobs: Unpack[KnobArgs],
 ) -> CompareResult:
     """The hardware decision: per NAME:COUNT, the best layout and what training `tokens` costs.
@@ -558,6 +573,10 @@ def compare(
         _check_gpus(count)
         items.append((load_hardware(item.name), count))
     request = Request(tokens=tokens, budget_usd=budget_usd, deadline_days=deadline_days, scaling=scaling)
+    searches = sum(len(_counts_searched(c, n, request)) for c, n in (x for x in items if not isinstance(x, Pool)))
+    if notify is not None and searches > LONG_COMPARE_SEARCHES:
+        notify(f"{searches} (hardware, GPU count) searches for the budget, deadline or scaling curve: about "
+               f"{searches * 0.1:.0f}-{searches * 0.4:.0f} s, more for larger models")  # fmt: skip
     outcomes: list[Outcome | PoolOutcome] = []
     entries: list[CompareEntry] = []
     for entry_item in items:
