@@ -409,7 +409,7 @@ def test_compare_accepts_a_pool() -> None:
     assert entry.train_time_s >= entry.ideal_time_s
     assert entry.cost_usd is not None and entry.energy_kwh is not None and entry.energy_kwh > 0
     assert entry.failures_per_hour is not None and entry.failures_per_hour > 0
-    lines = verdict([outcome])  # type: ignore[list-item]
+    lines = verdict([outcome])
     assert lines and "a100-80g:8+rtx4090:16" in lines[0]
 
 
