@@ -59,8 +59,13 @@ def examples(name: str) -> int:
 
 
 def fuzz(name: str) -> settings:
+    return fuzz_settings(examples(name))
+
+
+def fuzz_settings(max_examples: int) -> settings:
+    """The settings of every hostile fuzz test, round 1 and round 2."""
     return settings(
-        max_examples=examples(name),
+        max_examples=max_examples,
         deadline=None,
         report_multiple_bugs=False,  # shrink one failure, not each distinct one: keeps a failing run short
         suppress_health_check=[

@@ -48,9 +48,21 @@ from typing import Any
 
 import click
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_hostile import GPT2, LLAMA, MIXTRAL, SCALE, Result, assert_all_finite, check, check_error, parse_json, run_cli
+from test_hostile import (
+    GPT2,
+    LLAMA,
+    MIXTRAL,
+    SCALE,
+    Result,
+    assert_all_finite,
+    check,
+    check_error,
+    fuzz_settings,
+    parse_json,
+    run_cli,
+)
 
 import paraplan.hardware_specs as hardware_specs
 from paraplan.cli import main
@@ -79,17 +91,7 @@ def examples(name: str) -> int:
 
 
 def fuzz(name: str) -> settings:
-    return settings(
-        max_examples=examples(name),
-        deadline=None,
-        report_multiple_bugs=False,  # shrink one failure, not each distinct one: keeps a failing run short
-        suppress_health_check=[
-            HealthCheck.too_slow,
-            HealthCheck.function_scoped_fixture,
-            HealthCheck.data_too_large,
-            HealthCheck.filter_too_much,
-        ],
-    )
+    return fuzz_settings(examples(name))
 
 
 def test_default_profile_runs_at_least_5000_new_hostile_inputs() -> None:
