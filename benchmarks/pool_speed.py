@@ -23,16 +23,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-IMPORTS = "import ortools.sat.python.cp_model, pydantic, networkx, numpy, click, rich"
+from search_speed import IMPORTS, Run, run_once
+
 CASES: dict[str, tuple[str, str]] = {
     "p": ("llama3-405b", "h100-sxm:2048+a100-80g:2048"),
     "q": ("llama2-70b", "a100-80g:64+rtx4090:512"),
@@ -47,30 +43,6 @@ API = (
     "import sys; from paraplan.pools import optimize_pool; "
     "r = optimize_pool(sys.argv[1], sys.argv[2], top=1); print(r.model_dump_json())"
 )
-
-
-@dataclass
-class Run:
-    wall_s: float
-    max_rss_bytes: int
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def run_once(argv: list[str]) -> Run:
-    """One fresh process: wall time, its own peak RSS (os.wait4 on its pid), exit code, output."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        started = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        scale = 1 if sys.platform == "darwin" else 1024
-        return Run(wall, int(usage.ru_maxrss) * scale, proc.returncode,
-                   out.read().decode(errors="replace"), err.read().decode(errors="replace"))  # fmt: skip
 
 
 def command(name: str) -> tuple[list[str], str]:

@@ -182,14 +182,15 @@ def load_runs(path: Path) -> list[Run]:
     missing = [c for c in REQUIRED if c not in columns and not (c == "model" and "config" in columns)]
     if missing:
         raise InputError(f"runs file '{path}' lacks the column(s) {', '.join(missing)}; needs {', '.join(REQUIRED)}")
-    runs = [_run(row, path, n) for n, row in enumerate(rows, start=2)]
+    runs = [run_from_row(row, path, n) for n, row in enumerate(rows, start=2)]
     # Rows of the same architecture share one ModelSpec (the name only labels messages), so
     # that `predict` evaluates them together.
     shared: dict[str, ModelSpec] = {}
     return [replace(r, model=shared.setdefault(r.model.model_dump_json(exclude={"name"}), r.model)) for r in runs]
 
 
-def _run(row: dict[str, str], path: Path, line: int) -> Run:
+def run_from_row(row: dict[str, str], path: Path, line: int) -> Run:
+    """One CSV row as a run, checked as the CLI checks its options (line numbers for messages)."""
     where = f"{path.name} line {line}"
     label = _cell(row, "id") or f"line {line}"
     model_text = _cell(row, "model")

@@ -153,8 +153,29 @@ def resolve(cluster: Cluster, pricing: Pricing, overrides: Mapping[str, float], 
                    tuple(n for n in OVERRIDABLE if overrides.get(n) is not None))  # fmt: skip
 
 
+class RunTotals:
+    """What an account of a whole run derives from its reliability and cost (`Account`, and a
+    pool's `pools.PoolAccount`)."""
+
+    reliability: ReliabilityAccount
+    tokens: float
+    cost: CostBreakdown | None  # None: no price
+
+    @property
+    def gpus(self) -> int:
+        return self.reliability.gpus
+
+    @property
+    def train_time_s(self) -> float:
+        return self.reliability.train_time_s
+
+    @property
+    def usd_per_billion_tokens(self) -> float | None:
+        return None if self.cost is None else self.cost.total / (self.tokens / 1e9)
+
+
 @dataclass(frozen=True)
-class Account:
+class Account(RunTotals):
     """Training `tokens` with one layout: time, failures, energy, money."""
 
     evaluation: Evaluation
@@ -168,20 +189,8 @@ class Account:
     cost: CostBreakdown | None  # None: no price
 
     @property
-    def gpus(self) -> int:
-        return self.reliability.gpus
-
-    @property
-    def train_time_s(self) -> float:
-        return self.reliability.train_time_s
-
-    @property
     def step_time_s(self) -> float:
         return float(self.evaluation.step_time_s[self.index])
-
-    @property
-    def usd_per_billion_tokens(self) -> float | None:
-        return None if self.cost is None else self.cost.total / (self.tokens / 1e9)
 
 
 def account(ev: Evaluation, i: int, tokens: float, figures: Figures) -> Account:

@@ -13,7 +13,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from paraplan.calibration import _run, chosen_layouts
+from paraplan.calibration import chosen_layouts, run_from_row
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import layout_short
@@ -53,7 +53,7 @@ def memory_runs(path: Path) -> tuple[list[MemoryRun], list[str]]:
             continue
         row = {**row, "step_time_s": row.get("measured_step_time_s") or "1"}
         try:
-            run = _run(row, path, n)
+            run = run_from_row(row, path, n)
             cluster = clusters.setdefault(run.hardware, load_cluster(run.hardware))
             layout = chosen_layouts([run], cluster)[0]
         except InputError as exc:

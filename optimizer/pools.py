@@ -53,6 +53,7 @@ from paraplan.cost_models.layout import KnobArgs, Layout, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.reliability import ReliabilityAccount
 from paraplan.cost_models.tco import CostBreakdown, Pricing
+from paraplan.decision import RunTotals
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.results import (
     BottleneckOut,
@@ -1189,7 +1190,7 @@ class PoolName:
 
 
 @dataclass(frozen=True)
-class PoolAccount:
+class PoolAccount(RunTotals):
     """Training `tokens` with a pool plan: the same figures as `decision.Account`, each GPU type
     priced, powered and failing by its own preset (and the overrides)."""
 
@@ -1205,20 +1206,8 @@ class PoolAccount:
     hardware_usd_per_gpu_hour: float | None  # GPU-weighted
 
     @property
-    def gpus(self) -> int:
-        return self.reliability.gpus
-
-    @property
-    def train_time_s(self) -> float:
-        return self.reliability.train_time_s
-
-    @property
     def step_time_s(self) -> float:
         return self.figures.step_s
-
-    @property
-    def usd_per_billion_tokens(self) -> float | None:
-        return None if self.cost is None else self.cost.total / (self.tokens / 1e9)
 
 
 @dataclass(frozen=True)
