@@ -81,16 +81,11 @@ from paraplan.stage_costs import (
 )
 
 if TYPE_CHECKING:
+    # The CP-SAT model (and OR-Tools with it) loads only when a pool is solved: parsing
+    # --hardware must stay cheap for every optimize and compare.
     from paraplan.decision import Figures
+    from paraplan.stage_model import IntTables, Objective, Solved, StagePlan
 
-from paraplan.stage_model import (
-    IntTables,
-    Objective,
-    Solved,
-    StagePlan,
-    slot_lower_bound,
-    solve,
-)
 
 MAX_POOL_TYPES = 8
 MAX_POOL_GPUS = 10_000_000
@@ -385,6 +380,8 @@ def search(question: PoolQuestion, objective: Objective = "time", top: int = 1,
     """The `top` best plans, one per (DP, micro-batch), each proven optimal for its pair; the
     first is the pool's optimum. `incumbent`: plans already known to be in this pool's space
     (the single-type optima), used as the first cutoff."""
+    from paraplan.stage_model import IntTables, StagePlan, slot_lower_bound, solve
+
     started = time.perf_counter()
     stats = SearchStats()
     model, pool = question.model, question.pool
@@ -493,6 +490,8 @@ def _price(ints: IntTables, plan: StagePlan, objective: Objective) -> int | None
 
 def _lower_bound(ints: IntTables, objective: Objective, work: bool = True) -> int | None:
     """No plan of this pair costs less (see the module docstring)."""
+    from paraplan.stage_model import slot_lower_bound
+
     slot = slot_lower_bound(ints)
     if slot is None:
         return None
