@@ -6,7 +6,6 @@ tests/data/launch/PROVENANCE.md); bad variants are made from them here."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import shlex
@@ -23,7 +22,6 @@ from hypothesis import strategies as st
 from paraplan.cost_models.errors import InputError
 from paraplan.launch import (
     MAX_BYTES,
-    LaunchSettings,
     check_deepspeed,
     check_megatron,
     check_torchtitan,
@@ -620,13 +618,6 @@ def test_framework_argument_and_mismatches() -> None:
     # a torchtitan line forced through the Megatron reader: every flag is unknown to Megatron
     s = read_launch(TITAN_SEED, "megatron")
     assert "--parallelism.tensor_parallel_degree" in s.unknown
-
-
-def test_launch_settings_is_frozen() -> None:
-    s = parse_launch_text("--num-layers 2", name="x.txt")
-    assert isinstance(s, LaunchSettings)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        s.world_size = 3  # type: ignore[misc]
 
 
 # ============================================================================================
