@@ -52,6 +52,7 @@ torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -128,6 +129,8 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
+# keyed by the integer a layout column holds, so that no enum is built per candidate table
+_BY_VALUE: dict[int, FrameworkSpec] = {int(fw): fs for fw, fs in FRAMEWORKS.items()}
 
 
 def spec(framework: Framework | int) -> FrameworkSpec:
@@ -146,10 +149,10 @@ def per_framework(lay: Layouts, test: Callable[[FrameworkSpec, Layouts], BoolArr
     arrays may mix them)."""
     used = lay.frameworks_used
     if len(used) == 1:
-        return np.asarray(test(FRAMEWORKS[Framework(used[0])], lay) & np.ones(len(lay), dtype=bool))
+        return np.asarray(test(_BY_VALUE[used[0]], lay) & np.ones(len(lay), dtype=bool))
     out = np.zeros(len(lay), dtype=bool)
     for fw in used:
-        out |= (lay.framework == fw) & test(FRAMEWORKS[Framework(fw)], lay)
+        out |= (lay.framework == fw) & test(_BY_VALUE[fw], lay)
     return out
 
 
@@ -157,17 +160,29 @@ def per_framework_value(lay: Layouts, value: Callable[[FrameworkSpec], float]) -
     """A per-framework figure (`value` of its spec) for each candidate."""
     used = lay.frameworks_used
     if len(used) == 1:
-        return np.full(len(lay), float(value(FRAMEWORKS[Framework(used[0])])))
+        return np.full(len(lay), float(value(_BY_VALUE[used[0]])))
     out = np.zeros(len(lay))
     for fw in used:
-        out = np.where(lay.framework == fw, float(value(FRAMEWORKS[Framework(fw)])), out)
+        out = np.where(lay.framework == fw, float(value(_BY_VALUE[fw])), out)
     return out
 
 
 def _in(
     values: np.ndarray, allowed: frozenset[int] | frozenset[CpComm] | frozenset[Offload] | frozenset[Precision]
 ) -> BoolArray:
-    return np.isin(values, np.array(sorted(int(v) for v in allowed), dtype=np.int64))
+    return np.asarray(_member_table(allowed)[np.minimum(values, _TABLE_SIZE - 1)], dtype=np.bool_)
+
+
+# Knob values are small non-negative integers (enum values, ZeRO stages): membership is a lookup
+# in a boolean table, 10x quicker than np.isin on the small tables a question evaluates.
+_TABLE_SIZE = 64
+
+
+@functools.cache
+def _member_table(allowed: frozenset[int] | frozenset[CpComm] | frozenset[Offload] | frozenset[Precision]) -> BoolArray:
+    table = np.zeros(_TABLE_SIZE, dtype=bool)  # the last slot stands for every larger value: never allowed
+    table[[int(v) for v in allowed if 0 <= int(v) < _TABLE_SIZE - 1]] = True
+    return table
 
 
 def zero_unsupported(lay: Layouts) -> BoolArray:
