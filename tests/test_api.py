@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from conftest import Invoke, gpt_spec, run_module
 
@@ -239,3 +240,42 @@ def test_error_names_the_bad_value_and_what_is_accepted() -> None:
     with pytest.raises(paraplan.InputError) as info:
         paraplan.optimize("llama2-7b", "a100-80g", 8, recompute="sometimes")
     assert re.search(r"sometimes.*none.*selective.*full", str(info.value))
+
+
+def _recorded_rows(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
+    """The candidate rows each call of the cost model receives, in order."""
+    import paraplan.question as question_module
+    from paraplan.cost_models.evaluate import evaluate as real
+
+    calls: list[np.ndarray] = []
+
+    def recording(model: Any, cluster: Any, layouts: Any, *args: Any) -> Any:
+        calls.append(layouts.data.copy())
+        return real(model, cluster, layouts, *args)
+
+    monkeypatch.setattr(question_module, "evaluate", recording)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("model", "gpus", "hardware", "plan"),
+    [("llama2-70b", 1024, "a100-80g", "TP8/PP4/DP32"), ("mixtral-8x7b", 64, "h100-sxm", "TP2/PP2/DP16/EP8")],
+)
+def test_validate_evaluates_each_candidate_once(
+    monkeypatch: pytest.MonkeyPatch, model: str, gpus: int, hardware: str, plan: str
+) -> None:
+    """One pass over the plan's candidates and the free space's cores, then at most one over the
+    trading variants that could change the answer; no candidate is priced twice."""
+    calls = _recorded_rows(monkeypatch)
+    result = paraplan.validate(model, gpus, hardware, plan)
+    assert result.feasible
+    assert 1 <= len(calls) <= 2
+    rows = np.concatenate(calls)
+    assert len(np.unique(rows, axis=0)) == len(rows)
+
+
+def test_optimize_evaluates_each_candidate_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _recorded_rows(monkeypatch)
+    paraplan.optimize(model="llama2-70b", gpus=1024, hardware="a100-80g", top=3)
+    rows = np.concatenate(calls)
+    assert len(np.unique(rows, axis=0)) == len(rows)

@@ -25,10 +25,10 @@ import re
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -41,6 +41,7 @@ PRESET_TOML = (Path(hardware_specs.__file__).parent / "presets" / "a100-80g.toml
 GEMM_LINE = next(line for line in PRESET_TOML.splitlines() if line.startswith("gemm_max = "))
 
 SCALE = float(os.environ.get("PARAPLAN_FUZZ_EXAMPLES_SCALE", "1"))
+F = TypeVar("F", bound=Callable[..., object])
 
 # max_examples per fuzz test in the default profile; the sum is the suite's count of hostile inputs.
 BASE_EXAMPLES = {
@@ -58,13 +59,14 @@ def examples(name: str) -> int:
     return max(1, round(BASE_EXAMPLES[name] * SCALE))
 
 
-def fuzz(name: str) -> settings:
+def fuzz(name: str) -> Callable[[F], F]:
     return fuzz_settings(examples(name))
 
 
-def fuzz_settings(max_examples: int) -> settings:
-    """The settings of every hostile fuzz test, round 1 and round 2."""
-    return settings(
+def fuzz_settings(max_examples: int) -> Callable[[F], F]:
+    """The settings of every hostile fuzz test, round 1 and round 2. The campaign is marked slow:
+    CI runs it whole; `pytest -m "not slow"` leaves it out of a developer's quick loop."""
+    hostile = settings(
         max_examples=max_examples,
         deadline=None,
         report_multiple_bugs=False,  # shrink one failure, not each distinct one: keeps a failing run short
@@ -75,6 +77,12 @@ def fuzz_settings(max_examples: int) -> settings:
             HealthCheck.filter_too_much,
         ],
     )
+
+    def mark(test: F) -> F:
+        marked: F = pytest.mark.slow(hostile(test))
+        return marked
+
+    return mark
 
 
 # --- running the CLI ---------------------------------------------------------------------------

@@ -42,19 +42,20 @@ import tempfile
 import threading
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from test_hostile import (
     GPT2,
     LLAMA,
     MIXTRAL,
     SCALE,
+    F,
     Result,
     assert_all_finite,
     check,
@@ -90,7 +91,7 @@ def examples(name: str) -> int:
     return max(1, round(NEW_EXAMPLES[name] * SCALE))
 
 
-def fuzz(name: str) -> settings:
+def fuzz(name: str) -> Callable[[F], F]:
     return fuzz_settings(examples(name))
 
 

@@ -216,6 +216,7 @@ def scenarios(draw: st.DrawFn) -> tuple[IntTables, str]:
     return dataclasses.replace(it, max_stages=depth), objective
 
 
+@pytest.mark.slow
 @settings(max_examples=240, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_solver_equals_brute_force(case: tuple[IntTables, str]) -> None:
@@ -264,6 +265,7 @@ def pools(draw: st.DrawFn) -> PoolQuestion:
     return question
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pools(), st.booleans())
 def test_search_equals_brute_force(question: PoolQuestion, ladder: bool) -> None:
