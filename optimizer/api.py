@@ -12,6 +12,7 @@ framework's. Bad input raises `paraplan.InputError` with a one-line message.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -250,7 +251,7 @@ def hardware_items(values: str | Sequence[str]) -> list[HardwareItem]:
     texts = [values] if isinstance(values, str) else list(values)
     items: list[HardwareItem] = []
     for value in texts:
-        for part in value.split(","):
+        for part in hardware_entries(value):
             part = part.strip()
             if not part:
                 raise InputError(f"hardware '{value}' has an empty entry")
@@ -260,12 +261,28 @@ def hardware_items(values: str | Sequence[str]) -> list[HardwareItem]:
                 continue
             if not name.strip():
                 raise InputError(f"hardware entry '{part}' has no name before ':'")
-            if not re.fullmatch(r"\s*\d{1,9}\s*(\.\.\s*\d{1,9}\s*)?", count):
+            if not re.fullmatch(_COUNT, count):
                 raise InputError(
                     f"hardware entry '{part}': the GPU count '{count}' must be a whole number (e.g. {name.strip()}:256)"
                 )
             items.append(HardwareItem(name.strip(), count.strip()))
     return items
+
+
+_COUNT = r"\s*\d{1,9}\s*(\.\.\s*\d{1,9}\s*)?"
+
+
+def names_a_file(value: str) -> bool:
+    """Whether a --hardware entry (less a ':COUNT') is a path that exists: its name is then read as
+    written, commas and '+' included, never as a list or a pool."""
+    name, sep, count = value.rpartition(":")
+    path = name if sep and re.fullmatch(_COUNT, count) else value
+    return os.path.lexists(path.strip())
+
+
+def hardware_entries(value: str) -> list[str]:
+    """The comma-separated entries of one --hardware value (a file named with a comma is one)."""
+    return value.split(",") if "," in value and not names_a_file(value) else [value]
 
 
 def gpu_counts(text: str | int | None, per_node: int, where: str = "gpus") -> list[int]:

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
+from paraplan.api import hardware_entries, names_a_file
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import KnobArgs, Layout, Recompute
 from paraplan.cost_models.models import ModelSpec
@@ -106,7 +107,7 @@ CAP_FACTORS = (1.01, 1.02, 1.035, 1.05, 1.075, 1.1, 1.15, 1.2, 1.3, 1.5, 2.0)
 
 def looks_like_pool(text: str) -> bool:
     """A `+`-joined list of NAME:COUNT, or a TOML file with [[member]] tables."""
-    if "+" in text:
+    if "+" in text and not names_a_file(text):
         return True
     path = Path(text.strip())
     if text.strip().lower().endswith(".toml") and path.is_file():
@@ -1017,7 +1018,7 @@ def split_hardware(hardware: str | Cluster | Sequence[str | Cluster]) -> list[st
         if not isinstance(value, str):
             out.append(value)
             continue
-        for part in value.split(","):
+        for part in hardware_entries(value):
             text = part.strip()
             out.append(parse_pool(text) if text and looks_like_pool(text) else text)
     return out

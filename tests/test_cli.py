@@ -539,3 +539,19 @@ def test_python_m_paraplan_bad_input() -> None:
     assert (proc.returncode, proc.stdout) == (2, "")
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error:"), proc.stderr
+
+
+@pytest.mark.parametrize("name", ["a100,rack 7.toml", "a100+spare.toml"])
+@pytest.mark.parametrize("suffix", ["", ":8"])
+def test_a_hardware_file_named_with_a_separator_is_one_entry(invoke: Invoke, tmp_path: Path, name: str,
+                                                            suffix: str) -> None:  # fmt: skip
+    """',' separates hardware and '+' joins a pool, but a file of that name is read as written."""
+    path = tmp_path / name
+    path.write_text(preset_toml("a100-80g"))
+    common = ("--model", "llama2-7b", "--global-batch", "64", "--json")
+    compared = invoke("compare", "--hardware", f"{path}:8", *common)
+    optimized = invoke("optimize", "--hardware", f"{path}{suffix}", *(("--gpus", "8") if not suffix else ()), *common)
+    for result in (compared, optimized):
+        assert result.code == 0, result.err
+    assert [entry["gpus"] for entry in compared.json()["results"]] == [8]
+    assert optimized.json()["results"][0]["gpus"] == 8
