@@ -15,6 +15,8 @@ every per-hardware and per-stack constant without one source, predict that sourc
 behind the error bars every prediction carries (`paraplan.accuracy`).
 --memory: predicted peak memory against the measured peaks (the most loaded GPU, reserve
 included), per run and as MAPE; runs that fit in practice must not be predicted out of memory.
+Each prediction is compared as the source's instrument sees it (`memory_kind`: allocated,
+reserved or device-level; `paraplan.memory_runs`).
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ def memory_check(path: Path) -> list[dict[str, Any]]:
     runs, skipped = memory_runs(path)
     for line in skipped:
         print(f"memory: skipped {line}", file=sys.stderr)
-    return [{**asdict(r), "error": r.error} for r in runs]
+    return [{**asdict(r), "visible_bytes": r.visible_bytes, "error": r.error} for r in runs]
 
 
 def write_accuracy(results: list[RunResult]) -> None:
@@ -231,7 +233,7 @@ def main() -> int:
         for m in rows:
             flag = "" if m["fits"] or m["oom"] else "  <- predicted OOM"
             print(f"  {m['run'][:40]:40} {m['kind']:18} {m['measured_bytes'] / GIB:6.1f} GiB -> "
-                  f"{m['predicted_bytes'] / GIB:6.1f} GiB {m['error']:+6.1%}{flag}")  # fmt: skip
+                  f"{m['visible_bytes'] / GIB:6.1f} GiB {m['error']:+6.1%}{flag}")  # fmt: skip
     return 0
 
 

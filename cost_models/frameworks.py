@@ -86,6 +86,7 @@ class FrameworkSpec:
     optimizer_bytes: int  # bytes per parameter of the optimizer states on top of them
     params_sharded_from: int  # ZeRO stage from which the parameters themselves are sharded
     kernel_efficiency: float  # the framework's kernel throughput relative to Megatron-LM + Transformer Engine
+    loss_bytes_per_logit: int  # bytes per logit of the TP shard at the loss's peak (see LOSS_BYTES below)
 
 
 # The hardware presets' efficiency constants are fitted on Megatron-family runs (NeMo,
@@ -101,6 +102,24 @@ KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.TORCHTITAN: 0.827,
 }
 
+# The loss at its peak, bytes per token and vocabulary entry of the TP shard, on top of the stored
+# activations (the peak is at the end of the forward or the start of the backward, when every
+# layer's activations are held):
+#  * Megatron-LM 6: `VocabParallelCrossEntropy` (megatron/core/tensor_parallel/cross_entropy.py at
+#    d98e8a64) makes one fp32 copy of the bf16 logits (`.float()`, 4 B next to the 2 B logits) and
+#    turns it in place into the softmax it saves; its backward writes the gradient into that same
+#    buffer, which autograd casts back to bf16 (4 + 2 B).
+#  * torchtitan 12: `F.cross_entropy(pred.float(), labels)` (torchtitan 9dec370 train.py; 0.3.0's
+#    `cross_entropy_loss`, torchtitan/components/loss.py at 4f9e9a47) in eager mode: the forward
+#    holds the bf16 logits, their fp32 copy and the fp32 log-softmax (10 B); the backward holds the
+#    saved log-softmax, NLL's fp32 gradient and log-softmax's fp32 input gradient at once (12 B:
+#    aten nll_loss_backward and _log_softmax_backward_data each allocate a new tensor). 0.3.0's
+#    default ChunkedLossWrapper (8 chunks) holds one chunk's worth of these; whole logits are
+#    kept here, an upper bound, since the compared runs predate it.
+#  * DeepSpeed 10: the bf16 logits, an fp32 copy and an fp32 softmax (the figure used before per-
+#    framework values; Megatron-DeepSpeed's loss is not pinned here).
+LOSS_BYTES: dict[Framework, int] = {Framework.MEGATRON: 6, Framework.DEEPSPEED: 10, Framework.TORCHTITAN: 12}
+
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
@@ -109,7 +128,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         optimizer_offload_zero=frozenset({1}),
         precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False,
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
-        params_sharded_from=3, kernel_efficiency=1.0,
+        params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -119,6 +138,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         precisions=frozenset({Precision.BF16, Precision.FP16}), uneven_split=False, cp_shards=False,
         pp_defers_grad_sync=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
+        loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
@@ -127,6 +147,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),
         uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
+        loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # keyed by the integer a layout column holds, so that no enum is built per candidate table

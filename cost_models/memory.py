@@ -41,8 +41,10 @@ interleaved schedule warms up 2(p - r - 1) + (v - 1)p chunk-micro-batches before
 backward (`get_pipeline_model_parallel_warmup_microbatches`, schedules.py), so stage r holds
 (2(p - r - 1) + (v - 1)p + 1) chunks of l/(p v) layers at its peak: the first stage
 p(1 + (p - 1)/(p v)) micro-batches' worth (Korthikanti Sec 4.2.3), the last ((v - 1)p + 1)/v.
-The first stage holds the most; the last adds the loss: bf16 logits, their fp32 copy and the fp32
-softmax, 10*V/TP bytes per token (`LOSS_BYTES_PER_LOGIT`).
+The first stage holds the most; the last adds the loss at its peak: per token V/TP logits of the
+framework's `loss_bytes_per_logit` (Megatron-LM 6: bf16 logits and one fp32 copy turned in place
+into the softmax; torchtitan 12: eager cross entropy's fp32 log-softmax and two fp32 gradients
+in the backward; `frameworks.LOSS_BYTES`).
 
 `other` is the cluster's reserve (CUDA context, cuBLAS workspace, NCCL buffers, allocator
 fragmentation), see `memory_reserve_bytes` in the hardware presets.
@@ -58,16 +60,11 @@ from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.frameworks import deferred_grad_sync, per_framework_value
 from paraplan.cost_models.layout import Framework, Offload, Recompute
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
+from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.cost_models.stages import stage_layers
 
 MEMORY_TERMS = ("params", "grads", "optimizer", "activations", "other")
 ZERO3_PREFETCH_LAYERS = 2  # the layer being computed and the next one, gathered ahead
-# The loss at its peak, per token and vocabulary entry of the TP shard: the bf16 logits out of the
-# LM head (2 B), their fp32 copy (4 B) and the fp32 softmax kept for the backward (4 B) --
-# Megatron-LM's `VocabParallelCrossEntropy` and PyTorch's cross entropy on `.float()` logits both
-# hold these three at once.
-LOSS_BYTES_PER_LOGIT = BF16_BYTES + 2 * FP32_BYTES
 
 Stage = bool | BoolArray
 
@@ -249,7 +246,7 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: Float
     stored = per_layer * layers * in_flight
     recompute_peak = tokens * acts.recompute_extra
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
-    logits = LOSS_BYTES_PER_LOGIT * model.vocab_size / lay.tp * tokens
+    logits = _per_framework(lay, "loss_bytes_per_logit") * model.vocab_size / lay.tp * tokens
     total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0)
     return np.asarray(np.where(layers > 0, total, 0.0))
 

@@ -21,6 +21,12 @@ from paraplan.hardware_specs.loader import load_cluster
 from paraplan.hardware_specs.schema import Cluster
 
 GIB = 2**30
+# The CUDA context (~0.5 GB: module images and per-context driver state, visible to nvidia-smi,
+# not to torch.cuda's allocator statistics) plus NCCL's communicator buffers (~0.5 GB and more:
+# NCCL_BUFFSIZE 4 MiB per protocol, channel and peer, allocated by NCCL itself): the low end of
+# the itemised reserve in the hardware presets (hardware_specs/presets/*.toml, memory_reserve_bytes).
+OUTSIDE_ALLOCATOR_BYTES = 1.0e9
+RESERVED_KINDS = ("reserved", "reserved_inferred")
 
 
 @dataclass(frozen=True)
@@ -31,14 +37,29 @@ class MemoryRun:
     kind: str  # what the source measured (allocated, reserved, nvidia_smi, ...)
     oom: bool  # the run ran out of memory
     measured_bytes: float
-    predicted_bytes: float
+    predicted_bytes: float  # what the GPU holds, the preset's reserve included
+    reserve_bytes: float  # the preset's memory_reserve_bytes
     fits: bool  # predicted feasible (memory and every other limit)
     layout: str
 
     @property
+    def visible_bytes(self) -> float:
+        """The part of the prediction the source's instrument sees (module docstring)."""
+        return visible_bytes(self.predicted_bytes, self.reserve_bytes, self.kind)
+
+    @property
     def error(self) -> float:
-        """predicted / measured - 1."""
-        return self.predicted_bytes / self.measured_bytes - 1.0
+        """visible / measured - 1."""
+        return self.visible_bytes / self.measured_bytes - 1.0
+
+
+def visible_bytes(predicted: float, reserve: float, kind: str) -> float:
+    """What an instrument of `kind` reports of a predicted total that includes `reserve`."""
+    if kind == "allocated":
+        return predicted - reserve
+    if kind in RESERVED_KINDS:
+        return predicted - min(OUTSIDE_ALLOCATOR_BYTES, reserve)
+    return predicted
 
 
 def memory_runs(path: Path) -> tuple[list[MemoryRun], list[str]]:
@@ -64,6 +85,6 @@ def memory_runs(path: Path) -> tuple[list[MemoryRun], list[str]]:
             run=run.label, source=run.group, hardware=cluster.name, kind=row.get("memory_kind", ""),
             oom=(row.get("oom") or "").strip().lower() == "true",
             measured_bytes=float(row["measured_peak_memory_gib"]) * GIB,
-            predicted_bytes=float(ev.memory.total[0]), fits=bool(ev.feasible[0]), layout=layout_short(layout),
+            predicted_bytes=float(ev.memory.total[0]), reserve_bytes=cluster.memory_reserve_bytes, fits=bool(ev.feasible[0]), layout=layout_short(layout),
         ))  # fmt: skip
     return out, skipped

@@ -57,14 +57,14 @@ def test_llama2_70b_on_one_gpu(models: dict[str, ModelSpec]) -> None:
     #   2 norm inputs + QKV and MLP inputs 8h = 65,536; Q and attention output 4 a d = 32,768;
     #   K and V 2 g d + 2 g d = 4,096; gated MLP 6f = 172,032                  => 274,432 B
     #   x 4096 * 8 tokens x 80 layers = 719,407,022,080
-    #   + the loss, bf16 logits 2 + their fp32 copy 4 + the fp32 softmax 4 (Megatron's
-    #     VocabParallelCrossEntropy): 10 V T = 10 * 32000 * 32,768 = 10,485,760,000
-    #   => 729,892,782,080
+    #   + the loss, bf16 logits 2 + one fp32 copy 4 that Megatron's VocabParallelCrossEntropy
+    #     turns in place into the softmax: 6 V T = 6 * 32000 * 32,768 = 6,291,456,000
+    #   => 725,698,478,080
     mem = _peak(models["llama2-70b"], one(micro_batch=8, global_batch=8, seq_len=4096))
     assert _f(mem.params) == 2 * LLAMA2_70B_N
     assert _f(mem.grads) == 4 * LLAMA2_70B_N
     assert _f(mem.optimizer) == 12 * LLAMA2_70B_N
-    assert _f(mem.activations) == 729_892_782_080
+    assert _f(mem.activations) == 725_698_478_080
 
 
 def test_reserve_is_the_other_term(models: dict[str, ModelSpec]) -> None:
@@ -121,11 +121,24 @@ def test_full_recompute_stage_by_hand() -> None:
     #   one layer recomputed at once (34 + 5as/h) sbh / 4, less its input
     #   2 sbh / 4 that is already stored                              = 48 sbh
     #   embedding dropout mask       sbh / 4 (1 byte per element)     = 0.25 sbh
-    #   the loss (logits, fp32 copy, softmax) 10 V s b / 4 = 512,000,000
-    # => 50.25 * 4,194,304 + 512,000,000 = 722,763,776
+    #   the loss (bf16 logits, one fp32 copy made the softmax in place) 6 V s b / 4 = 307,200,000
+    # => 50.25 * 4,194,304 + 307,200,000 = 517,963,776
     model = gpt_spec(h=H, layers=4, heads=A, vocab=50_000, seq=S)
     lay = one(tp=4, micro_batch=B, global_batch=B, seq_len=S, recompute="full", sequence_parallel=True)
-    assert _f(_peak(model, lay, NO_FLASH).activations) == 722_763_776
+    assert _f(_peak(model, lay, NO_FLASH).activations) == 517_963_776
+
+
+def test_loss_peak_per_framework() -> None:
+    # One GPU, one sequence of 2048 tokens, V 50,000, no recompute: only the loss differs.
+    # Megatron-LM: bf16 logits 2 B + one fp32 copy 4 B (made the softmax in place) = 6 B a logit.
+    # torchtitan's eager F.cross_entropy(logits.float()) in the backward: the saved fp32
+    # log-softmax, NLL's fp32 gradient and log-softmax's fp32 input gradient = 12 B a logit.
+    # Difference: (12 - 6) x 50,000 x 2,048 = 614,400,000 bytes.
+    model = gpt_spec(h=1024, layers=2, vocab=50_000, seq=2048)
+    knobs: dict[str, Any] = {"seq_len": 2048, "global_batch": 1, "micro_batch": 1, "recompute": "none"}
+    megatron = _f(_peak(model, one(**knobs)).activations)
+    titan = _f(_peak(model, one(framework="torchtitan", zero=0, **knobs)).activations)
+    assert titan - megatron == 614_400_000
 
 
 def test_gqa_and_gated_mlp_generalisation(models: dict[str, ModelSpec]) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.memory_runs import GIB, MemoryRun, memory_runs
+from paraplan.memory_runs import GIB, MemoryRun, memory_runs, visible_bytes
 
 RUNS_CSV = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "runs_memory.csv"
 
@@ -41,3 +41,23 @@ def test_every_run_that_trained_is_predicted_to_fit(runs: list[MemoryRun]) -> No
 def test_clearest_runs_within_their_band(runs: list[MemoryRun], run: str, low_gib: float, high_gib: float) -> None:
     found = {r.run: r for r in runs}[run]
     assert low_gib <= found.predicted_bytes / GIB <= high_gib, f"{run}: {found.predicted_bytes / GIB:.1f} GiB"
+
+
+@pytest.mark.parametrize(
+    ("kind", "visible"),
+    [
+        # A prediction of 40 GiB = 42,949,672,960 B with a 2.5e9 B reserve (the h100-sxm preset):
+        ("nvidia_smi", 42_949_672_960.0),  # the whole device
+        ("unstated", 42_949_672_960.0),
+        ("reserved", 41_949_672_960.0),  # less the CUDA context and NCCL buffers, 1e9 B
+        ("reserved_inferred", 41_949_672_960.0),
+        ("allocated", 40_449_672_960.0),  # less the whole reserve
+    ],
+)
+def test_what_each_instrument_sees(kind: str, visible: float) -> None:
+    assert visible_bytes(40 * GIB, 2.5e9, kind) == visible
+
+
+def test_reserved_never_goes_below_the_model() -> None:
+    # A preset reserve smaller than the context-and-NCCL share: only the reserve is taken off.
+    assert visible_bytes(10 * GIB, 0.4e9, "reserved") == 10 * GIB - 0.4e9
