@@ -20,6 +20,7 @@ import numpy as np
 from paraplan.api import MAX_GPUS, gpu_count_domain
 from paraplan.cost_models.evaluate import Evaluation
 from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, bounds, layout_words
+from paraplan.cost_models.limits import LIMITS
 from paraplan.question import Question
 from paraplan.search import Constraints, rank_space
 from paraplan.space import SpaceTooLarge, row_budget
@@ -41,7 +42,18 @@ def _search(question: Question, counts: Sequence[int], cons: Constraints) -> tup
     return (ranking.evaluation, ranking.best[0]) if ranking.groups else None
 
 
-def _best(question: Question, counts: Sequence[int], cons: Constraints) -> tuple[Evaluation, int] | None:
+def still_blocked(asked: Question, ev: Evaluation, fix: Question) -> bool:
+    """`ev` (the candidates of `asked`) breaks a limit whose knobs `fix` holds at the values
+    `asked` gives them: then every candidate of `fix` breaks it too, since a limit reads its
+    knobs, the model and the cluster and nothing else (`limits.Limit`). Such a fix needs no search."""
+    same = {k for k, v in fix.given.items() if k in asked.given and asked.given[k] == v}
+    return any(set(lim.knobs) <= same and bool(ev.checks[lim.name].any()) for lim in LIMITS)
+
+
+def _best(question: Question, counts: Sequence[int], cons: Constraints,
+          asked: tuple[Question, Evaluation]) -> tuple[Evaluation, int] | None:  # fmt: skip
+    if still_blocked(*asked, question):
+        return None
     try:
         return _search(question, counts, cons)
     except SpaceTooLarge:  # a fix is a suggestion: one too large to search is no reason to refuse the answer
@@ -81,8 +93,9 @@ def fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: C
 
 def _fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: Constraints) -> list[str]:
     out: list[str] = []
+    asked = (question, ev)
     for name in [n for n in SEARCHED if n in question.given]:
-        found = _best(_without(question, name), counts, cons)
+        found = _best(_without(question, name), counts, cons, asked)
         if found:
             out.append(f"leave {name.replace('_', '-')} to the search (not {question.given[name]}): {_words(found)}")
     batch = int(question.given["global_batch"])
@@ -93,12 +106,12 @@ def _fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: 
     nearby = sorted({m * d for d in dps for m in (batch // d, batch // d + 1) if m * d != batch
                      and lowest <= m * d <= highest}, key=lambda b: (abs(b - batch), b))[:NEAREST_BATCHES]  # fmt: skip
     for candidate in nearby:
-        found = _best(_with(question, global_batch=candidate), counts, cons)
+        found = _best(_with(question, global_batch=candidate), counts, cons, asked)
         if found:
             out.append(f"global batch {candidate} instead of {batch}: {_words(found)}")
             break
     top = max(counts)
-    if "dp" not in question.given and top < MAX_GPUS:
+    if "dp" not in question.given and top < MAX_GPUS and not still_blocked(question, ev, question):
         # The counts clusters are built in (2^a and 3 x 2^a whole nodes, `gpu_count_domain`):
         # two per doubling, so at most a dozen searches up to 64x. A count too large to search
         # ends the scan: no later count could be called the smallest that fits.
@@ -115,23 +128,27 @@ def _fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: 
             continue
         given = {**{k: v for k, v in question.given.items() if k != "framework"}, "framework": framework}
         found = _best(Question.of(question.model, question.cluster, given, None, question.mem_headroom,
-                                  question.bounds), counts, cons)  # fmt: skip
+                                  question.bounds), counts, cons, asked)  # fmt: skip
         if found:
             out.append(f"framework {framework}: {_words(found)}")
     return out[:MAX_FIXES]
 
 
-def fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: Constraints) -> list[str]:
-    """For an infeasible plan (its degrees in `plan`): the same, keeping the plan's TP/PP/CP."""
+def fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], plan_ev: Evaluation,
+                   cons: Constraints) -> list[str]:  # fmt: skip
+    """For an infeasible plan (its degrees in `plan`, its candidates evaluated in `plan_ev`): the
+    same, keeping the plan's TP/PP/CP."""
     with row_budget(FIX_ROWS, FIX_TABLE_ROWS):
-        return _fixes_for_plan(question, gpus, plan, cons)
+        return _fixes_for_plan(question, gpus, plan, plan_ev, cons)
 
 
-def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: Constraints) -> list[str]:
+def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], plan_ev: Evaluation,
+                    cons: Constraints) -> list[str]:  # fmt: skip
     planned = question.fixed(**plan)
+    asked = (planned, plan_ev)
     out: list[str] = []
     for name in [n for n in SEARCHED if n in question.given]:
-        found = _best(_without(planned, name), [gpus], cons)
+        found = _best(_without(planned, name), [gpus], cons, asked)
         if found:
             out.append(f"leave {name.replace('_', '-')} to the search (not {question.given[name]}): {_words(found)}")
     batch = int(question.given["global_batch"])
@@ -140,14 +157,14 @@ def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: C
     nearby = sorted({m * unit for m in (batch // unit, batch // unit + 1) if m * unit != batch
                      and lowest <= m * unit <= highest}, key=lambda b: (abs(b - batch), b))  # fmt: skip
     for candidate in nearby:
-        found = _best(_with(planned, global_batch=candidate), [gpus], cons)
+        found = _best(_with(planned, global_batch=candidate), [gpus], cons, asked)
         if found:
             out.append(f"global batch {candidate} instead of {batch}: {_words(found)}")
             break
     for factor in (2, 3, 4, 6, 8, 16):
         more = gpus * factor
         bigger = question.fixed(**{d: plan[d] for d in DEGREES if d in plan and d != "dp"})
-        found = _best(bigger, [more], cons)
+        found = _best(bigger, [more], cons, asked)
         if found:
             out.append(f"DP x{factor} ({more} GPUs): {_words(found)}")
             break
@@ -156,7 +173,7 @@ def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: C
             continue
         given = {**{k: v for k, v in planned.given.items() if k != "framework"}, "framework": framework}
         other = Question.of(question.model, question.cluster, given, None, question.mem_headroom, question.bounds)
-        found = _best(other, [gpus], cons)
+        found = _best(other, [gpus], cons, asked)
         if found:
             out.append(f"framework {framework}: {_words(found)}")
     return out[:MAX_FIXES]
