@@ -259,7 +259,7 @@ def _recorded_rows(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
 
 @pytest.mark.parametrize(
     ("model", "gpus", "hardware", "plan"),
-    [("llama2-70b", 1024, "a100-80g", "TP8/PP4/DP32"), ("mixtral-8x7b", 64, "h100-sxm", "TP2/PP2/DP16/EP8")],
+    [("llama2-70b", 1024, "a100-80g", "TP8/PP4/DP32"), ("mixtral-8x7b", 16, "h100-sxm", "TP2/PP2/DP4/EP4")],
 )
 def test_validate_evaluates_each_candidate_once(
     monkeypatch: pytest.MonkeyPatch, model: str, gpus: int, hardware: str, plan: str
