@@ -97,7 +97,7 @@ class FrameworkSpec:
 KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.MEGATRON: 1.0,
     Framework.DEEPSPEED: 0.753,
-    Framework.TORCHTITAN: 0.824,
+    Framework.TORCHTITAN: 0.831,
 }
 
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
