@@ -150,8 +150,8 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
-# keyed by the integer a layout column holds, so that no enum is built per candidate table
-_BY_VALUE: dict[int, FrameworkSpec] = {int(fw): fs for fw, fs in FRAMEWORKS.items()}
+# The member for the integer a layout column holds, so that no enum is built per candidate table.
+_MEMBER: dict[int, Framework] = {int(fw): fw for fw in Framework}
 
 
 def spec(framework: Framework | int) -> FrameworkSpec:
@@ -170,10 +170,10 @@ def per_framework(lay: Layouts, test: Callable[[FrameworkSpec, Layouts], BoolArr
     arrays may mix them)."""
     used = lay.frameworks_used
     if len(used) == 1:
-        return np.asarray(test(_BY_VALUE[used[0]], lay) & np.ones(len(lay), dtype=bool))
+        return np.asarray(test(FRAMEWORKS[_MEMBER[used[0]]], lay) & np.ones(len(lay), dtype=bool))
     out = np.zeros(len(lay), dtype=bool)
     for fw in used:
-        out |= (lay.framework == fw) & test(_BY_VALUE[fw], lay)
+        out |= (lay.framework == fw) & test(FRAMEWORKS[_MEMBER[fw]], lay)
     return out
 
 
@@ -181,10 +181,10 @@ def per_framework_value(lay: Layouts, value: Callable[[FrameworkSpec], float]) -
     """A per-framework figure (`value` of its spec) for each candidate."""
     used = lay.frameworks_used
     if len(used) == 1:
-        return np.full(len(lay), float(value(_BY_VALUE[used[0]])))
+        return np.full(len(lay), float(value(FRAMEWORKS[_MEMBER[used[0]]])))
     out = np.zeros(len(lay))
     for fw in used:
-        out = np.where(lay.framework == fw, float(value(_BY_VALUE[fw])), out)
+        out = np.where(lay.framework == fw, float(value(FRAMEWORKS[_MEMBER[fw]])), out)
     return out
 
 

@@ -196,3 +196,26 @@ def test_limit_messages_have_the_figures(target: Target, knobs: dict[str, Any], 
 
 def test_a_layout_within_every_limit(target: Target) -> None:
     assert not _violated(target, tp=8, pp=4, dp=2, cp=2, seq_len=8192, virtual_stages=2, global_batch=64)
+
+
+@pytest.mark.parametrize("framework", list(Framework))
+def test_the_cost_model_reads_the_framework_table_when_it_is_asked(monkeypatch: pytest.MonkeyPatch,
+                                                                  framework: Framework) -> None:  # fmt: skip
+    """`FRAMEWORKS` is the one source of each stack's figures: a fit that replaces an entry
+    (benchmarks/fit_presets.py, the cross-validation in benchmarks/accuracy.py) changes what the
+    cost model computes. Slower kernels never make a step faster, and here make it slower."""
+    from dataclasses import replace
+
+    from paraplan.cost_models.evaluate import evaluate
+    from paraplan.cost_models.models import load_model
+    from paraplan.hardware_specs.loader import load_cluster
+
+    model, cluster = load_model("llama2-7b"), load_cluster("h100-sxm")
+    lay = one(tp=1, pp=1, dp=8, zero=3 if framework == Framework.TORCHTITAN else 1, framework=framework,
+              global_batch=64, seq_len=4096)  # fmt: skip
+    stack = FRAMEWORKS[framework].stack
+    before = float(evaluate(model, cluster, lay, stack).step_time_s[0])
+    spec = FRAMEWORKS[framework]
+    monkeypatch.setitem(FRAMEWORKS, framework, replace(spec, kernel_efficiency=spec.kernel_efficiency / 2))
+    after = float(evaluate(model, cluster, lay, stack).step_time_s[0])
+    assert after > before
