@@ -204,10 +204,13 @@ def _derive_splits(table: IntArray, ctx: DomainContext, fixed: Mapping[str, Any]
     v_span = int(table[:, INDEX["virtual_stages"]].max(initial=0)) + 1
     keys = table[:, INDEX["pp"]] * v_span + table[:, INDEX["virtual_stages"]]
     unique, inverse = np.unique(keys, return_inverse=True)
+    # Rows grouped by pair, each group in table order (a stable sort: one pass, not a mask per pair).
+    order = np.argsort(inverse.reshape(-1), kind="stable")
+    edges = np.searchsorted(inverse.reshape(-1)[order], np.arange(len(unique) + 1))
     parts = []
     for k, key in enumerate(unique.tolist()):
         pp, v = divmod(int(key), v_span)
-        rows = table[inverse == k]
+        rows = table[order[edges[k] : edges[k + 1]]]
         for first, last in split_options(ctx.model, int(pp), int(v)):
             block = rows.copy()
             block[:, INDEX["first_stage_layers"]] = first
