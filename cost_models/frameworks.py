@@ -113,12 +113,30 @@ KERNEL_EFFICIENCY: dict[Framework, float] = {
 #    `cross_entropy_loss`, torchtitan/components/loss.py at 4f9e9a47) in eager mode: the forward
 #    holds the bf16 logits, their fp32 copy and the fp32 log-softmax (10 B); the backward holds the
 #    saved log-softmax, NLL's fp32 gradient and log-softmax's fp32 input gradient at once (12 B:
-#    aten nll_loss_backward and _log_softmax_backward_data each allocate a new tensor). 0.3.0's
-#    default ChunkedLossWrapper (8 chunks) holds one chunk's worth of these; whole logits are
-#    kept here, an upper bound, since the compared runs predate it.
+#    aten nll_loss_backward and _log_softmax_backward_data each allocate a new tensor). This is
+#    the stack's loss "eager" (torchtitan before 0.3.0 without training.compile); 0.3.0's default
+#    "chunked" and the "compiled" loss hold less (COMPILED_LOSS_BYTES, LOSS_CHUNKS below).
 #  * DeepSpeed 10: the bf16 logits, an fp32 copy and an fp32 softmax (the figure used before per-
 #    framework values; Megatron-DeepSpeed's loss is not pinned here).
 LOSS_BYTES: dict[Framework, int] = {Framework.MEGATRON: 6, Framework.DEEPSPEED: 10, Framework.TORCHTITAN: 12}
+# Stack.loss "compiled": torchtitan's `cross_entropy_loss` under torch.compile (`build_cross_entropy_loss`,
+# torchtitan/components/loss.py from bbb1b616e, 2025-04-02, "Enable compiling the loss function
+# ... result in reduction of memory"): Inductor fuses the fp32 upcast, log-softmax and NLL into
+# reductions over the bf16 logits, so no fp32 logit-sized tensor exists; the backward is one
+# pointwise kernel from the saved bf16 logits (and the per-token log-sum-exp) to their bf16
+# gradient (the dtype of the graph's input). At the start of the backward: the saved bf16 logits
+# and their bf16 gradient, 2 + 2 B.
+COMPILED_LOSS_BYTES = 4
+# Stack.loss "chunked": torchtitan 0.3.0's default loss, `ChunkedLossWrapper` (torchtitan/components/
+# loss.py at 4f9e9a47, `num_chunks: int = 8`; loss.num_chunks default 8 in the llama3 registry
+# config, shared/reference/frameworks/torchtitan_0.3.0_config.json): in the forward call it runs the
+# LM head and the eager loss on one of 8 sequence chunks at a time, each chunk's backward at once,
+# and assembles the hidden states' gradient in a `GradAccumulator` of float32 [B, L, h] (4 B per
+# token and hidden unit; the hidden states are replicated over TP before chunking). Its peak, with
+# every layer's activations held, is one chunk's loss (LOSS_BYTES / 8 per logit) on top of that
+# buffer; the chunks are `.contiguous()` splits of the hidden states along the sequence, copies
+# (2 B per token and hidden unit) when the micro-batch holds more than one sequence.
+LOSS_CHUNKS = 8
 
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
@@ -142,7 +160,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
-        Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False), zero_stages=frozenset({0, 2, 3}),
+        Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False, loss="chunked"), zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
         offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),
         uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,

@@ -41,10 +41,13 @@ interleaved schedule warms up 2(p - r - 1) + (v - 1)p chunk-micro-batches before
 backward (`get_pipeline_model_parallel_warmup_microbatches`, schedules.py), so stage r holds
 (2(p - r - 1) + (v - 1)p + 1) chunks of l/(p v) layers at its peak: the first stage
 p(1 + (p - 1)/(p v)) micro-batches' worth (Korthikanti Sec 4.2.3), the last ((v - 1)p + 1)/v.
-The first stage holds the most; the last adds the loss at its peak: per token V/TP logits of the
-framework's `loss_bytes_per_logit` (Megatron-LM 6: bf16 logits and one fp32 copy turned in place
-into the softmax; torchtitan 12: eager cross entropy's fp32 log-softmax and two fp32 gradients
-in the backward; `frameworks.LOSS_BYTES`).
+The first stage holds the most; the last adds the loss at its peak (`loss_bytes_per_token`): per
+token V/TP logits of the framework's `loss_bytes_per_logit` (Megatron-LM 6: bf16 logits and one
+fp32 copy turned in place into the softmax; torchtitan 12: eager cross entropy's fp32 log-softmax
+and two fp32 gradients in the backward; `frameworks.LOSS_BYTES`) with the stack's loss "eager";
+4 (bf16 logits and their bf16 gradient, `frameworks.COMPILED_LOSS_BYTES`) when compiled; with
+torchtitan 0.3.0's chunked loss one chunk's logits (1/8) plus the fp32 gradient of the hidden
+states, 4h (and 2h of chunk copies when a micro-batch holds several sequences).
 
 `other` is the cluster's reserve (CUDA context, cuBLAS workspace, NCCL buffers, allocator
 fragmentation), see `memory_reserve_bytes` in the hardware presets.
@@ -57,10 +60,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
-from paraplan.cost_models.frameworks import deferred_grad_sync, per_framework_value
+from paraplan.cost_models.frameworks import COMPILED_LOSS_BYTES, LOSS_CHUNKS, deferred_grad_sync, per_framework_value
 from paraplan.cost_models.layout import Framework, Offload, Recompute
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import BF16_BYTES, Stack
+from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
 from paraplan.cost_models.stages import stage_layers
 
 MEMORY_TERMS = ("params", "grads", "optimizer", "activations", "other")
@@ -246,9 +249,22 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: Float
     stored = per_layer * layers * in_flight
     recompute_peak = tokens * acts.recompute_extra
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
-    logits = _per_framework(lay, "loss_bytes_per_logit") * model.vocab_size / lay.tp * tokens
+    logits = loss_bytes_per_token(model, lay, stack) * tokens
     total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0)
     return np.asarray(np.where(layers > 0, total, 0.0))
+
+
+def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
+    """What the loss holds at its peak per token of the last stage (module docstring)."""
+    vocab_shard = model.vocab_size / lay.tp.astype(np.float64)
+    eager = _per_framework(lay, "loss_bytes_per_logit")
+    if stack.loss == "compiled":
+        return np.asarray(COMPILED_LOSS_BYTES * vocab_shard)
+    if stack.loss == "chunked":
+        h = float(model.hidden_size)
+        copies = np.where(lay.micro_batch > 1, BF16_BYTES * h, 0.0)
+        return np.asarray(eager * vocab_shard / LOSS_CHUNKS + FP32_BYTES * h + copies)
+    return np.asarray(eager * vocab_shard)
 
 
 def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float, layers: FloatArray,

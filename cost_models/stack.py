@@ -17,6 +17,12 @@ GEMMs compute (Megatron-LM's asynchronous grad all-reduce / reduce-scatter in
 `LinearWithGradAccumulationAndAsyncCommunication`, on by default).
 `p2p_overlap`: the interleaved schedule overlaps pipeline sends and receives with compute
 (Megatron-LM's --overlap-p2p-communication, on by default with virtual stages).
+`loss`: how the cross-entropy loss is computed, which sets what it holds at the memory peak
+(`memory.loss_bytes_per_token`): "eager" (the whole logits, the framework's own loss in eager
+mode: Megatron-LM's VocabParallelCrossEntropy, torchtitan's F.cross_entropy before 0.3.0),
+"compiled" (the whole logits, torchtitan's loss under torch.compile: torchtitan compiles it with
+training.compile from bbb1b616e, 2025-04-02, to 0.2.x) or "chunked" (torchtitan 0.3.0's default
+ChunkedLossWrapper: the LM head and the loss run on 8 sequence chunks in turn).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from typing import Literal, get_args
 
 MainGrads = Literal["fp32", "bf16"]
 MAIN_GRADS: tuple[MainGrads, ...] = get_args(MainGrads)
+LossMode = Literal["eager", "compiled", "chunked"]
+LOSS_MODES: tuple[LossMode, ...] = get_args(LossMode)
 
 
 @dataclass(frozen=True)
@@ -40,6 +48,9 @@ class Stack:
     )
     p2p_overlap: bool = field(
         default=True, metadata={"help": "Overlap pipeline sends/receives with compute in the interleaved schedule."}
+    )
+    loss: LossMode = field(
+        default="eager", metadata={"help": "Cross-entropy loss: eager, compiled (torch.compile) or chunked (8 chunks)."}
     )
 
     @property
@@ -57,5 +68,7 @@ class Stack:
 
 
 STACK_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Stack))
+# the stack settings that take one of a few words (the others are true/false)
+STACK_CHOICES: dict[str, tuple[str, ...]] = {"main_grads": MAIN_GRADS, "loss": LOSS_MODES}
 BF16_BYTES = 2  # bf16/fp16 weights and activations
 FP32_BYTES = 4

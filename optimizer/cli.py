@@ -27,7 +27,7 @@ import click
 
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import BOOLS, DEGREES, ENUMS, KNOBS, SEARCHED, SETTINGS, Role, parse_knob
-from paraplan.cost_models.stack import MAIN_GRADS, STACK_FIELDS, Stack
+from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, Stack
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_GPUS = 10_000_000
@@ -87,8 +87,8 @@ def _stack_option(name: str) -> Callable[[F], F]:
 
     meta = {f.name: f.metadata.get("help", "") for f in fields(Stack)}
     help_text = f"{meta[name]} [default: the framework's]"
-    if name == "main_grads":
-        return click.option(_flag(name), type=click.Choice(MAIN_GRADS), default=None, help=help_text)
+    if name in STACK_CHOICES:
+        return click.option(_flag(name), type=click.Choice(STACK_CHOICES[name]), default=None, help=help_text)
     return click.option(f"{_flag(name)}/--no-{name.replace('_', '-')}", default=None, help=help_text)
 
 

@@ -29,7 +29,7 @@ from paraplan.cost_models.layout import (
     parse_knob,
 )
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import STACK_FIELDS, Stack
+from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, Stack
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.space import Bounds, enumerate_space, expand
 
@@ -84,10 +84,11 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
     unknown = set(given) - set(STACK_FIELDS)
     if unknown:
         raise InputError(f"unknown stack setting(s) {', '.join(sorted(unknown))}; accepted: {', '.join(STACK_FIELDS)}")
-    if "main_grads" in given and given["main_grads"] not in ("fp32", "bf16"):
-        raise InputError(f"main-grads {given['main_grads']!r} is not fp32 or bf16")
+    for name, choices in STACK_CHOICES.items():
+        if name in given and given[name] not in choices:
+            raise InputError(f"{name.replace('_', '-')} {given[name]!r} is not {' or '.join(choices)}")
     for name, value in given.items():
-        if name != "main_grads" and not isinstance(value, bool):
+        if name not in STACK_CHOICES and not isinstance(value, bool):
             raise InputError(f"{name.replace('_', '-')} must be true or false, not {value!r}")
     return default_stack(framework).with_overrides(**given)
 

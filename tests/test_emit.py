@@ -346,6 +346,9 @@ def test_torchtitan_mappings() -> None:
         ("torchtitan", "llama3-8b", {}, Stack(flash_attention=False, tp_overlap=False, p2p_overlap=False),
          "flash_attention"),
         ("torchtitan", "mixtral-8x7b", {}, None, "model"),
+        ("megatron", "llama2-7b", {}, Stack(loss="chunked"), "loss"),
+        ("deepspeed", "llama2-7b", {}, Stack(main_grads="bf16", p2p_overlap=False, loss="compiled"), "loss"),
+        ("torchtitan", "llama3-8b", {}, Stack(tp_overlap=False, p2p_overlap=False, loss="eager"), "loss"),
         ("torchtitan", "gpt3-175b", {}, None, "model"),
     ],
 )  # fmt: skip
@@ -455,6 +458,13 @@ def test_torchtitan_toml_and_deepspeed_json_read() -> None:
     toml = paraplan.validate("llama3-8b", 8, "h100-sxm", from_launch=DATA / "torchtitan_v0.2.2_llama3_8b.toml")
     assert (str(toml.layout.framework), str(toml.layout.recompute), toml.layout.zero) == ("torchtitan", "selective", 3)
     assert (toml.layout.micro_batch, toml.layout.global_batch, toml.layout.seq_len) == (1, 8, 8192)
+    # v0.2.2 computes the loss whole, compiled only with compile.enable (false in this file)
+    titan = load_launch(DATA / "torchtitan_v0.2.2_llama3_8b.toml")
+    assert layout_from_launch(titan, load_model("llama3-8b"), gpus=8)[1]["loss"] == "eager"
+    compiled = read_launch_text(
+        (DATA / "torchtitan_v0.2.2_llama3_8b.toml").read_text().replace("enable=false", "enable=true"), name="x.toml"
+    )
+    assert layout_from_launch(compiled, load_model("llama3-8b"), gpus=8)[1]["loss"] == "compiled"
     ds = load_launch(DATA / "deepspeed_zenflow_zf_config.json")
     knobs, stack, world, notes = layout_from_launch(ds, load_model("llama2-7b"), gpus=8)
     assert (knobs["zero"], str(knobs["offload"]), knobs["dp"], world) == (2, "optimizer", 8, None)

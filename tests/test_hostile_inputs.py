@@ -69,7 +69,7 @@ import paraplan.hardware_specs as hardware_specs
 from paraplan.cli import main
 from paraplan.cost_models.layout import BOOLS, ENUMS, KNOBS, SEARCHED, SETTINGS, bounds
 from paraplan.cost_models.models import FAMILIES
-from paraplan.cost_models.stack import MAIN_GRADS, STACK_FIELDS
+from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS
 
 PRESETS_DIR = Path(hardware_specs.__file__).parent / "presets"
 ROOT = os.geteuid() == 0  # root reads a file with no permissions and may make device nodes
@@ -834,7 +834,7 @@ def _knob_choices(name: str) -> list[list[str]]:
 
 KNOB_FRAGMENTS: dict[str, list[list[str]]] = {name: _knob_choices(name) for name in (*SETTINGS, *SEARCHED)}
 STACK_FRAGMENTS: dict[str, list[list[str]]] = {
-    name: ([["--main-grads", g] for g in MAIN_GRADS] if name == "main_grads"
+    name: ([[f"--{name.replace('_', '-')}", g] for g in STACK_CHOICES[name]] if name in STACK_CHOICES
            else [[f"--{name.replace('_', '-')}"], [f"--no-{name.replace('_', '-')}"]])
     for name in STACK_FIELDS
 }  # fmt: skip

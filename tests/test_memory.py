@@ -141,6 +141,39 @@ def test_loss_peak_per_framework() -> None:
     assert titan - megatron == 614_400_000
 
 
+@pytest.mark.parametrize(
+    ("loss", "extra", "saved"),
+    [
+        # torch.compile'd loss: the saved bf16 logits and their bf16 gradient, 4 B a logit, against
+        # the eager 12 B: (12 - 4) x 50,000 x 2,048 = 819,200,000 bytes less.
+        ({"loss": "compiled"}, {}, 819_200_000),
+        # torchtitan 0.3.0's 8 chunks: one chunk's eager loss 12 x 50,000 x 2,048 / 8 = 153,600,000
+        # plus the fp32 gradient buffer of the hidden states 4 x 1,024 x 2,048 = 8,388,608; the
+        # whole eager loss is 1,228,800,000, so 1,228,800,000 - 161,988,608 less.
+        ({"loss": "chunked"}, {}, 1_066_811_392),
+        # two sequences a micro-batch (4,096 tokens): eager 2,457,600,000; chunked 307,200,000 +
+        # 4 x 1,024 x 4,096 = 16,777,216 + the contiguous chunk copies 2 x 1,024 x 4,096 = 8,388,608
+        ({"loss": "chunked"}, {"micro_batch": 2, "global_batch": 2}, 2_125_234_176),
+        # TP 2 splits the vocabulary, not the hidden states (replicated over TP before chunking):
+        # eager 12 x 25,000 x 2,048 = 614,400,000; chunked 76,800,000 + 8,388,608
+        ({"loss": "chunked"}, {"tp": 2}, 529_211_392),
+    ],
+)
+def test_compiled_and_chunked_loss(loss: dict[str, str], extra: dict[str, Any], saved: int) -> None:
+    model = gpt_spec(h=1024, layers=2, vocab=50_000, seq=2048)
+    knobs: dict[str, Any] = {"seq_len": 2048, "global_batch": 1, "micro_batch": 1, "recompute": "none",
+                             "framework": "torchtitan", "zero": 0, **extra}  # fmt: skip
+    eager = _f(_peak(model, one(**knobs), Stack(loss="eager")).activations)
+    other = _f(_peak(model, one(**knobs), Stack(**loss)).activations)  # type: ignore[arg-type]
+    assert eager - other == saved
+
+
+def test_torchtitan_030_chunks_its_loss_by_default() -> None:
+    # torchtitan 0.3.0's registry config: loss.num_chunks 8 (ChunkedLossWrapper); the others compute it whole
+    assert default_stack(Framework.TORCHTITAN).loss == "chunked"
+    assert default_stack(Framework.MEGATRON).loss == default_stack(Framework.DEEPSPEED).loss == "eager"
+
+
 def test_gqa_and_gated_mlp_generalisation(models: dict[str, ModelSpec]) -> None:
     # Llama 2 70B, TP8 + SP, selective, flash, per token and layer:
     #   (8h + 4 a d + 2 g d + 2 g d + 6f) / 8 = (65,536 + 32,768 + 4,096 + 172,032) / 8 = 34,304

@@ -386,6 +386,9 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     if not stack.tp_overlap:
         _refuse(ctx, "tp_overlap", f"Megatron-LM {MEGATRON_COMMIT[:8]} always overlaps the backward tensor-parallel "
                 "collectives with the weight-gradient GEMMs; no flag turns that off")  # fmt: skip
+    if stack.loss != "eager":
+        _refuse(ctx, "loss", f"a {stack.loss} loss: Megatron-LM {MEGATRON_COMMIT[:8]} computes the whole logits' "
+                "cross entropy with its VocabParallelCrossEntropy")  # fmt: skip
     flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp))]
     if lay.virtual_stages > 1:
         flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.virtual_stages)))
@@ -538,6 +541,9 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
     if stack.p2p_overlap:
         _refuse(ctx, "p2p_overlap", "DeepSpeed's pipeline engine has no interleaved schedule whose sends and "
                 "receives could overlap compute")  # fmt: skip
+    if stack.loss != "eager":
+        _refuse(ctx, "loss", f"a {stack.loss} loss: the Megatron-style training script computes the whole logits' "
+                "cross entropy in eager mode")  # fmt: skip
     config = _deepspeed_config(ctx)
     per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)
     lines = _header(ctx, f"DeepSpeed {DEEPSPEED_VERSION}: the JSON keys are checked against it; the training script's "
@@ -685,6 +691,10 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
     if stack.p2p_overlap:
         _refuse(ctx, "p2p_overlap", f"torchtitan {TORCHTITAN_VERSION} has no flag to overlap pipeline sends and "
                 "receives with compute")  # fmt: skip
+    if stack.loss != "chunked":
+        _refuse(ctx, "loss", f"a {stack.loss} loss over the whole logits: torchtitan {TORCHTITAN_VERSION} computes "
+                "the loss with ChunkedLossWrapper (loss.num_chunks 8; 1 chunk still keeps its fp32 gradient buffer), "
+                "and compiling it needs compile.enable, which compiles the model too")  # fmt: skip
     config, registry, comments = _titan_model(ctx)
     if lay.dp * lay.cp == 1 or lay.zero == 0:
         replicate, shard, reshard = lay.dp, 1, None

@@ -915,6 +915,15 @@ def _import_torchtitan(st: _State) -> None:
                     tp_overlap=bool(get(async_key, async_default)))  # fmt: skip
     if get("compile.enable") and not st.stack["tp_overlap"]:
         st.unmodelled.append("compile.enable")
+    # the loss (Stack.loss): v0.2.2 computes it whole, compiled with compile.enable and "loss" in
+    # compile.components (build_cross_entropy_loss); 0.3.0 chunks it (ChunkedLossWrapper)
+    if old:
+        compiled = get("compile.enable") and "loss" in (get("compile.components", ["model", "loss"]) or [])
+        st.stack["loss"] = "compiled" if compiled else "eager"
+    else:
+        st.stack["loss"] = "chunked"
+        if num("loss.num_chunks", 8) != 8:
+            st.note(f"loss.num_chunks {num('loss.num_chunks', 8)}: modelled as the default 8 chunks")
     for key in ("comm.mode",):
         mode = get(key)
         if mode not in (None, "default"):
