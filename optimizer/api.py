@@ -55,6 +55,7 @@ from paraplan.search import (
     expansion_needed,
     rank,
     rank_space,
+    rows_beside,
 )
 
 # Layouts per hardware unless `top` is given. A pool answers its proven best plan only by
@@ -90,33 +91,6 @@ def _solver(ranking: Ranking, candidates: int, wall_s: float | None = None) -> S
 
 
 # --- validate --------------------------------------------------------------------------------
-
-
-def _row_keys(data: np.ndarray) -> np.ndarray:
-    """One opaque value per row (its bytes), so that rows compare as wholes."""
-    rows = np.ascontiguousarray(data)
-    return rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).reshape(-1)
-
-
-def _cores_beside(plan: Layouts, cores: Layouts) -> tuple[np.ndarray, np.ndarray]:
-    """(`fresh`: the cores that are not among the plan's candidates, `index`: each core's row in
-    concat([plan, cores[fresh]])). Only cores with the plan's degrees can be among its candidates,
-    so only those are matched: a handful of rows, not the whole space."""
-    if len(plan) == 0 or len(cores) == 0:
-        return np.arange(len(cores)), len(plan) + np.arange(len(cores))
-    same = np.ones(len(cores), dtype=bool)
-    for name in DEGREES:
-        same &= getattr(cores, name) == getattr(plan, name)[0]
-    candidates = np.flatnonzero(same)
-    _, first, inverse = np.unique(_row_keys(np.concatenate([plan.data, cores.data[candidates]])),
-                                  return_index=True, return_inverse=True)  # fmt: skip
-    shared_at = first[inverse.reshape(-1)[len(plan) :]]  # each candidate's first occurrence
-    shared = shared_at < len(plan)
-    index = np.full(len(cores), -1, dtype=np.int64)
-    index[candidates[shared]] = shared_at[shared]
-    fresh = np.flatnonzero(index < 0)
-    index[fresh] = len(plan) + np.arange(len(fresh))
-    return fresh, index
 
 
 def validate(
@@ -163,7 +137,7 @@ def validate(
     # One evaluation for the plan's candidates and the free space's cores (those of the plan's
     # degrees are among the plan's candidates: priced once); then, once, the trading variants
     # that could beat the optimum or the best single change (`search`).
-    fresh, cores_index = _cores_beside(plan_space, free_cores)
+    fresh, cores_index = rows_beside(plan_space, free_cores)
     first = question.evaluate(Layouts.concat([plan_space, free_cores.take(fresh)]))
     plan_ev = first.take(np.arange(len(plan_space)))
     free_base = first.take(cores_index)
@@ -171,7 +145,7 @@ def validate(
     need = expansion_needed(free_base, Constraints(), 1, None) | expansion_needed(
         free_base, Constraints(), 1, None, subset=neighbours
     )
-    free_ev = complete(free, free_base, need)
+    free_ev = complete(free, free_base, need, known=plan_ev)
     price = usd_per_gpu_hour(cluster)
     plan_rank = rank(plan_ev, Constraints(), 1)
     free_rank = rank(free_ev, Constraints(), 1)

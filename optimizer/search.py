@@ -31,7 +31,7 @@ import numpy.typing as npt
 
 from paraplan.cost_models.candidates import COLUMNS, BoolArray, FloatArray, Layouts
 from paraplan.cost_models.evaluate import Evaluation
-from paraplan.cost_models.layout import KNOBS, SETTINGS, Layout, layout_words
+from paraplan.cost_models.layout import DEGREES, KNOBS, SETTINGS, Layout, layout_words
 from paraplan.cost_models.limits import BY_NAME, Target, host_message, memory_message
 from paraplan.space import Bounds
 
@@ -249,15 +249,48 @@ def expansion_needed(base: Evaluation, cons: Constraints, top: int, usd_per_gpu_
     return need
 
 
-def complete(question: Question, base: Evaluation, need: BoolArray) -> Evaluation:
-    """`base` joined with the trading variants of the cores in `need`, each evaluated once."""
+def complete(question: Question, base: Evaluation, need: BoolArray, known: Evaluation | None = None) -> Evaluation:
+    """`base` joined with the trading variants of the cores in `need`, each evaluated once; those
+    already in `known` (one plan's candidates, priced before) are taken from it."""
     chosen = np.nonzero(need)[0]
     gpus = base.layouts.gpus[chosen]
     parts = [question.expansion(base.layouts.take(chosen[gpus == n]), int(n)) for n in np.unique(gpus)]
     variants = Layouts.concat(parts)
     if len(variants) == 0:
         return base
-    return Evaluation.concat([base, question.evaluate(variants)])
+    if known is None:
+        return Evaluation.concat([base, question.evaluate(variants)])
+    fresh, index = rows_beside(known.layouts, variants)
+    priced = Evaluation.concat([known, question.evaluate(variants.take(fresh))])
+    return Evaluation.concat([base, priced.take(index)])
+
+
+def _row_keys(data: np.ndarray) -> np.ndarray:
+    """One opaque value per row (its bytes), so that rows compare as wholes."""
+    rows = np.ascontiguousarray(data)
+    return rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).reshape(-1)
+
+
+def rows_beside(plan: Layouts, cores: Layouts) -> tuple[np.ndarray, np.ndarray]:
+    """(`fresh`: the rows of `cores` that are not among `plan`'s, `index`: each row's place in
+    concat([plan, cores[fresh]])), for a `plan` of one set of degrees (one plan's candidates).
+    Only rows with those degrees can be among them, so only those are matched: a handful of rows,
+    not the whole space."""
+    if len(plan) == 0 or len(cores) == 0:
+        return np.arange(len(cores)), len(plan) + np.arange(len(cores))
+    same = np.ones(len(cores), dtype=bool)
+    for name in DEGREES:
+        same &= getattr(cores, name) == getattr(plan, name)[0]
+    candidates = np.flatnonzero(same)
+    _, first, inverse = np.unique(_row_keys(np.concatenate([plan.data, cores.data[candidates]])),
+                                  return_index=True, return_inverse=True)  # fmt: skip
+    shared_at = first[inverse.reshape(-1)[len(plan) :]]  # each candidate's first occurrence
+    shared = shared_at < len(plan)
+    index = np.full(len(cores), -1, dtype=np.int64)
+    index[candidates[shared]] = shared_at[shared]
+    fresh = np.flatnonzero(index < 0)
+    index[fresh] = len(plan) + np.arange(len(fresh))
+    return fresh, index
 
 
 def rank_space(question: Question, counts: Sequence[int], cons: Constraints, top: int,
