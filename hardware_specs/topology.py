@@ -55,13 +55,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import networkx as nx  # type: ignore[import-untyped,unused-ignore]
 
-from paraplan.hardware_specs.schema import Cluster, Link
+from paraplan.hardware_specs.schema import Cluster, IntraNode, Link
 
 NETWORK = "network"
 
@@ -90,9 +89,12 @@ class _ClusterCache:
     groups: dict[tuple[int, int], GroupLink]
 
 
-# Keyed on the cluster itself (frozen, hashable); weak so that the throw-away clusters of a
-# calibration sweep do not pile up.
-_CACHE: weakref.WeakKeyDictionary[Cluster, _ClusterCache] = weakref.WeakKeyDictionary()
+# Keyed on what the routes depend on (node size, intra-node fabric, network link; frozen, so
+# hashable by value): the clusters of a calibration sweep, which differ only in efficiency, and a
+# hardware file read again share one entry. Bounded: the oldest entry goes first.
+_TopologyKey = tuple[int, IntraNode, Link]
+_CACHE: dict[_TopologyKey, _ClusterCache] = {}
+CACHED_TOPOLOGIES = 64
 
 
 def gpu_vertex(node: int, local: int) -> str:
@@ -202,12 +204,15 @@ def _pair_key(gpus_per_node: int, a: int, b: int) -> _PairKey:
 
 
 def _cache_for(cluster: Cluster) -> _ClusterCache:
-    cache = _CACHE.get(cluster)
+    key = (cluster.gpus_per_node, cluster.intra_node, cluster.inter_node)
+    cache = _CACHE.get(key)
     if cache is None:
         intra = node_graph(cluster, nodes=1)
         intra.remove_node(NETWORK)
         cache = _ClusterCache(graph=node_graph(cluster, nodes=2), intra=intra, pairs={}, groups={})
-        _CACHE[cluster] = cache
+        if len(_CACHE) >= CACHED_TOPOLOGIES:
+            del _CACHE[next(iter(_CACHE))]
+        _CACHE[key] = cache
     return cache
 
 
