@@ -507,6 +507,10 @@ def _tokens(e: EvaluatedLayout) -> str | None:
     return fmt_tokens(e.train_time_s / e.step_time_s * e.layout.global_batch * e.layout.seq_len)
 
 
+# Bars per chart: past this a chart is too tall to read (and slow to draw); the table lists all.
+CHART_LAYOUTS = 20
+
+
 def _hardware_section(page: Page, r: HardwareResult) -> None:
     page.h2(f"{r.hardware} x {_counts(r)}")
     s = r.solver
@@ -550,14 +554,15 @@ def _hardware_section(page: Page, r: HardwareResult) -> None:
         )
     bases = sorted({e.accuracy_basis for e in r.layouts})
     page.p(f"Error bars: {'; '.join(bases)}", "muted")
-    labelled = [(f"#{i} {_dims(e)}", e) for i, e in enumerate(r.layouts, 1)]
+    labelled = [(f"#{i} {_dims(e)}", e) for i, e in enumerate(r.layouts[:CHART_LAYOUTS], 1)]
+    which = "each layout" if len(r.layouts) <= CHART_LAYOUTS else f"each of the first {CHART_LAYOUTS} layouts"
     page.chart(
         _time_figure(page.plt, labelled),
-        "Step time of each layout by exposed term (stacked), with its error bar and MFU.",
+        f"Step time of {which} by exposed term (stacked), with its error bar and MFU.",
     )
     page.chart(
         _memory_figure(page.plt, labelled),
-        "Memory of the most loaded GPU of each layout by term; the black mark is the capacity.",
+        f"Memory of the most loaded GPU of {which} by term; the black mark is the capacity.",
     )
     if len(r.scaling) > 1:
         _scaling_section(page, [(r.hardware, list(r.scaling), r.layouts[0].gpus)])

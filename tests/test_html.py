@@ -149,3 +149,14 @@ def test_cli_writes_the_report(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, [*args, "--html", str(path)])
     assert result.exit_code == 0, result.output
     check(path.read_text(encoding="utf-8"), charts=2)
+
+
+def test_charts_show_the_first_20_layouts_the_table_all() -> None:
+    result = paraplan.optimize(model="llama2-7b", gpus=64, hardware="a100-80g", top=30)
+    layouts = result.results[0].layouts
+    assert len(layouts) > 20
+    text = report.optimize_html(result)
+    check(text, charts=2)
+    assert "each of the first 20 layouts" in text
+    assert f"<td>{len(layouts)}</td>" in text  # the table's last rank
+    assert f"#{len(layouts)} TP" not in text and "#20 TP" in text  # the charts' last label is #20
