@@ -168,6 +168,10 @@ class ModelSpec(BaseModel):
     sliding_window: int | None = Field(default=None, ge=1, le=100_000_000)
     sliding_layer_ids: tuple[int, ...] | None = None  # None with a window: every layer slides
 
+    # --- chunked attention (Llama 4: block-diagonal causal; no parameter change) -------------------
+    attention_chunk: int | None = Field(default=None, ge=1, le=100_000_000)
+    chunked_layer_ids: tuple[int, ...] | None = None  # None with a chunk: every layer is chunked
+
     warnings: tuple[str, ...] = ()  # what the loader assumed; see the module docstring
 
     @model_validator(mode="after")
@@ -198,6 +202,15 @@ class ModelSpec(BaseModel):
             if self.sliding_window is None:
                 raise ValueError("sliding_layer_ids needs a sliding_window")
             _check_layer_ids("sliding_layer_ids", self.sliding_layer_ids, self.num_layers)
+        if self.chunked_layer_ids is not None:
+            if self.attention_chunk is None:
+                raise ValueError("chunked_layer_ids needs an attention_chunk")
+            _check_layer_ids("chunked_layer_ids", self.chunked_layer_ids, self.num_layers)
+        both = [
+            i for i, (s, c) in enumerate(zip(self.layer_is_sliding(), self.layer_is_chunked(), strict=True)) if s and c
+        ]
+        if both:
+            raise ValueError(f"layer {both[0]} cannot both slide a window and attend in chunks")
         return self
 
     # --- shapes -------------------------------------------------------------------------------
@@ -276,12 +289,26 @@ class ModelSpec(BaseModel):
         ids = set(self.sliding_layer_ids)
         return tuple(i in ids for i in range(self.num_layers))
 
+    def layer_is_chunked(self) -> tuple[bool, ...]:
+        if self.attention_chunk is None:
+            return (False,) * self.num_layers
+        if self.chunked_layer_ids is None:
+            return (True,) * self.num_layers
+        ids = set(self.chunked_layer_ids)
+        return tuple(i in ids for i in range(self.num_layers))
+
     def attention_spans(self, seq_len: int) -> tuple[int, ...]:
-        """Keys each query attends to (at most), per layer: min(s, window) on sliding layers."""
-        return tuple(
-            min(seq_len, self.sliding_window) if sliding and self.sliding_window else seq_len
-            for sliding in self.layer_is_sliding()
-        )
+        """Keys each query attends to (at most), per layer: min(s, window) on sliding layers,
+        min(s, chunk) on chunked layers."""
+        spans = []
+        for sliding, chunked in zip(self.layer_is_sliding(), self.layer_is_chunked(), strict=True):
+            if sliding and self.sliding_window:
+                spans.append(min(seq_len, self.sliding_window))
+            elif chunked and self.attention_chunk:
+                spans.append(min(seq_len, self.attention_chunk))
+            else:
+                spans.append(seq_len)
+        return tuple(spans)
 
     def mean_attention_span(self, seq_len: int) -> float:
         return sum(self.attention_spans(seq_len)) / self.num_layers
@@ -457,15 +484,35 @@ class ModelSpec(BaseModel):
         return self.q_dim + self.num_heads * (self.v_head_dim or self.head_dim)
 
     def mean_causal_keys(self, seq_len: float) -> float:
-        """Keys a query attends to under the causal mask, averaged over positions and layers:
-        (s + 1)/2 with full attention; with a window w < s, (w(w + 1)/2 + (s - w) w) / s."""
-        full = (seq_len + 1.0) / 2.0
-        if self.sliding_window is None or self.sliding_window >= seq_len:
+        """Keys a query attends to under the causal mask, averaged over positions and layers.
+
+        * full causal attention: query i (1-based) sees i keys, so sum_i i / s = (s + 1)/2;
+        * a sliding window w < s (Mistral, Gemma 2/3 local layers): the first w queries see
+          1..w keys, the other s - w see w: (w(w + 1)/2 + (s - w) w) / s;
+        * chunked attention with chunk c (Llama 4 RoPE layers: transformers
+          `masking_utils.create_chunked_causal_mask`, a query sees the keys of its own chunk up to
+          itself, kv // c == q // c and kv <= q): each of the floor(s/c) full chunks sums to
+          c(c + 1)/2, the remainder r = s - c floor(s/c) to r(r + 1)/2; divided by s.
+          With c >= s this is the full causal (s + 1)/2.
+        """
+        s = float(seq_len)
+        full = (s + 1.0) / 2.0
+        windowed = full
+        if self.sliding_window is not None and self.sliding_window < s:
+            w = float(self.sliding_window)
+            windowed = (w * (w + 1.0) / 2.0 + (s - w) * w) / s
+        chunked = full
+        if self.attention_chunk is not None and self.attention_chunk < s:
+            c = float(self.attention_chunk)
+            full_chunks = math.floor(s / c)
+            r = s - full_chunks * c
+            chunked = (full_chunks * c * (c + 1.0) / 2.0 + r * (r + 1.0) / 2.0) / s
+        if windowed == full and chunked == full:
             return full
-        w = float(self.sliding_window)
-        windowed = (w * (w + 1.0) / 2.0 + (seq_len - w) * w) / seq_len
         sliding = sum(self.layer_is_sliding())
-        return (sliding * windowed + (self.num_layers - sliding) * full) / self.num_layers
+        n_chunked = sum(self.layer_is_chunked())
+        rest = self.num_layers - sliding - n_chunked
+        return (sliding * windowed + n_chunked * chunked + rest * full) / self.num_layers
 
     @property
     def mean_mlp_inner_active(self) -> float:

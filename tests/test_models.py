@@ -645,6 +645,29 @@ def test_sliding_window_changes_no_parameter() -> None:
     assert plain.total_params == windowed.total_params
 
 
+# ================================================================== chunked attention
+
+
+def test_chunked_attention_keys_by_hand() -> None:
+    # 4 layers, chunk 3 on layers 0-2, layer 3 full. s = 8: chunks [3, 3, 2]:
+    #   chunked: (2 * 3*4/2 + 2*3/2) / 8 = (12 + 3) / 8 = 1.875;  full: (8 + 1)/2 = 4.5
+    #   mean over layers (3*1.875 + 4.5)/4 = 2.53125
+    spec = _spec(attention_chunk=3, chunked_layer_ids=(0, 1, 2))
+    assert spec.mean_causal_keys(8) == 2.53125
+    # s = 6: two full chunks: 2*6/6 = 2; full 3.5 -> (3*2 + 3.5)/4 = 2.375
+    assert spec.mean_causal_keys(6) == 2.375
+    # s = 3 <= chunk: every layer full causal, (3 + 1)/2 = 2
+    assert spec.mean_causal_keys(3) == 2.0
+    assert spec.attention_spans(8) == (3, 3, 3, 8)
+    assert spec.layer_is_chunked() == (True, True, True, False)
+    # every layer chunked when no ids are given: 1.875
+    assert _spec(attention_chunk=3).mean_causal_keys(8) == 1.875
+
+
+def test_chunked_attention_changes_no_parameter() -> None:
+    assert _spec(attention_chunk=3).total_params == _spec().total_params
+
+
 # ================================================================== refusals
 
 
@@ -782,6 +805,9 @@ def _spec(**extra: Any) -> ModelSpec:
         {"num_experts": 4, "experts_top_k": 2, "dense_layer_ids": (4,)},  # beyond the last layer
         {"q_lora_rank": 8},  # without kv_lora_rank
         {"sliding_layer_ids": (0,)},  # without a window
+        {"chunked_layer_ids": (0,)},  # without a chunk
+        {"attention_chunk": 4, "chunked_layer_ids": (4,)},  # beyond the last layer
+        {"attention_chunk": 4, "sliding_window": 4, "sliding_layer_ids": (0,)},  # layer 0 slides and chunks
         {"kv_lora_rank": 8, "qk_rope_head_dim": 16},  # rope part as wide as the head
     ],
 )
