@@ -23,9 +23,13 @@ implementation (transformers `models/<type>/modeling_<type>.py`) builds from the
                              N_s shared + N_r routed; V3: 1 shared + 256 routed, 8 active, Sec 4.2)
                              (+ h for Qwen's sigmoid shared_expert_gate Linear(h, 1): Qwen1.5-MoE,
                              https://qwenlm.github.io/blog/qwen-moe/, transformers qwen2_moe)
+                             (Llama 4, transformers llama4 Llama4TextMoe: router Linear(h, E) without
+                             bias + E experts of width intermediate_size + one shared expert of
+                             the same width, no gate)
     dense layers in MoE      layers that use the dense MLP of width `dense_ffn_hidden_size`
                              (DeepSeek `first_k_dense_replace` / `moe_layer_freq`, Qwen-MoE
-                             `decoder_sparse_step` / `mlp_only_layers`)
+                             `decoder_sparse_step` / `mlp_only_layers`, Llama 4 the layers outside
+                             `moe_layers` / `interleave_moe_layer_step`, of width intermediate_size_mlp)
     norms per layer          `norms_per_layer` x h (RMSNorm) or x 2h (LayerNorm with bias);
                              2 for most, 4 for Gemma 2/3 (pre+post norms around attention and MLP,
                              arXiv:2408.00118), 1 for GPT-J and Falcon-7B (parallel attention + MLP),
@@ -36,10 +40,21 @@ implementation (transformers `models/<type>/modeling_<type>.py`) builds from the
     LM head                  V*e unless tied (+ V bias: GPT-J) (+ h*e project_out: OPT-350m)
     final norm               one norm unless the architecture has none (OPT post-LN variants)
 
+Llama 4 (model_type llama4_text, and the multimodal llama4 wrapper read through its text_config)
+follows transformers `src/transformers/models/llama4/configuration_llama4.py` (Llama4TextConfig,
+the v5 dataclass form at commit 008e574391258935f3ecc3035c882e73bbcac419) and `modeling_llama4.py`
+(commit 000c33fdfde12e1ffafbfcdb3c926df5727a00b6); the published configs, written by transformers
+4.51.0, state `moe_layers` and `no_rope_layers` explicitly, which both read the same way. Its
+q/k norm (Llama4TextL2Norm) has no weights, and its attention chunks (`attention_chunk_size` on the
+RoPE layers, `no_rope_layers` / `layer_types`) change the attention FLOPs only
+(`ModelSpec.mean_causal_keys`).
+
 Published totals reproduced in tests/test_models.py (with the real config.json files under
 tests/data/hf_configs/): DeepSeek-V3 671B total / 37B active, DeepSeek-V2 236B / 21B,
 Qwen1.5-MoE-A2.7B 14.3B / 2.7B, Mixtral 8x7B 46.7B / 12.9B, Llama 3.1 405B, Gemma 2 2B and 9B
-(paper Table 2 non-embedding counts exactly), OPT-125m, Falcon-7B; Llama 2 (Touvron et al. 2023
+(paper Table 2 non-embedding counts exactly), OPT-125m, Falcon-7B, Llama 4 Scout (text model
+107.77B; with the vision tower counted by hand in the test, 108.64B against the published 109B;
+17.17B active against "17B") and Maverick (400.71B / 17.18B against 400B / 17B); Llama 2 (Touvron et al. 2023
 Table 1), Llama 3 (Dubey et al. 2024), GPT-3 175B, BLOOM-176B (model card: 176,247,271,424) and
 GPT-NeoX-20B (model card: 20,554,567,680).
 
@@ -54,10 +69,14 @@ sliding-window layouts. It never returns a silently wrong model:
   minimax, qwen3_next, ... and any config carrying state-space or hybrid-layout keys such as
   `state_size`, `hybrid_override_pattern`, `layers_block_type`, `attn_type_list`), encoder-only
   and encoder-decoder models (`is_encoder_decoder`, `add_cross_attention`, bert/t5/whisper/...),
-  multimodal wrappers (`text_config` with no top-level hidden size), `layer_types` entries other
-  than full/sliding attention, MoE layouts paraplan does not model (`interleave_moe_layer_step`,
-  `intermediate_size_mlp`, `shared_intermediate_size`, `moe_shared_expert_intermediate_size`,
-  a list-valued `moe_layer_freq`), per-layer tricks that change the count (`num_kv_shared_layers`,
+  multimodal wrappers (`text_config` with no top-level hidden size; model_type llama4 excepted: its
+  text_config is read, with a warning that the vision tower is not counted), `layer_types` entries
+  other than full/sliding attention (full/chunked for llama4_text), MoE layouts paraplan does not
+  model (Llama 4's `interleave_moe_layer_step`, `intermediate_size_mlp` and `moe_layers` outside
+  model_type llama4_text, `shared_intermediate_size`, `moe_shared_expert_intermediate_size`,
+  a list-valued `moe_layer_freq`), Llama 4 layouts transformers cannot run (a null
+  `attention_chunk_size`) or paraplan does not model (`num_local_experts` 1, which still builds a
+  router and a shared expert), per-layer tricks that change the count (`num_kv_shared_layers`,
   AltUp/Laurel keys, `hidden_size_per_layer_input`, `o_lora_rank`, `global_head_dim`,
   `attention_k_eq_v`, `moe_latent_size`), non-positive or non-integer sizes (the message names
   the key present in the file), missing core sizes (hidden size, layers, heads, vocabulary);
@@ -70,7 +89,9 @@ sliding-window layouts. It never returns a silently wrong model:
   from the file and taken from the config class default (e.g. Mixtral's 8 experts), DeepSeek's
   multi-token-prediction module (`num_nextn_predict_layers`: not counted, as transformers drops
   it and the published 671B excludes it), DeepSeek-V3.2's sparse-attention indexer
-  (`index_topk`, ...), Llama 4 chunked attention (`attention_chunk_size`), and any key paraplan
+  (`index_topk`, ...), chunked attention (`attention_chunk_size`) outside model_type llama4_text,
+  Llama 4 layout keys absent and taken from Llama4TextConfig (`interleave_moe_layer_step`,
+  `no_rope_layers`, `attention_chunk_size`, ...), and any key paraplan
   does not know at all (assumed to change neither parameters nor FLOPs);
 * ignored silently: keys known not to change parameter count or FLOPs (token ids, dtypes, rope
   settings incl. `rope_scaling`, softcapping, initialisation, dropout rates, router loss
@@ -96,7 +117,7 @@ LayerKind = Literal["dense", "moe"]
 
 GATED_FAMILIES = frozenset(
     {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
-     "phi3", "deepseek_v2", "deepseek_v3", "olmo", "olmo2", "granite"}
+     "phi3", "deepseek_v2", "deepseek_v3", "olmo", "olmo2", "granite", "llama4_text"}
 )  # fmt: skip
 PLAIN_FAMILIES = frozenset({"gpt2", "gpt_neox", "nemotron", "bloom", "opt", "falcon", "gptj", "starcoder2"})
 # Families whose reference implementations train with dropout on attention and residuals.
@@ -168,6 +189,10 @@ class ModelSpec(BaseModel):
     sliding_window: int | None = Field(default=None, ge=1, le=100_000_000)
     sliding_layer_ids: tuple[int, ...] | None = None  # None with a window: every layer slides
 
+    # --- chunked attention (Llama 4: block-diagonal causal; no parameter change) -------------------
+    attention_chunk: int | None = Field(default=None, ge=1, le=100_000_000)
+    chunked_layer_ids: tuple[int, ...] | None = None  # None with a chunk: every layer is chunked
+
     warnings: tuple[str, ...] = ()  # what the loader assumed; see the module docstring
 
     @model_validator(mode="after")
@@ -198,6 +223,15 @@ class ModelSpec(BaseModel):
             if self.sliding_window is None:
                 raise ValueError("sliding_layer_ids needs a sliding_window")
             _check_layer_ids("sliding_layer_ids", self.sliding_layer_ids, self.num_layers)
+        if self.chunked_layer_ids is not None:
+            if self.attention_chunk is None:
+                raise ValueError("chunked_layer_ids needs an attention_chunk")
+            _check_layer_ids("chunked_layer_ids", self.chunked_layer_ids, self.num_layers)
+        both = [
+            i for i, (s, c) in enumerate(zip(self.layer_is_sliding(), self.layer_is_chunked(), strict=True)) if s and c
+        ]
+        if both:
+            raise ValueError(f"layer {both[0]} cannot both slide a window and attend in chunks")
         return self
 
     # --- shapes -------------------------------------------------------------------------------
@@ -276,12 +310,26 @@ class ModelSpec(BaseModel):
         ids = set(self.sliding_layer_ids)
         return tuple(i in ids for i in range(self.num_layers))
 
+    def layer_is_chunked(self) -> tuple[bool, ...]:
+        if self.attention_chunk is None:
+            return (False,) * self.num_layers
+        if self.chunked_layer_ids is None:
+            return (True,) * self.num_layers
+        ids = set(self.chunked_layer_ids)
+        return tuple(i in ids for i in range(self.num_layers))
+
     def attention_spans(self, seq_len: int) -> tuple[int, ...]:
-        """Keys each query attends to (at most), per layer: min(s, window) on sliding layers."""
-        return tuple(
-            min(seq_len, self.sliding_window) if sliding and self.sliding_window else seq_len
-            for sliding in self.layer_is_sliding()
-        )
+        """Keys each query attends to (at most), per layer: min(s, window) on sliding layers,
+        min(s, chunk) on chunked layers."""
+        spans = []
+        for sliding, chunked in zip(self.layer_is_sliding(), self.layer_is_chunked(), strict=True):
+            if sliding and self.sliding_window:
+                spans.append(min(seq_len, self.sliding_window))
+            elif chunked and self.attention_chunk:
+                spans.append(min(seq_len, self.attention_chunk))
+            else:
+                spans.append(seq_len)
+        return tuple(spans)
 
     def mean_attention_span(self, seq_len: int) -> float:
         return sum(self.attention_spans(seq_len)) / self.num_layers
@@ -457,15 +505,35 @@ class ModelSpec(BaseModel):
         return self.q_dim + self.num_heads * (self.v_head_dim or self.head_dim)
 
     def mean_causal_keys(self, seq_len: float) -> float:
-        """Keys a query attends to under the causal mask, averaged over positions and layers:
-        (s + 1)/2 with full attention; with a window w < s, (w(w + 1)/2 + (s - w) w) / s."""
-        full = (seq_len + 1.0) / 2.0
-        if self.sliding_window is None or self.sliding_window >= seq_len:
+        """Keys a query attends to under the causal mask, averaged over positions and layers.
+
+        * full causal attention: query i (1-based) sees i keys, so sum_i i / s = (s + 1)/2;
+        * a sliding window w < s (Mistral, Gemma 2/3 local layers): the first w queries see
+          1..w keys, the other s - w see w: (w(w + 1)/2 + (s - w) w) / s;
+        * chunked attention with chunk c (Llama 4 RoPE layers: transformers
+          `masking_utils.create_chunked_causal_mask`, a query sees the keys of its own chunk up to
+          itself, kv // c == q // c and kv <= q): each of the floor(s/c) full chunks sums to
+          c(c + 1)/2, the remainder r = s - c floor(s/c) to r(r + 1)/2; divided by s.
+          With c >= s this is the full causal (s + 1)/2.
+        """
+        s = float(seq_len)
+        full = (s + 1.0) / 2.0
+        windowed = full
+        if self.sliding_window is not None and self.sliding_window < s:
+            w = float(self.sliding_window)
+            windowed = (w * (w + 1.0) / 2.0 + (s - w) * w) / s
+        chunked = full
+        if self.attention_chunk is not None and self.attention_chunk < s:
+            c = float(self.attention_chunk)
+            full_chunks = math.floor(s / c)
+            r = s - full_chunks * c
+            chunked = (full_chunks * c * (c + 1.0) / 2.0 + r * (r + 1.0) / 2.0) / s
+        if windowed == full and chunked == full:
             return full
-        w = float(self.sliding_window)
-        windowed = (w * (w + 1.0) / 2.0 + (seq_len - w) * w) / seq_len
         sliding = sum(self.layer_is_sliding())
-        return (sliding * windowed + (self.num_layers - sliding) * full) / self.num_layers
+        n_chunked = sum(self.layer_is_chunked())
+        rest = self.num_layers - sliding - n_chunked
+        return (sliding * windowed + n_chunked * chunked + rest * full) / self.num_layers
 
     @property
     def mean_mlp_inner_active(self) -> float:
@@ -609,12 +677,13 @@ class _Family:
     lm_head_bias: bool = False
     norms_per_layer: int = 2
     qk_norm: QkNorm = "none"
-    moe: Literal["mixtral", "qwen2_moe", "qwen3_moe", "deepseek", "generic"] | None = None
+    moe: Literal["mixtral", "qwen2_moe", "qwen3_moe", "deepseek", "llama4", "generic"] | None = None
     moe_defaults: dict[str, int] = field(default_factory=dict)
     mla: Literal["deepseek", "generic"] | None = None
     sliding: Literal["all", "qwen2", "qwen2_moe", "gemma2", "gemma3", "qwen3_moe"] | None = None
     sliding_default: int | None = None
     layer_types: bool = False  # whether the config class reads an explicit `layer_types` list
+    chunked: bool = False  # Llama 4: chunked (RoPE) and full (NoPE) attention layers
     dropout: bool = False
 
 
@@ -696,6 +765,12 @@ FAMILIES: dict[str, _Family] = {
     # OLMo: LayerNorm without parameters; OLMo 2: RMSNorm after attention/MLP, q/k norms over all heads
     "olmo": _Family("OlmoConfig", "gated", "none", tie=False, ffn_default=11008),
     "olmo2": _Family("Olmo2Config", "gated", "rms", tie=False, ffn_default=11008, qk_norm="full"),
+    # Llama4TextConfig: routed + one shared expert of width intermediate_size on the MoE layers, a
+    # dense MLP of width intermediate_size_mlp elsewhere; chunked attention on the RoPE layers;
+    # its q/k norm is an L2 norm without weights (no parameters); attention_bias on q, k, v and o
+    "llama4_text": _Family("Llama4TextConfig", "gated", "rms", tie=False, kv_default=8, ffn_default=8192,
+                           head_dim_default=128, max_pos_default=4096 * 32, moe="llama4",
+                           moe_defaults={"experts": 16, "top_k": 1}, chunked=True),
 }  # fmt: skip
 
 # Unknown model_type with llama-style keys: LlamaConfig rules plus every math key paraplan models.
@@ -744,8 +819,9 @@ _HYBRID_KEYS = (
 )  # fmt: skip
 # Keys that change the parameter count in ways paraplan does not model: refused.
 _REFUSED_KEYS = {
-    "interleave_moe_layer_step": "Llama 4 interleaved dense/MoE layers",
-    "intermediate_size_mlp": "Llama 4 separate dense-layer width",
+    "interleave_moe_layer_step": "Llama 4 interleaved dense/MoE layers, read for model_type llama4_text only",
+    "intermediate_size_mlp": "Llama 4 separate dense-layer width, read for model_type llama4_text only",
+    "moe_layers": "Llama 4 list of MoE layers, read for model_type llama4_text only",
     "shared_intermediate_size": "MiniMax shared-expert layout",
     "moe_shared_expert_intermediate_size": "Nemotron-H shared-expert layout",
     "moe_latent_size": "latent MoE projections",
@@ -760,6 +836,8 @@ _REFUSED_KEYS = {
     "num_global_key_value_heads": "a second KV-head count for global layers",
     "cross_attention_layers": "cross-attention layers",
 }
+# The keys above that Llama4TextConfig reads (and the loader models for model_type llama4_text).
+_LLAMA4_KEYS = frozenset({"interleave_moe_layer_step", "intermediate_size_mlp", "moe_layers"})
 # Keys that change parameters or FLOPs, not modelled: warned (value assumed as stated).
 _WARNED_KEYS = {
     "num_nextn_predict_layers": "multi-token-prediction module(s) not counted: transformers drops them on load "
@@ -769,7 +847,8 @@ _WARNED_KEYS = {
     "attention is taken as dense",
     "index_n_heads": "DeepSeek sparse-attention indexer not modelled (parameters not counted)",
     "index_head_dim": "DeepSeek sparse-attention indexer not modelled (parameters not counted)",
-    "attention_chunk_size": "chunked attention not modelled: attention spans taken as the full sequence",
+    "attention_chunk_size": "chunked attention is modelled for model_type llama4_text only: attention spans "
+    "taken as the full sequence",
 }
 # Keys known to change neither the parameter count nor the FLOPs.
 HARMLESS_KEYS = frozenset(
@@ -920,6 +999,8 @@ def _refuse_unsupported(r: _Reader, model_type: str) -> None:
             "model): pass that text_config alone to plan the language model; the other towers are not counted"
         )
     for key, what in _REFUSED_KEYS.items():
+        if model_type == "llama4_text" and key in _LLAMA4_KEYS:
+            continue
         value = raw.get(key)
         if value is not None and value is not False and value != 0 and value != []:
             raise InputError(f"model config has '{key}' = {_short(value)} ({what}), which paraplan does not model")
@@ -981,6 +1062,7 @@ def _moe(r: _Reader, fam: _Family, layers: int, hidden: int, dense_ffn: int) -> 
     d = fam.moe_defaults
     out: dict[str, Any] = {}
     kind = fam.moe
+    dense_width = dense_ffn  # width of the dense layers' MLP
     if kind is None:
         for key in ("num_local_experts", "num_experts", "n_routed_experts", "moe_intermediate_size",
                     "n_shared_experts", "shared_expert_intermediate_size", "num_experts_per_tok"):  # fmt: skip
@@ -1032,6 +1114,14 @@ def _moe(r: _Reader, fam: _Family, layers: int, hidden: int, dense_ffn: int) -> 
         freq = _moe_freq(r)
         # DeepSeek's modeling_deepseek.py: MoE iff layer >= first_k_dense_replace and layer % moe_layer_freq == 0
         dense_ids = [i for i in range(layers) if not (i >= first and i % freq == 0)]
+    elif kind == "llama4":
+        llama4 = _llama4_moe(r, fam, layers)
+        if llama4 is None:  # no MoE layer: every layer is the dense MLP of width intermediate_size_mlp
+            return {"ffn_hidden_size": _llama4_mlp_width(r, fam)}
+        experts, top_k, dense_ids = llama4
+        width = dense_ffn  # Llama4TextExperts and the shared Llama4TextMLP: intermediate_size
+        shared, shared_width, gate = 1, width, False
+        dense_width = _llama4_mlp_width(r, fam) if dense_ids else dense_ffn
     else:  # generic: every MoE key paraplan knows, DeepSeek / Qwen semantics
         experts = r.int(("num_local_experts", "num_experts", "n_routed_experts"), default=1)
         if experts <= 1:
@@ -1067,10 +1157,61 @@ def _moe(r: _Reader, fam: _Family, layers: int, hidden: int, dense_ffn: int) -> 
         shared_expert_gate=gate,
         router_bias=fam.cls.startswith("DeepseekV3") or r.raw.get("topk_method") == "noaux_tc",
         dense_layer_ids=tuple(dense_ids),
-        dense_ffn_hidden_size=dense_ffn if dense_ids else None,
+        dense_ffn_hidden_size=dense_width if dense_ids else None,
     )
     r.used.update(("topk_method",))
     return out
+
+
+def _llama4_moe(r: _Reader, fam: _Family, layers: int) -> tuple[int, int, list[int]] | None:
+    """Experts, top-k and dense layers of Llama4TextConfig (None when no layer is MoE).
+
+    Llama4TextConfig: `moe_layers` when given, else list(range(interleave_moe_layer_step - 1,
+    num_hidden_layers, interleave_moe_layer_step)) (step default 1: every layer MoE; Maverick's 2:
+    the odd layers). Llama4TextDecoderLayer builds Llama4TextMoe on those layers (router
+    Linear(h, E, bias=False), Llama4TextExperts: E experts of width intermediate_size, one shared
+    Llama4TextMLP of width intermediate_size) and Llama4TextMLP(intermediate_size_mlp) elsewhere."""
+    r.used.update(("moe_layers", "interleave_moe_layer_step", "intermediate_size_mlp"))  # read when dense layers exist
+    if r.raw.get("moe_layers") is not None:
+        moe_ids = _layer_list(r, "moe_layers", layers)
+        step_given = r.raw.get("interleave_moe_layer_step")
+        if step_given is not None:
+            step = _checked_int("interleave_moe_layer_step", step_given)
+            if moe_ids != set(range(step - 1, layers, step)):
+                r.warn(f"'interleave_moe_layer_step' = {_short(step_given)} ignored: Llama4TextConfig takes the MoE "
+                       "layers from 'moe_layers' when it is given")  # fmt: skip
+    else:
+        step = r.int(("interleave_moe_layer_step",), default=1)
+        if "interleave_moe_layer_step" not in r.raw:
+            r.warn("'interleave_moe_layer_step' absent (and no 'moe_layers'): Llama4TextConfig default 1 assumed "
+                   "(every layer MoE)")  # fmt: skip
+        moe_ids = set(range(step - 1, layers, step))
+    if not moe_ids:
+        r.used.update(("num_local_experts", "num_experts_per_tok"))
+        return None
+    found = r.find(("num_local_experts",))
+    experts = fam.moe_defaults["experts"] if found is None else _checked_int(*found)
+    if found is None:
+        _default_warned(r, fam, "num_local_experts", experts)
+    found = r.find(("num_experts_per_tok",))
+    top_k = fam.moe_defaults["top_k"] if found is None else _checked_int(*found)
+    if found is None:
+        _default_warned(r, fam, "num_experts_per_tok", top_k)
+    if experts == 1:
+        raise InputError(
+            "model config 'num_local_experts' = 1: Llama4TextMoe would still build a router and a shared expert "
+            "beside the single routed expert, which paraplan does not model"
+        )
+    return experts, top_k, [i for i in range(layers) if i not in moe_ids]
+
+
+def _llama4_mlp_width(r: _Reader, fam: _Family) -> int:
+    """The dense layers' MLP width: Llama4TextConfig `intermediate_size_mlp` (default 16384)."""
+    found = r.find(("intermediate_size_mlp",))
+    if found is not None:
+        return _checked_int(*found)
+    _default_warned(r, fam, "intermediate_size_mlp", 16384)
+    return 16384
 
 
 def _moe_freq(r: _Reader) -> int:
@@ -1146,6 +1287,8 @@ def _sliding(r: _Reader, fam: _Family, layers: int) -> dict[str, Any]:
                    "sliding_window_pattern", "_sliding_window_pattern"))  # fmt: skip
     raw = r.raw
     layer_types = raw.get("layer_types")
+    if fam.chunked:  # Llama 4: its layer_types are read by _chunked
+        layer_types = None
     if layer_types is not None and not fam.layer_types:
         r.warn(f"'layer_types' ignored: transformers' {fam.cls} does not read it")
         layer_types = None
@@ -1196,8 +1339,63 @@ def _sliding(r: _Reader, fam: _Family, layers: int) -> dict[str, Any]:
     return {"sliding_window": window, "sliding_layer_ids": tuple(ids)} if ids else {}
 
 
+def _chunked(r: _Reader, fam: _Family, layers: int) -> dict[str, Any]:
+    """Llama 4's chunked-attention layers (Llama4TextConfig; masks: transformers masking_utils).
+
+    A layer's attention type is `layer_types[i]` when the config lists them ("chunked_attention"
+    or "full_attention"), else "chunked_attention" where `no_rope_layers[i]` is 1 (a RoPE layer)
+    and "full_attention" where it is 0 (a NoPE layer); an absent or empty `no_rope_layers` is
+    [int((i + 1) % no_rope_layer_interval != 0) for i in range(L)] (interval default 4: every
+    4th layer NoPE). Chunked layers use `create_chunked_causal_mask` with attention_chunk_size
+    (default 8192); Llama4TextModel builds that mask on every forward, and it raises when
+    attention_chunk_size is null."""
+    if not fam.chunked:
+        return {}
+    keys = ("attention_chunk_size", "no_rope_layers", "no_rope_layer_interval", "layer_types")
+    r.used.update(keys)
+    raw = r.raw
+    layer_types = raw.get("layer_types")
+    no_rope = raw.get("no_rope_layers")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != layers:
+            raise InputError(f"model config 'layer_types' must list one entry for each of the {layers} layers")
+        for value in layer_types:
+            if value not in ("full_attention", "chunked_attention"):
+                raise InputError(
+                    f"model config 'layer_types' has {_short(value)}: Llama4TextModel has full_attention and "
+                    "chunked_attention layers only"
+                )
+        ids = [i for i, value in enumerate(layer_types) if value == "chunked_attention"]
+    elif no_rope:  # Llama4TextConfig: `no_rope_layers if no_rope_layers else default`
+        if not isinstance(no_rope, list) or not all(v in (0, 1) and not isinstance(v, float) for v in no_rope):
+            raise InputError(f"model config 'no_rope_layers' = {_short(no_rope)} must be a list of 0s and 1s")
+        if len(no_rope) < layers:
+            raise InputError(f"model config 'no_rope_layers' lists {len(no_rope)} layers, fewer than the {layers} "
+                             "layers (Llama4TextAttention reads no_rope_layers[layer_idx])")  # fmt: skip
+        ids = [i for i in range(layers) if no_rope[i]]
+    else:
+        interval = r.int(("no_rope_layer_interval",), default=4)
+        if "no_rope_layer_interval" not in raw:
+            r.warn("'no_rope_layers' absent: Llama4TextConfig default assumed (every 4th layer NoPE with full "
+                   "attention, the others RoPE with chunked attention)")  # fmt: skip
+        ids = [i for i in range(layers) if (i + 1) % interval != 0]
+    if "attention_chunk_size" in raw:
+        if raw["attention_chunk_size"] is None:
+            raise InputError(
+                "model config 'attention_chunk_size' is null: Llama4TextModel builds the chunked-attention mask on "
+                "every forward, and transformers' create_chunked_causal_mask raises without a chunk size"
+            )
+        chunk = _checked_int("attention_chunk_size", raw["attention_chunk_size"])
+    else:
+        chunk = 8192
+        _default_warned(r, fam, "attention_chunk_size", chunk)
+    return {"attention_chunk": chunk, "chunked_layer_ids": tuple(ids)} if ids else {}
+
+
 def _warn_leftovers(r: _Reader, fam: _Family, model_type: str) -> None:
     for key, note in _WARNED_KEYS.items():
+        if key in r.used:  # read and modelled by this family (attention_chunk_size for Llama 4)
+            continue
         value = r.raw.get(key)
         r.used.add(key)
         if value is not None and value is not False and value != 0:
@@ -1229,7 +1427,10 @@ def _warn_leftovers(r: _Reader, fam: _Family, model_type: str) -> None:
 def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     """A `ModelSpec` from a Hugging Face config.json dict; see the module docstring for what is
     modelled, refused and warned. Llama-style and gpt2-style key families are both read."""
-    r = _Reader(config)
+    wrapper_warnings: list[str] = []
+    if str(config.get("model_type", "")).lower() == "llama4" and isinstance(config.get("text_config"), dict):
+        config, wrapper_warnings = _llama4_text_config(config)
+    r = _Reader(config, warnings=wrapper_warnings)
     model_type = str(_get(config, "model_type", default="")).lower()
     _refuse_unsupported(r, model_type)
     family_name, fam = _family_for(r, model_type)
@@ -1297,6 +1498,7 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     fields.update(_moe(r, fam, layers, hidden, ffn))
     fields.update(_mla(r, fam, heads))
     fields.update(_sliding(r, fam, layers))
+    fields.update(_chunked(r, fam, layers))
 
     # biases and norms
     qkv_bias, out_bias, mlp_bias = _bias(r, fam.qkv_bias), _bias(r, fam.out_bias), _bias(r, fam.mlp_bias)
@@ -1313,6 +1515,12 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     qk_norm: QkNorm = fam.qk_norm
     if fam is _GENERIC_LLAMA and r.flag("use_qk_norm", False):
         qk_norm = "head"
+    if fam.chunked:
+        # Llama4TextL2Norm on q and k of the RoPE layers: no weights, so no parameters; its FLOPs
+        # (a few per element of q and k) are not counted. attn_temperature_tuning, floor_scale and
+        # attn_scale scale the NoPE layers' queries (no parameters, negligible FLOPs).
+        r.flag("use_qk_norm", True)
+        r.used.update(("attn_temperature_tuning", "floor_scale", "attn_scale"))
 
     found = r.find(fam.max_pos)
     if found is not None:
@@ -1367,6 +1575,47 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
         where = ".".join(str(p) for p in err["loc"]) or "config"
         assumed = f" (the loader assumed: {'; '.join(r.warnings)})" if r.warnings else ""
         raise InputError(f"model config {name!r}: {where}: {err['msg']}{assumed}") from None
+
+
+# Llama4Config's own keys (besides text_config); none changes the text model's parameters or FLOPs.
+_LLAMA4_WRAPPER_KEYS = frozenset({"vision_config", "boi_token_index", "eoi_token_index", "image_token_index",
+                                  "tie_word_embeddings"})  # fmt: skip
+
+
+def _llama4_text_config(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The language model of a Llama4Config (model_type llama4): its text_config, read as
+    llama4_text, with a warning that the vision tower is not counted.
+
+    Llama4ForConditionalGeneration = Llama4VisionModel (vision_config) + Llama4MultiModalProjector
+    + Llama4ForCausalLM (text_config). paraplan plans the language model only; the vision encoder
+    (about 0.87B parameters for Scout and Maverick) and its projector are left out."""
+    text: dict[str, Any] = dict(config["text_config"])
+    text.setdefault("model_type", "llama4_text")
+    notes = [
+        "model_type 'llama4' is multimodal: only its language model (text_config) is counted; the vision "
+        "encoder (vision_config, Llama4VisionModel) and the multi_modal_projector are not"
+    ]
+    # transformers ties the LM head by the text config (PreTrainedModel.tie_weights reads
+    # config.get_text_config(decoder=True).tie_word_embeddings); Llama4TextConfig defaults to False
+    text_tie = text.get("tie_word_embeddings")
+    text_tie = False if text_tie is None else text_tie
+    if config.get("tie_word_embeddings") is not None and config["tie_word_embeddings"] != text_tie:
+        notes.append(
+            f"'tie_word_embeddings' = {_short(config['tie_word_embeddings'])} of the llama4 wrapper ignored: the "
+            f"text model ties by text_config's {_short(text_tie)}"
+        )
+    for key, value in config.items():
+        if key in ("text_config", "model_type") or key.startswith("_"):
+            continue
+        if key in _LLAMA4_WRAPPER_KEYS or key in HARMLESS_KEYS or value is None:
+            continue
+        notes.append(f"'{key}' = {_short(value)} of the llama4 wrapper ignored: the language model is read from "
+                     "text_config")  # fmt: skip
+    if text.get("model_type") != "llama4_text":
+        notes.append(f"text_config has model_type {_short(text.get('model_type'))}, not 'llama4_text'")
+    if "_paraplan_name" in config:
+        text.setdefault("_paraplan_name", config["_paraplan_name"])
+    return text, notes
 
 
 def _falcon_kv(r: _Reader, heads: int) -> int:

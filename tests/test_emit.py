@@ -371,6 +371,9 @@ def test_model_features_megatron_cannot_express_are_refused() -> None:
     olmo = load_model("llama2-7b").model_copy(update={"norm_affine": False, "name": "olmo-like"})
     with pytest.raises(InputError, match="model -- olmo-like uses non-parametric LayerNorm"):
         emit_launch("megatron", olmo, Layout())
+    chunked = load_model("llama2-7b").model_copy(update={"attention_chunk": 8192, "name": "chunky"})
+    with pytest.raises(InputError, match="model -- chunky attends in chunks of 8192 tokens"):
+        emit_launch("megatron", chunked, Layout())
 
 
 # --------------------------------------------------------------------------------------------

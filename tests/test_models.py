@@ -448,6 +448,71 @@ def test_falcon_7b_config() -> None:
     assert model.warnings == ()
 
 
+def test_llama4_scout_text_model_107_8b_total_17_2b_active() -> None:
+    # meta-llama/Llama-4-Scout-17B-16E (model card: 17B activated, 109B total). Its config.json is a
+    # Llama4Config wrapper: the text model (text_config) is counted, the vision tower is not.
+    # h=5120, 48 layers, 40 heads x 128, 8 KV heads, V=202048 untied, every layer MoE
+    # (moe_layers 0..47): router 5120*16, 16 routed + 1 shared SwiGLU experts of width 8192.
+    # attention 5120*5120 (q) 26,214,400 + 2*5120*1024 (k, v) 10,485,760 + 5120*5120 (o) 26,214,400
+    #   = 62,914,560;  norms 2*5120 = 10,240;  router 5120*16 = 81,920
+    # expert 3*5120*8192 = 125,829,120;  16 routed 2,013,265,920 + shared 125,829,120
+    # layer 62,914,560 + 10,240 + 81,920 + 2,013,265,920 + 125,829,120 = 2,202,101,760
+    # total 48*2,202,101,760 (105,700,884,480) + 2*202048*5120 (2,068,971,520) + final norm 5,120
+    #   = 107,769,861,120
+    model = _real("llama-4-scout-17b-16e")
+    assert model.total_params == 107_769_861_120
+    assert model.layer_params == 2_202_101_760 and model.attention_params == 62_914_560
+    assert model.layer_kinds() == ("moe",) * 48 and model.num_shared_experts == 1
+    # The published 109B counts the vision encoder too. Llama4VisionModel for this vision_config
+    # (h=1408, 34 layers, f=5632, biases, LayerNorms; transformers modeling_llama4.py), by hand:
+    #   layer 4*(1408*1408 + 1408) + (1408*5632 + 5632) + (5632*1408 + 1408) + 2*2*1408 = 23,807,872
+    #   34 layers 809,467,648 + patch_embedding 3*14*14*1408 = 827,904 + class_embedding 1,408
+    #   + positional ((336/14)^2 + 1)*1408 = 812,416 + layernorm_pre/post 5,632
+    #   + vision_adapter 5632*4096 + 4096*4096 = 39,845,888 + multi_modal_projector 4096*5120
+    #   = 20,971,520  ->  871,932,416  (the module sizes match a public per-module listing)
+    # text + vision = 108,641,793,536: 0.33% below 109B. The text model alone is 1.13% below.
+    assert model.total_params + 871_932_416 == pytest.approx(109e9, rel=1e-2)
+    assert 107.5e9 <= model.total_params < 108.5e9
+    # active: per layer 62,914,560 + 10,240 + 81,920 + 2*125,829,120 (top-1 + shared) = 314,664,960
+    # 48*314,664,960 + 2,068,971,520 + 5,120 = 17,172,894,720 (1.0% above the rounded "17B")
+    assert model.active_params == 17_172_894_720
+    assert 16.5e9 <= model.active_params < 17.5e9  # "17B"
+    # no_rope_layers [1, 1, 1, 0] * 12: RoPE layers attend in chunks of 8192, every 4th is full
+    assert model.attention_chunk == 8192
+    assert model.chunked_layer_ids == tuple(i for i in range(48) if i % 4 != 3)
+    assert len(model.warnings) == 1 and "vision" in model.warnings[0]
+
+
+def _maverick_text_config() -> dict[str, Any]:
+    # meta-llama/Llama-4-Maverick-17B-128E text_config: as Scout but 128 experts, MoE on every
+    # second layer (interleave_moe_layer_step 2), no q/k norm
+    return {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48, "num_attention_heads": 40,
+            "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+            "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2,
+            "vocab_size": 202048, "attention_chunk_size": 8192, "no_rope_layers": [1, 1, 1, 0] * 12,
+            "use_qk_norm": False, "tie_word_embeddings": False}  # fmt: skip
+
+
+def test_llama4_maverick_400_7b_total_17_2b_active() -> None:
+    # Llama-4-Maverick-17B-128E model card: 17B activated, 400B total. moe_layers = range(1, 48, 2):
+    # 24 MoE layers (odd), 24 dense layers (even) with a SwiGLU MLP of width 16384.
+    # attention 62,914,560 + norms 10,240 (as Scout)
+    # MoE layer 62,914,560 + 10,240 + router 5120*128 = 655,360 + 128*125,829,120 = 16,106,127,360
+    #   + shared 125,829,120 = 16,295,536,640
+    # dense layer 62,914,560 + 10,240 + 3*5120*16384 = 251,658,240 -> 314,583,040
+    # total 24*16,295,536,640 + 24*314,583,040 + 2,068,971,520 + 5,120 = 400,711,848,960 (0.18%)
+    model = model_from_config(_maverick_text_config(), "maverick")
+    assert model.total_params == 400_711_848_960
+    assert model.total_params == pytest.approx(400e9, rel=1e-2)
+    assert model.layer_kinds() == ("dense", "moe") * 24
+    assert model.dense_layer_params == 314_583_040 and model.layer_params == 16_295_536_640
+    # active MoE layer 62,914,560 + 10,240 + 655,360 + 2*125,829,120 = 315,238,400
+    # 24*(315,238,400 + 314,583,040) + 2,068,976,640 = 17,184,691,200 (1.1% above "17B")
+    assert model.active_params == 17_184_691_200
+    assert 16.5e9 <= model.active_params < 17.5e9  # "17B"
+    assert model.warnings == ()
+
+
 def test_mamba_codestral_is_refused() -> None:
     # mistralai/Mamba-Codestral-7B-v0.1 (model_type mamba2) was read as a 128-head transformer
     with pytest.raises(InputError, match="mamba2"):
@@ -458,7 +523,7 @@ def test_every_real_config_is_covered() -> None:
     names = {p.stem for p in HF_CONFIGS.glob("*.json")}
     assert names == {
         "deepseek-v3", "deepseek-v2", "qwen1.5-moe-a2.7b", "mixtral-8x7b", "llama-3.1-405b",
-        "gemma-2-2b", "gemma-2-9b", "opt-125m", "falcon-7b", "mamba-codestral-7b",
+        "gemma-2-2b", "gemma-2-9b", "opt-125m", "falcon-7b", "mamba-codestral-7b", "llama-4-scout-17b-16e",
     }  # fmt: skip
 
 
@@ -645,6 +710,128 @@ def test_sliding_window_changes_no_parameter() -> None:
     assert plain.total_params == windowed.total_params
 
 
+# ================================================================== Llama 4: interleaved MoE, chunked attention
+
+
+def _tiny_llama4(**overrides: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {"model_type": "llama4_text", "hidden_size": 64, "num_hidden_layers": 4,
+                              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                              "intermediate_size": 32, "intermediate_size_mlp": 96, "num_local_experts": 4,
+                              "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "vocab_size": 100,
+                              "attention_chunk_size": 8, "tie_word_embeddings": False}  # fmt: skip
+    config.update(overrides)
+    return config
+
+
+def test_tiny_llama4_by_hand() -> None:
+    # moe_layers = range(2 - 1, 4, 2) = {1, 3}; layers 0 and 2 dense (width intermediate_size_mlp 96)
+    # attention 64*64 + 2*64*32 + 64*64 = 12,288; norms 2*64 = 128
+    # MoE layer: router 64*4 = 256 + 4 experts * 3*64*32 (6,144) = 24,576 + shared 6,144
+    #   -> 12,288 + 128 + 256 + 24,576 + 6,144 = 43,392
+    # dense layer: 12,288 + 128 + 3*64*96 (18,432) = 30,848
+    # total 2*43,392 + 2*30,848 + 100*64 (embedding) + 100*64 (head) + 64 = 161,344
+    # active: less 2 MoE layers * 3 idle experts * 6,144 = 36,864 -> 124,480
+    model = model_from_config(_tiny_llama4(), "tiny-llama4")
+    assert model.layer_kinds() == ("dense", "moe", "dense", "moe")
+    assert model.layer_param_counts() == (30_848, 43_392, 30_848, 43_392)
+    assert model.total_params == 161_344
+    assert model.active_params == 124_480
+    assert model.ffn_hidden_size == 32 and model.dense_ffn_hidden_size == 96 and model.shared_expert_ffn == 32
+    assert not model.router_bias and not model.shared_expert_gate and model.qk_norm == "none"
+    # no_rope_layers absent: [int((i + 1) % 4 != 0)] = [1, 1, 1, 0] -> layers 0-2 chunked, 3 full
+    assert model.chunked_layer_ids == (0, 1, 2) and model.attention_chunk == 8
+    assert len(model.warnings) == 1 and "'no_rope_layers' absent" in model.warnings[0]
+
+
+def test_llama4_defaults_are_the_config_class_defaults() -> None:
+    # Llama4TextConfig defaults: every layer MoE (step 1), 16 experts, top-1, chunk 8192; absent
+    # intermediate_size_mlp is never read when no layer is dense
+    config = _tiny_llama4(num_local_experts=None, num_experts_per_tok=None, attention_chunk_size=None)
+    for key in ("num_local_experts", "num_experts_per_tok", "attention_chunk_size", "interleave_moe_layer_step",
+                "intermediate_size_mlp"):  # fmt: skip
+        del config[key]
+    model = model_from_config(config, "d")
+    assert model.layer_kinds() == ("moe",) * 4
+    assert (model.num_experts, model.experts_top_k, model.attention_chunk) == (16, 1, 8192)
+    for key in ("num_local_experts", "num_experts_per_tok", "attention_chunk_size", "interleave_moe_layer_step"):
+        assert any(f"'{key}'" in w for w in model.warnings), key
+    assert not any("intermediate_size_mlp" in w for w in model.warnings)
+
+
+def test_llama4_moe_layers_list_overrides_the_step() -> None:
+    # moe_layers [0] wins over interleave_moe_layer_step 2 (which would give {1, 3}): warned
+    model = model_from_config(_tiny_llama4(moe_layers=[0]), "m")
+    assert model.layer_kinds() == ("moe", "dense", "dense", "dense")
+    assert any("'interleave_moe_layer_step'" in w for w in model.warnings)
+    # an empty list: no MoE layer, every layer a dense MLP of width 96 (no router, no experts)
+    # 4 * 30,848 + 12,864 = 136,256
+    dense = model_from_config(_tiny_llama4(moe_layers=[]), "d")
+    assert not dense.is_moe and dense.ffn_hidden_size == 96
+    assert dense.total_params == 4 * 30_848 + 2 * 6_400 + 64 == 136_256
+
+
+def test_llama4_layer_types_and_no_rope_layers() -> None:
+    types = ["full_attention", "chunked_attention", "chunked_attention", "full_attention"]
+    assert model_from_config(_tiny_llama4(layer_types=types), "t").chunked_layer_ids == (1, 2)
+    # no_rope_layers: 1 = RoPE (chunked), 0 = NoPE (full); empty falls back to the default
+    assert model_from_config(_tiny_llama4(no_rope_layers=[0, 1, 0, 1]), "n").chunked_layer_ids == (1, 3)
+    assert model_from_config(_tiny_llama4(no_rope_layers=[]), "n").chunked_layer_ids == (0, 1, 2)
+    assert model_from_config(_tiny_llama4(no_rope_layer_interval=2), "n").chunked_layer_ids == (0, 2)
+    assert model_from_config(_tiny_llama4(no_rope_layers=[0] * 4), "n").attention_chunk is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "key"),
+    [
+        ({"attention_chunk_size": None}, "attention_chunk_size"),  # create_chunked_causal_mask raises
+        ({"layer_types": ["sliding_attention"] * 4}, "sliding_attention"),
+        ({"no_rope_layers": [1, 1]}, "no_rope_layers"),  # shorter than the layers
+        ({"no_rope_layers": [2, 1, 1, 1]}, "no_rope_layers"),
+        ({"moe_layers": [4]}, "moe_layers"),  # beyond the last layer
+        ({"num_local_experts": 1}, "num_local_experts"),  # a router and a shared expert beside one expert
+        ({"interleave_moe_layer_step": 0}, "interleave_moe_layer_step"),
+    ],
+)
+def test_llama4_bad_layouts_are_refused(extra: dict[str, Any], key: str) -> None:
+    with pytest.raises(InputError, match=key):
+        model_from_config(_tiny_llama4(**extra), "x")
+
+
+def test_llama4_wrapper_reads_the_text_config() -> None:
+    text = _tiny_llama4()
+    wrapped = {"model_type": "llama4", "text_config": text, "vision_config": {"hidden_size": 1408},
+               "image_token_index": 200092, "tie_word_embeddings": False}  # fmt: skip
+    model = model_from_config(wrapped, "w")
+    assert model.total_params == 161_344
+    assert any("vision" in w for w in model.warnings)
+    # other wrappers stay refused
+    with pytest.raises(InputError, match="text_config"):
+        model_from_config({"model_type": "llava", "text_config": text}, "x")
+
+
+def test_chunked_attention_keys_by_hand() -> None:
+    # 4 layers, chunk 3 on layers 0-2, layer 3 full. s = 8: chunks [3, 3, 2]:
+    #   chunked: (2 * 3*4/2 + 2*3/2) / 8 = (12 + 3) / 8 = 1.875;  full: (8 + 1)/2 = 4.5
+    #   mean over layers (3*1.875 + 4.5)/4 = 2.53125
+    spec = _spec(attention_chunk=3, chunked_layer_ids=(0, 1, 2))
+    assert spec.mean_causal_keys(8) == 2.53125
+    # s = 6: two full chunks: 2*6/6 = 2; full 3.5 -> (3*2 + 3.5)/4 = 2.375
+    assert spec.mean_causal_keys(6) == 2.375
+    # s = 3 <= chunk: every layer full causal, (3 + 1)/2 = 2
+    assert spec.mean_causal_keys(3) == 2.0
+    assert spec.attention_spans(8) == (3, 3, 3, 8)
+    assert spec.layer_is_chunked() == (True, True, True, False)
+    # every layer chunked when no ids are given: 1.875
+    assert _spec(attention_chunk=3).mean_causal_keys(8) == 1.875
+    # the tiny Llama 4 (chunk 8, layers 0-2 chunked) at s = 20: chunks [8, 8, 4]:
+    #   (2*36 + 10)/20 = 4.1; full 10.5 -> (3*4.1 + 10.5)/4 = 5.7
+    assert model_from_config(_tiny_llama4(), "t").mean_causal_keys(20) == pytest.approx(5.7, rel=1e-12)
+
+
+def test_chunked_attention_changes_no_parameter() -> None:
+    assert _spec(attention_chunk=3).total_params == _spec().total_params
+
+
 # ================================================================== refusals
 
 
@@ -668,7 +855,10 @@ def test_non_decoder_architectures_are_refused(config: dict[str, Any], match: st
     [
         ({"model_type": "newhybrid", "state_size": 16}, "state_size"),  # an SSM key in an unknown type
         ({"model_type": "newhybrid", "hybrid_override_pattern": "M-M*"}, "hybrid_override_pattern"),
-        ({"model_type": "llama4_text", "interleave_moe_layer_step": 2}, "interleave_moe_layer_step"),
+        # Llama 4's MoE layout keys are read for model_type llama4_text only
+        ({"model_type": "llama", "interleave_moe_layer_step": 2}, "interleave_moe_layer_step"),
+        ({"model_type": "somethingnew", "intermediate_size_mlp": 256}, "intermediate_size_mlp"),
+        ({"model_type": "mixtral", "moe_layers": [1]}, "moe_layers"),
         ({"model_type": "minimaxish", "shared_intermediate_size": 128}, "shared_intermediate_size"),
         ({"add_cross_attention": True}, "add_cross_attention"),
         ({"model_type": "qwen2", "layer_types": ["linear_attention", "full_attention"]}, "linear_attention"),
@@ -782,6 +972,9 @@ def _spec(**extra: Any) -> ModelSpec:
         {"num_experts": 4, "experts_top_k": 2, "dense_layer_ids": (4,)},  # beyond the last layer
         {"q_lora_rank": 8},  # without kv_lora_rank
         {"sliding_layer_ids": (0,)},  # without a window
+        {"chunked_layer_ids": (0,)},  # without a chunk
+        {"attention_chunk": 4, "chunked_layer_ids": (4,)},  # beyond the last layer
+        {"attention_chunk": 4, "sliding_window": 4, "sliding_layer_ids": (0,)},  # layer 0 slides and chunks
         {"kv_lora_rank": 8, "qk_rope_head_dim": 16},  # rope part as wide as the head
     ],
 )

@@ -289,6 +289,9 @@ def megatron_model_flags(model: ModelSpec, lay: Layout, refuse: Refuser | None =
             no(f"{m.name} slides its attention window on some layers only; Megatron-LM's --window-size applies to "
                "all layers (its skip frequency is a fixed period)")  # fmt: skip
         flags.append(("--window-size", f"{m.sliding_window},0"))
+    if m.attention_chunk is not None:
+        no(f"{m.name} attends in chunks of {m.attention_chunk} tokens on some layers (Llama 4); Megatron-LM has no "
+           "flag for chunked attention")  # fmt: skip
     if m.is_mla:
         rope = m.qk_rope_head_dim
         flags += [("--multi-latent-attention", None), ("--kv-lora-rank", str(m.kv_lora_rank)),
@@ -577,6 +580,8 @@ def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
         why.append("learned positions or linear biases")
     if m.qk_norm != "none" or m.sliding_window is not None or m.tied_embeddings or m.dropout:
         why.append("q/k norms, sliding windows, tied embeddings or dropout")
+    if m.attention_chunk is not None:
+        why.append("chunked attention (Llama 4)")
     if m.embed_dim not in (None, m.hidden_size) or m.embedding_norm or m.lm_head_bias or not m.final_norm:
         why.append("a non-standard embedding or head")
     if why:
