@@ -80,10 +80,10 @@ NEW_EXAMPLES = {
     "combo_optimize": 100,
     "combo_compare": 80,
     "toml_fields": 1700,
-    "config_fields": 1200,
+    "config_fields": 1100,
     "csv_columns": 300,
-    "special_files": 1000,
-    "output_streams": 420,
+    "special_files": 1270,
+    "output_streams": 250,
 }
 
 
