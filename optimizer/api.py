@@ -175,7 +175,7 @@ def validate(
         from paraplan.fixes import fixes_for_plan
 
         degrees = {"tp": parsed.tp, "pp": parsed.pp, "dp": parsed.dp, "cp": parsed.cp, "ep": parsed.ep}
-        fixes = fixes_for_plan(question, gpus, degrees, plan_ev, Constraints())
+        fixes = fixes_for_plan(question, gpus, degrees, Constraints())
     open_knobs = planned.open_knobs()
     result = ValidateResult(
         **choice.model_dump(exclude={"layout", "equivalent"}),

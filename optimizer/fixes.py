@@ -18,9 +18,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from paraplan.api import MAX_GPUS, gpu_count_domain
+from paraplan.cost_models.candidates import INDEX, Layouts
 from paraplan.cost_models.evaluate import Evaluation
-from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, bounds, layout_words
-from paraplan.cost_models.limits import LIMITS
+from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, Layout, bounds, layout_words
+from paraplan.cost_models.limits import LIMITS, Target
 from paraplan.question import Question
 from paraplan.search import Constraints, rank_space
 from paraplan.space import SpaceTooLarge, row_budget
@@ -42,17 +43,27 @@ def _search(question: Question, counts: Sequence[int], cons: Constraints) -> tup
     return (ranking.evaluation, ranking.best[0]) if ranking.groups else None
 
 
-def still_blocked(asked: Question, ev: Evaluation, fix: Question) -> bool:
-    """`ev` (the candidates of `asked`) breaks a limit whose knobs `fix` holds at the values
-    `asked` gives them: then every candidate of `fix` breaks it too, since a limit reads its
-    knobs, the model and the cluster and nothing else (`limits.Limit`). Such a fix needs no search."""
-    same = {k for k, v in fix.given.items() if k in asked.given and asked.given[k] == v}
-    return any(set(lim.knobs) <= same and bool(ev.checks[lim.name].any()) for lim in LIMITS)
+def certainly_blocked(fix: Question, gpus: int) -> bool:
+    """`fix` fixes every knob some limit reads (its data-parallel degree included, which the GPU
+    count and a fixed TP, PP and CP decide), at values that break it: then no candidate of `fix`
+    on `gpus` GPUs meets that limit, since a limit reads its knobs, the model and the cluster and
+    nothing else (`limits.Limit`). Such a fix needs no search."""
+    values = {k: v for k, v in fix.given.items() if k in INDEX}
+    if "dp" not in values and all(d in values for d in ("tp", "pp", "cp")):
+        split = int(str(values["tp"])) * int(str(values["pp"])) * int(str(values["cp"]))
+        if gpus % split:
+            return True  # no data-parallel degree fills the count
+        values["dp"] = gpus // split
+    try:
+        row = Layouts.of([Layout.model_validate(values)])
+    except ValueError:  # values a layout refuses: let the search say what it finds
+        return False
+    target = Target(fix.model, fix.cluster)
+    return any(set(lim.knobs) <= values.keys() and bool(lim.violated(target, row)[0]) for lim in LIMITS)
 
 
-def _best(question: Question, counts: Sequence[int], cons: Constraints,
-          asked: tuple[Question, Evaluation]) -> tuple[Evaluation, int] | None:  # fmt: skip
-    if still_blocked(*asked, question):
+def _best(question: Question, counts: Sequence[int], cons: Constraints) -> tuple[Evaluation, int] | None:
+    if all(certainly_blocked(question, n) for n in counts):
         return None
     try:
         return _search(question, counts, cons)
@@ -93,9 +104,8 @@ def fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: C
 
 def _fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: Constraints) -> list[str]:
     out: list[str] = []
-    asked = (question, ev)
     for name in [n for n in SEARCHED if n in question.given]:
-        found = _best(_without(question, name), counts, cons, asked)
+        found = _best(_without(question, name), counts, cons)
         if found:
             out.append(f"leave {name.replace('_', '-')} to the search (not {question.given[name]}): {_words(found)}")
     batch = int(question.given["global_batch"])
@@ -106,19 +116,19 @@ def _fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: 
     nearby = sorted({m * d for d in dps for m in (batch // d, batch // d + 1) if m * d != batch
                      and lowest <= m * d <= highest}, key=lambda b: (abs(b - batch), b))[:NEAREST_BATCHES]  # fmt: skip
     for candidate in nearby:
-        found = _best(_with(question, global_batch=candidate), counts, cons, asked)
+        found = _best(_with(question, global_batch=candidate), counts, cons)
         if found:
             out.append(f"global batch {candidate} instead of {batch}: {_words(found)}")
             break
     top = max(counts)
-    if "dp" not in question.given and top < MAX_GPUS and not still_blocked(question, ev, question):
+    if "dp" not in question.given and top < MAX_GPUS:
         # The counts clusters are built in (2^a and 3 x 2^a whole nodes, `gpu_count_domain`):
         # two per doubling, so at most a dozen searches up to 64x. A count too large to search
         # ends the scan: no later count could be called the smallest that fits.
         with contextlib.suppress(SpaceTooLarge):
             for more in gpu_count_domain(top + 1, min(top * GPU_GROWTH_LIMIT, MAX_GPUS),
                                          question.cluster.gpus_per_node):  # fmt: skip
-                found = _search(question, [more], cons)
+                found = None if certainly_blocked(question, more) else _search(question, [more], cons)
                 if found:
                     out.append(f"{more} GPUs (the smallest 2^a or 3 x 2^a count above {top} that fits): "
                                f"{_words(found)}")  # fmt: skip
@@ -128,27 +138,23 @@ def _fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: 
             continue
         given = {**{k: v for k, v in question.given.items() if k != "framework"}, "framework": framework}
         found = _best(Question.of(question.model, question.cluster, given, None, question.mem_headroom,
-                                  question.bounds), counts, cons, asked)  # fmt: skip
+                                  question.bounds), counts, cons)  # fmt: skip
         if found:
             out.append(f"framework {framework}: {_words(found)}")
     return out[:MAX_FIXES]
 
 
-def fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], plan_ev: Evaluation,
-                   cons: Constraints) -> list[str]:  # fmt: skip
-    """For an infeasible plan (its degrees in `plan`, its candidates evaluated in `plan_ev`): the
-    same, keeping the plan's TP/PP/CP."""
+def fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: Constraints) -> list[str]:
+    """For an infeasible plan (its degrees in `plan`): the same, keeping the plan's TP/PP/CP."""
     with row_budget(FIX_ROWS, FIX_TABLE_ROWS):
-        return _fixes_for_plan(question, gpus, plan, plan_ev, cons)
+        return _fixes_for_plan(question, gpus, plan, cons)
 
 
-def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], plan_ev: Evaluation,
-                    cons: Constraints) -> list[str]:  # fmt: skip
+def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: Constraints) -> list[str]:
     planned = question.fixed(**plan)
-    asked = (planned, plan_ev)
     out: list[str] = []
     for name in [n for n in SEARCHED if n in question.given]:
-        found = _best(_without(planned, name), [gpus], cons, asked)
+        found = _best(_without(planned, name), [gpus], cons)
         if found:
             out.append(f"leave {name.replace('_', '-')} to the search (not {question.given[name]}): {_words(found)}")
     batch = int(question.given["global_batch"])
@@ -157,14 +163,14 @@ def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], plan_ev
     nearby = sorted({m * unit for m in (batch // unit, batch // unit + 1) if m * unit != batch
                      and lowest <= m * unit <= highest}, key=lambda b: (abs(b - batch), b))  # fmt: skip
     for candidate in nearby:
-        found = _best(_with(planned, global_batch=candidate), [gpus], cons, asked)
+        found = _best(_with(planned, global_batch=candidate), [gpus], cons)
         if found:
             out.append(f"global batch {candidate} instead of {batch}: {_words(found)}")
             break
     for factor in (2, 3, 4, 6, 8, 16):
         more = gpus * factor
         bigger = question.fixed(**{d: plan[d] for d in DEGREES if d in plan and d != "dp"})
-        found = _best(bigger, [more], cons, asked)
+        found = _best(bigger, [more], cons)
         if found:
             out.append(f"DP x{factor} ({more} GPUs): {_words(found)}")
             break
@@ -173,7 +179,7 @@ def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], plan_ev
             continue
         given = {**{k: v for k, v in planned.given.items() if k != "framework"}, "framework": framework}
         other = Question.of(question.model, question.cluster, given, None, question.mem_headroom, question.bounds)
-        found = _best(other, [gpus], cons, asked)
+        found = _best(other, [gpus], cons)
         if found:
             out.append(f"framework {framework}: {_words(found)}")
     return out[:MAX_FIXES]

@@ -383,7 +383,7 @@ def test_a_fixed_degree_outside_its_bound_is_never_returned(invoke: Invoke, args
 # --- fixes that need no search -----------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     tp=st.sampled_from([1, 2, 3, 4]),
     pp=st.sampled_from([1, 2, 5]),
@@ -391,50 +391,62 @@ def test_a_fixed_degree_outside_its_bound_is_never_returned(invoke: Invoke, args
     seq_len=st.sampled_from([512, 514]),
     precision=st.sampled_from(["bf16", "fp8"]),
     hardware=st.sampled_from(["a100-80g", "h100-sxm"]),
+    micro_batch=st.sampled_from([1, 2, 3]),
     fix=st.sampled_from(["micro_batch", "global_batch", "dp", "framework"]),
+    factor=st.sampled_from([1, 2, 3, 4]),
 )
 def test_a_fix_judged_blocked_has_no_qualifying_layout(tp: int, pp: int, cp: int, seq_len: int, precision: str,
-                                                         hardware: str, fix: str) -> None:  # fmt: skip
-    """`still_blocked` only skips searches that would find nothing: whenever it says so, the
+                                                         hardware: str, micro_batch: int, fix: str,
+                                                         factor: int) -> None:  # fmt: skip
+    """`certainly_blocked` only skips searches that would find nothing: whenever it says so, the
     fix's own search admits no layout."""
     from paraplan.cost_models.layout import Framework
-    from paraplan.fixes import still_blocked
+    from paraplan.fixes import certainly_blocked
 
     spec = gpt_spec(h=256, layers=4, heads=8, num_kv_heads=4)
     gpus = tp * pp * cp * 2
-    given = {"global_batch": 16, "seq_len": seq_len, "precision": precision, "micro_batch": 2}
+    given = {"global_batch": 16, "seq_len": seq_len, "precision": precision, "micro_batch": micro_batch}
     asked = Question.of(spec, load_cluster(hardware), given, None, 0.0).fixed(tp=tp, pp=pp, cp=cp, dp=2)
-    ev = asked.evaluate(asked.space(gpus))
-    if fix == "dp":
-        other, counts = asked.fixed(tp=tp, pp=pp, cp=cp), [gpus * 2]
+    if fix == "dp":  # the plan's TP/PP/CP on `factor` times the GPUs (a count they need not divide)
+        other, count = asked.fixed(tp=tp, pp=pp, cp=cp), gpus * factor + (1 if factor == 3 else 0)
         other = Question(other.model, other.cluster, {k: v for k, v in other.given.items() if k != "dp"},
                          other.stack, other.mem_headroom, other.bounds)  # fmt: skip
     elif fix == "framework":
-        other, counts = Question.of(spec, load_cluster(hardware), {**asked.given, "framework": Framework.TORCHTITAN},
-                                    None, 0.0), [gpus]  # fmt: skip
+        other, count = Question.of(spec, load_cluster(hardware), {**asked.given, "framework": Framework.TORCHTITAN},
+                                   None, 0.0), gpus  # fmt: skip
     elif fix == "global_batch":
-        other, counts = Question(asked.model, asked.cluster, {**asked.given, "global_batch": 32}, asked.stack,
-                                 asked.mem_headroom, asked.bounds), [gpus]  # fmt: skip
+        other, count = Question(asked.model, asked.cluster, {**asked.given, "global_batch": 16 * factor}, asked.stack,
+                                asked.mem_headroom, asked.bounds), gpus  # fmt: skip
     else:
-        other, counts = Question(asked.model, asked.cluster, {k: v for k, v in asked.given.items() if k != fix},
-                                 asked.stack, asked.mem_headroom, asked.bounds), [gpus]  # fmt: skip
-    blocked = still_blocked(asked, ev, other)
+        other, count = Question(asked.model, asked.cluster, {k: v for k, v in asked.given.items() if k != fix},
+                                asked.stack, asked.mem_headroom, asked.bounds), gpus  # fmt: skip
+    blocked = certainly_blocked(other, count)
     event(f"blocked: {blocked}")
     if blocked:
-        assert not rank_space(other, counts, Constraints(), 1).groups
+        assert not rank_space(other, [count], Constraints(), 1).groups
 
 
 def test_a_plan_whose_tp_does_not_divide_the_heads_gets_no_dp_or_batch_fix() -> None:
-    """8 heads, TP 3: no data-parallel degree, batch or micro-batch changes that."""
-    from paraplan.fixes import still_blocked
+    """8 heads, TP 3: no data-parallel degree, batch or micro-batch changes that; TP 4 might."""
+    from paraplan.fixes import certainly_blocked
 
     spec = gpt_spec(h=240, layers=4, heads=8)
     asked = Question.of(spec, load_cluster("a100-80g"), {"global_batch": 12, "micro_batch": 1}, None, 0.0)
     planned = asked.fixed(tp=3, pp=1, cp=1, dp=2)
-    ev = planned.evaluate(planned.space(6))
-    assert ev.checks["heads"].all()
     batch = Question(planned.model, planned.cluster, {**planned.given, "global_batch": 24}, planned.stack, 0.0,
                      planned.bounds)  # fmt: skip
     wider = Question(planned.model, planned.cluster, {**planned.given, "tp": 4}, planned.stack, 0.0, planned.bounds)
-    assert still_blocked(planned, ev, batch)
-    assert not still_blocked(planned, ev, wider)
+    assert certainly_blocked(batch, 6)
+    assert not certainly_blocked(wider, 8)
+
+
+def test_more_data_parallel_ranks_than_the_batch_divides_need_no_search() -> None:
+    """Global batch 16, micro-batch 2, TP 2: on 64 GPUs DP is 32 and 32 x 2 does not divide 16;
+    on 16 GPUs DP is 8 and 8 x 2 = 16 does."""
+    from paraplan.fixes import certainly_blocked
+
+    spec = gpt_spec(h=256, layers=4, heads=8)
+    asked = Question.of(spec, load_cluster("a100-80g"), {"global_batch": 16, "micro_batch": 2}, None, 0.0)
+    bigger = asked.fixed(tp=2, pp=1, cp=1)
+    assert certainly_blocked(bigger, 64)
+    assert not certainly_blocked(bigger, 16)
