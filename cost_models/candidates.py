@@ -128,7 +128,9 @@ class Layouts:
     def frameworks_used(self) -> list[int]:
         """The framework values present (usually one: a question has one framework)."""
         if "frameworks" not in self._derived:
-            self._derived["frameworks"] = np.unique(self.framework)
+            column = self.framework
+            alike = len(column) > 0 and bool((column == column[0]).all())  # the usual case, without a sort
+            self._derived["frameworks"] = column[:1] if alike else np.unique(column)
         return [int(v) for v in self._derived["frameworks"]]
 
     @property
@@ -136,3 +138,15 @@ class Layouts:
         if "sp" not in self._derived:
             self._derived["sp"] = (self.sequence_parallel == 1) & (self.tp > 1)
         return np.asarray(self._derived["sp"], dtype=np.bool_)
+
+
+def _column(i: int) -> property:
+    return property(lambda self: self.data[:, i], doc=f"column {COLUMNS[i]}")
+
+
+# One property per column: an attribute found on the class is read without the failed lookup
+# that precedes every `__getattr__` call (a few hundred column reads per evaluation). The
+# `__getattr__` above stays for the type checker and names no column matches.
+for _i, _name in enumerate(COLUMNS):
+    assert not hasattr(Layouts, _name), f"column {_name} shadows a Layouts attribute"
+    setattr(Layouts, _name, _column(_i))

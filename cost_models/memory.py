@@ -286,13 +286,20 @@ def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: flo
     the embedding), the second (the most loaded middle stage under an uneven split: nearly as many
     in flight, more layers) or the last (the LM head and the logits). With one stage, all alike."""
     first_l, middle_l, last_l = stage_layers(model, lay)
+    n = len(lay)
     single = lay.pp == 1
     acts = LayerActivations.of(model, lay, stack)
-    first = stage_memory(model, lay, stack, reserve_bytes, first_l, 0.0, first=True, last=single, per_token=acts)
-    middle = stage_memory(model, lay, stack, reserve_bytes, middle_l, 1.0, first=False, last=False, per_token=acts)
-    last_index = np.asarray(lay.pp - 1.0, dtype=np.float64)
-    last = stage_memory(model, lay, stack, reserve_bytes, last_l, last_index, first=single, last=True,
-                        per_token=acts)  # fmt: skip
+    yes, no = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
+    # The three stages priced in one pass over three copies of the rows (a third of the array
+    # operations: what a small table's evaluation costs is their count, not their length).
+    three = stage_memory(
+        model, Layouts(np.concatenate([lay.data] * 3)), stack, reserve_bytes,
+        layers=np.concatenate([first_l, middle_l, last_l]),
+        stage=np.concatenate([np.zeros(n), np.ones(n), lay.pp - 1.0]),
+        first=np.concatenate([yes, no, single]), last=np.concatenate([single, no, yes]),
+        per_token=LayerActivations(np.tile(acts.stored, 3), np.tile(acts.recompute_extra, 3)),
+    )  # fmt: skip
+    first, middle, last = (three.take(np.arange(k * n, (k + 1) * n)) for k in range(3))
     peak = _where(first.total >= last.total, first, last)
     return _where(middle.total > peak.total, middle, peak)
 
