@@ -45,10 +45,10 @@ F = TypeVar("F", bound=Callable[..., object])
 
 # max_examples per fuzz test in the default profile; the sum is the suite's count of hostile inputs.
 BASE_EXAMPLES = {
-    "config_mutated": 450,
+    "config_mutated": 250,
     "config_raw": 200,
     "toml_mutated": 400,
-    "plan_text": 300,
+    "plan_text": 500,
     "plan_structured": 300,
     "knobs": 320,
     "optimize": 40,

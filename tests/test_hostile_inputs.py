@@ -79,10 +79,10 @@ NEW_EXAMPLES = {
     "combo_validate": 220,
     "combo_optimize": 100,
     "combo_compare": 80,
-    "toml_fields": 1700,
-    "config_fields": 1100,
-    "csv_columns": 300,
-    "special_files": 1270,
+    "toml_fields": 1550,
+    "config_fields": 1000,
+    "csv_columns": 200,
+    "special_files": 1620,
     "output_streams": 250,
 }
 
