@@ -303,20 +303,20 @@ class ModelSpec(BaseModel):
         return self.num_layers - self.num_dense_layers
 
     def layer_is_sliding(self) -> tuple[bool, ...]:
-        if self.sliding_window is None:
-            return (False,) * self.num_layers
-        if self.sliding_layer_ids is None:
-            return (True,) * self.num_layers
-        ids = set(self.sliding_layer_ids)
-        return tuple(i in ids for i in range(self.num_layers))
+        return self._layers_with(self.sliding_window, self.sliding_layer_ids)
 
     def layer_is_chunked(self) -> tuple[bool, ...]:
-        if self.attention_chunk is None:
+        return self._layers_with(self.attention_chunk, self.chunked_layer_ids)
+
+    def _layers_with(self, span: int | None, ids: tuple[int, ...] | None) -> tuple[bool, ...]:
+        """Per layer, whether a local-attention `span` applies: nowhere without one, everywhere
+        when no layers are listed, else on the listed `ids`."""
+        if span is None:
             return (False,) * self.num_layers
-        if self.chunked_layer_ids is None:
+        if ids is None:
             return (True,) * self.num_layers
-        ids = set(self.chunked_layer_ids)
-        return tuple(i in ids for i in range(self.num_layers))
+        listed = set(ids)
+        return tuple(i in listed for i in range(self.num_layers))
 
     def attention_spans(self, seq_len: int) -> tuple[int, ...]:
         """Keys each query attends to (at most), per layer: min(s, window) on sliding layers,
@@ -1309,15 +1309,8 @@ def _sliding(r: _Reader, fam: _Family, layers: int) -> dict[str, Any]:
     if fam.sliding in ("qwen2", "qwen2_moe", "qwen3_moe") and not r.flag("use_sliding_window", False):
         window = None
     if layer_types is not None:
-        if not isinstance(layer_types, list) or len(layer_types) != layers:
-            raise InputError(f"model config 'layer_types' must list one entry for each of the {layers} layers")
-        for value in layer_types:
-            if value not in ("full_attention", "sliding_attention"):
-                raise InputError(
-                    f"model config 'layer_types' has {_short(value)}: only full_attention and sliding_attention "
-                    "layers are modelled"
-                )
-        ids = [i for i, value in enumerate(layer_types) if value == "sliding_attention"]
+        ids = _typed_layers(layer_types, layers, "sliding_attention",
+                            "only full_attention and sliding_attention layers are modelled")  # fmt: skip
         if ids and window is None:
             raise InputError("model config 'layer_types' has sliding_attention layers but no 'sliding_window'")
         return {"sliding_window": window, "sliding_layer_ids": tuple(ids)} if ids else {}
@@ -1339,6 +1332,17 @@ def _sliding(r: _Reader, fam: _Family, layers: int) -> dict[str, Any]:
     return {"sliding_window": window, "sliding_layer_ids": tuple(ids)} if ids else {}
 
 
+def _typed_layers(layer_types: object, layers: int, local: str, only: str) -> list[int]:
+    """The layers a config's `layer_types` (one entry per layer: "full_attention" or `local`)
+    marks `local`; `only` ends the error for any other entry."""
+    if not isinstance(layer_types, list) or len(layer_types) != layers:
+        raise InputError(f"model config 'layer_types' must list one entry for each of the {layers} layers")
+    for value in layer_types:
+        if value not in ("full_attention", local):
+            raise InputError(f"model config 'layer_types' has {_short(value)}: {only}")
+    return [i for i, value in enumerate(layer_types) if value == local]
+
+
 def _chunked(r: _Reader, fam: _Family, layers: int) -> dict[str, Any]:
     """Llama 4's chunked-attention layers (Llama4TextConfig; masks: transformers masking_utils).
 
@@ -1357,15 +1361,8 @@ def _chunked(r: _Reader, fam: _Family, layers: int) -> dict[str, Any]:
     layer_types = raw.get("layer_types")
     no_rope = raw.get("no_rope_layers")
     if layer_types is not None:
-        if not isinstance(layer_types, list) or len(layer_types) != layers:
-            raise InputError(f"model config 'layer_types' must list one entry for each of the {layers} layers")
-        for value in layer_types:
-            if value not in ("full_attention", "chunked_attention"):
-                raise InputError(
-                    f"model config 'layer_types' has {_short(value)}: Llama4TextModel has full_attention and "
-                    "chunked_attention layers only"
-                )
-        ids = [i for i, value in enumerate(layer_types) if value == "chunked_attention"]
+        ids = _typed_layers(layer_types, layers, "chunked_attention",
+                            "Llama4TextModel has full_attention and chunked_attention layers only")  # fmt: skip
     elif no_rope:  # Llama4TextConfig: `no_rope_layers if no_rope_layers else default`
         if not isinstance(no_rope, list) or not all(v in (0, 1) and not isinstance(v, float) for v in no_rope):
             raise InputError(f"model config 'no_rope_layers' = {_short(no_rope)} must be a list of 0s and 1s")
