@@ -8,9 +8,7 @@ Each figure is the median of N runs (default 3), every run a fresh process:
       the uniform enumeration of each type alone;
   (q) llama2-70b on a100-80g:64+rtx4090:512 (the mixing question; informational).
 
-The command is `python -m optimizer optimize --model M --hardware POOL --top 1 --json` once the
-CLI accepts pools; until then (the CLI refuses the pool with exit 2) the same search runs through
-`paraplan.pools.optimize_pool` in a fresh `python -c` process, and the report says which.
+The command is `python -m optimizer optimize --model M --hardware POOL --top 1 --json`.
 Runs are interleaved -- rounds of (a), (p), (q) -- after one untimed warm-up of each. The
 script is a report: it always exits 0.
 
@@ -22,12 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-from dataclasses import dataclass, field
-from typing import Any
 
-from search_speed import IMPORTS, Run, run_once
+from search_speed import IMPORTS, Measurement, Run, run_once
 
 CASES: dict[str, tuple[str, str]] = {
     "p": ("llama3-405b", "h100-sxm:2048+a100-80g:2048"),
@@ -39,51 +34,11 @@ TITLES = {
     "q": "llama2-70b on a100-80g:64+rtx4090:512, top 1",
 }
 TARGET_S = {"p": 10.0}
-API = (
-    "import sys; from paraplan.pools import optimize_pool; "
-    "r = optimize_pool(sys.argv[1], sys.argv[2], top=1); print(r.model_dump_json())"
-)
 
 
-def command(name: str) -> tuple[list[str], str]:
-    """The CLI command when it accepts pools, else the API in a fresh process (and which)."""
+def command(name: str) -> list[str]:
     model, pool = CASES[name]
-    cli = [sys.executable, "-m", "optimizer", "optimize", "--model", model, "--hardware", pool, "--top", "1", "--json"]
-    probe = run_once(cli)
-    if probe.returncode in (0, 1):
-        return cli, "cli"
-    return [
-        sys.executable,
-        "-c",
-        API,
-        model,
-        pool,
-    ], f"api (the CLI does not take pools yet: exit {probe.returncode}: {probe.stderr.strip()[-120:]})"
-
-
-@dataclass
-class Measurement:
-    name: str
-    title: str
-    argv: list[str]
-    via: str = ""
-    whole_s: list[float] = field(default_factory=list)
-    solver_s: list[float] = field(default_factory=list)
-    peak_bytes: list[int] = field(default_factory=list)
-    status: str | None = None
-    picked: str | None = None
-    errors: list[str] = field(default_factory=list)
-
-    def median(self, values: list[float] | list[int]) -> float | None:
-        return float(statistics.median(values)) if values else None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "title": self.title, "via": self.via, "runs": len(self.whole_s), "whole_s": self.median(self.whole_s),
-            "whole_s_all": self.whole_s, "solver_s": self.median(self.solver_s), "solver_s_all": self.solver_s,
-            "peak_rss_bytes": self.median(self.peak_bytes), "status": self.status, "best": self.picked,
-            "errors": self.errors,
-        }  # fmt: skip
+    return [sys.executable, "-m", "optimizer", "optimize", "--model", model, "--hardware", pool, "--top", "1", "--json"]
 
 
 def record(m: Measurement, r: Run) -> None:
@@ -116,15 +71,13 @@ def record(m: Measurement, r: Run) -> None:
 
 def measure_all(runs: int, skip_70b: bool) -> dict[str, Measurement]:
     names = ["p"] if skip_70b else ["p", "q"]
-    cases = [Measurement("a", TITLES["a"], [sys.executable, "-c", IMPORTS], "python -c")]
-    for n in names:
-        argv, via = command(n)
-        cases.append(Measurement(n, TITLES[n], argv, via))
+    cases = [Measurement("a", TITLES["a"], [sys.executable, "-c", IMPORTS])]
+    cases += [Measurement(n, TITLES[n], command(n)) for n in names]
     for m in cases:  # warm-up: page cache, .pyc files
-        run_once(m.argv)
+        run_once(m.command)
     for _ in range(runs):
         for m in cases:
-            record(m, run_once(m.argv))
+            record(m, run_once(m.command))
     return {m.name: m for m in cases}
 
 
@@ -150,8 +103,6 @@ def main() -> int:
         if solver_m is not None:
             line += f", search {solver_m:.2f} s, {m.status}"
         print(line)
-        if m.via and m.name != "a":
-            print(f"      via {m.via}")
         if m.picked:
             print(f"      best: {m.picked}")
         for e in m.errors:

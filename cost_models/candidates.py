@@ -9,6 +9,7 @@ layout is a matrix of one row.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -34,13 +35,9 @@ class Layouts:
         self.data = data
         self._derived: dict[object, npt.NDArray[np.generic]] = {}  # derived columns, computed once
 
-    def __getattr__(self, name: str) -> IntArray:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        try:
-            return self.data[:, INDEX[name]]
-        except KeyError:
-            raise AttributeError(name) from None
+    if TYPE_CHECKING:  # the columns are properties set below; this tells the type checker so
+
+        def __getattr__(self, name: str) -> IntArray: ...
 
     @staticmethod
     def of(layouts: Sequence[Layout]) -> Layouts:
@@ -144,9 +141,7 @@ def _column(i: int) -> property:
     return property(lambda self: self.data[:, i], doc=f"column {COLUMNS[i]}")
 
 
-# One property per column: an attribute found on the class is read without the failed lookup
-# that precedes every `__getattr__` call (a few hundred column reads per evaluation). The
-# `__getattr__` above stays for the type checker and names no column matches.
+# One property per column (`lay.tp` is column "tp" of every candidate).
 for _i, _name in enumerate(COLUMNS):
     assert not hasattr(Layouts, _name), f"column {_name} shadows a Layouts attribute"
     setattr(Layouts, _name, _column(_i))

@@ -295,9 +295,8 @@ def gpu_count_domain(lo: int, hi: int, per_node: int) -> list[int]:
     return sorted(counts)
 
 
-def constraints_from(
-    bounds: Mapping[str, int | None] | None, tp_within_node: bool, deadline_days: float | None, tokens: float | None
-) -> Constraints:
+def degree_bounds(bounds: Mapping[str, int | None] | None) -> tuple[dict[str, int], dict[str, int]]:
+    """`{"max_tp": 4, "min_dp": 16}` -> (lower bounds, upper bounds) by degree, checked."""
     low: dict[str, int] = {}
     high: dict[str, int] = {}
     for key, value in (bounds or {}).items():
@@ -312,6 +311,13 @@ def constraints_from(
     for dim in set(low) & set(high):
         if low[dim] > high[dim]:
             raise InputError(f"min_{dim} {low[dim]} exceeds max_{dim} {high[dim]}")
+    return low, high
+
+
+def constraints_from(
+    bounds: Mapping[str, int | None] | None, tp_within_node: bool, deadline_days: float | None, tokens: float | None
+) -> Constraints:
+    low, high = degree_bounds(bounds)
     if deadline_days is not None and tokens is None:
         raise InputError("a deadline needs tokens (how many tokens must be trained by then)")
     check_amount("tokens", tokens, minimum=1.0, inclusive=True)

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Unpack
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -160,6 +160,9 @@ class RunTotals:
     reliability: ReliabilityAccount
     tokens: float
     cost: CostBreakdown | None  # None: no price
+    utilization: float
+    wall_power_per_gpu_w: float
+    energy_kwh: float
 
     @property
     def gpus(self) -> int:
@@ -172,6 +175,25 @@ class RunTotals:
     @property
     def usd_per_billion_tokens(self) -> float | None:
         return None if self.cost is None else self.cost.total / (self.tokens / 1e9)
+
+    def entry_fields(self) -> dict[str, Any]:
+        """The `CompareEntry` fields this run's account gives."""
+        r, c = self.reliability, self.cost
+        return dict(
+            gpus=self.gpus, train_time_s=self.train_time_s, ideal_time_s=r.ideal_time_s, goodput=r.goodput,
+            goodput_first_order=r.goodput_first_order, failures_per_hour=r.failures_per_hour,
+            expected_failures=r.expected_failures, job_mtbf_s=r.mtbf_s, checkpoint_bytes=r.checkpoint_bytes,
+            checkpoint_write_s=r.checkpoint_write_s, checkpoint_interval_s=r.checkpoint_interval_s,
+            checkpoint_interval_young_s=r.young_interval_s, restart_s=r.restart_s, busy_fraction=self.utilization,
+            wall_power_per_gpu_w=self.wall_power_per_gpu_w, energy_kwh=self.energy_kwh,
+            cost_usd=None if c is None else CostOut(hardware=c.hardware, energy=c.energy, staff=c.staff, total=c.total),
+            usd_per_billion_tokens=self.usd_per_billion_tokens,
+        )  # fmt: skip
+
+
+# The CompareEntry fields of an alternative without a plan: no run to account.
+NO_RUN: dict[str, Any] = dict(best=None, train_time_s=None, goodput=None, failures_per_hour=None,
+                              checkpoint_interval_s=None, energy_kwh=None, cost_usd=None)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -224,24 +246,32 @@ class Request:
     scaling: bool = False  # also account the best layout of several counts (the report's curve)
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """One hardware's answer: the account of its best layout, or why there is none."""
+Where = TypeVar("Where")  # a Cluster, or a pool's name
+Acc = TypeVar("Acc")  # its Account, or a pool's PoolAccount
 
-    cluster: Cluster
+
+@dataclass(frozen=True)
+class Outcome(Generic[Where, Acc]):
+    """One alternative's answer (a hardware or a pool): the account of its best layout, or why
+    there is none."""
+
+    cluster: Where
     max_gpus: int
     counts: list[int]
-    account: Account | None
+    account: Acc | None
     reason: str | None = None
     notes: list[str] = field(default_factory=list)
     deadline_met: bool | None = None
     budget_met: bool | None = None
-    scaling: list[Account] = field(default_factory=list)
+    scaling: list[Acc] = field(default_factory=list)  # none for a pool: its counts are fixed
     fixes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return self.account is not None and self.deadline_met is not False and self.budget_met is not False
+
+
+HardwareOutcome = Outcome[Cluster, Account]
 
 
 # A compare needing more (hardware, GPU count) searches than this announces it first (CLI: one
@@ -325,7 +355,7 @@ def _counts_searched(cluster: Cluster, max_gpus: int, request: Request) -> set[i
     return {*_picked_counts(cluster, max_gpus, request), *extra}
 
 
-def decide(question: Question, max_gpus: int, request: Request, figures: Figures) -> Outcome:
+def decide(question: Question, max_gpus: int, request: Request, figures: Figures) -> HardwareOutcome:
     cluster = question.cluster
     counts = _picked_counts(cluster, max_gpus, request)
     table = Table(question, sorted(_counts_searched(cluster, max_gpus, request)), whole=max_gpus)
@@ -347,34 +377,26 @@ def decide(question: Question, max_gpus: int, request: Request, figures: Figures
     if request.scaling and outcome.account is not None:
         curve = [table.best([n], Constraints()) for n in scaling_counts(cluster, outcome.account.gpus)]
         points = [account(table.evaluation, i, request.tokens, figures) for i in curve if i is not None]
-        outcome = _replace(outcome, scaling=points)
+        outcome = replace(outcome, scaling=points)
     return outcome
 
 
-def _replace(o: Outcome, **changes: Any) -> Outcome:
-    data = {f.name: getattr(o, f.name) for f in fields(o)}
-    data.update(changes)
-    return Outcome(**data)
-
-
-def _check_budget(o: Outcome, budget: float, what: str) -> Outcome:
+def _check_budget(o: HardwareOutcome, budget: float, what: str) -> HardwareOutcome:
     assert o.account is not None
     if o.account.cost is None:
-        return _replace(
-            o, budget_met=None, notes=[*o.notes, "no price for this hardware: the budget cannot be checked"]
-        )
+        return replace(o, budget_met=None, notes=[*o.notes, "no price for this hardware: the budget cannot be checked"])
     total = o.account.cost.total
     if total <= budget:
-        return _replace(o, budget_met=True, notes=[*o.notes, f"within the budget of {fmt_usd(budget)} "
+        return replace(o, budget_met=True, notes=[*o.notes, f"within the budget of {fmt_usd(budget)} "
                                                             f"({fmt_usd(budget - total)} to spare)"])  # fmt: skip
     over = f" ({total / budget - 1:.0%})" if budget > 0 else ""
     note = (f"OVER BUDGET: {what} costs {fmt_usd(total)}, {fmt_usd(total - budget)}{over} more than the budget "
             f"of {fmt_usd(budget)}")  # fmt: skip
-    return _replace(o, budget_met=False, notes=[*o.notes, note])
+    return replace(o, budget_met=False, notes=[*o.notes, note])
 
 
 def _with_deadline(table: Table, counts: list[int], max_gpus: int, request: Request, figures: Figures,
-                   days: float) -> Outcome:  # fmt: skip
+                   days: float) -> HardwareOutcome:  # fmt: skip
     cluster = table.question.cluster
     limit_s = days * SECONDS_PER_DAY
     target = days
@@ -401,7 +423,7 @@ def _with_deadline(table: Table, counts: list[int], max_gpus: int, request: Requ
 
 
 def _with_budget(table: Table, counts: list[int], max_gpus: int, request: Request, figures: Figures,
-                 budget: float) -> Outcome:  # fmt: skip
+                 budget: float) -> HardwareOutcome:  # fmt: skip
     cluster = table.question.cluster
     if figures.hardware_usd_per_gpu_hour is None:
         raise InputError(f"a budget needs a price: hardware {cluster.name} has none for --pricing {figures.pricing}")
@@ -431,7 +453,7 @@ def _share_less(low: float, high: float) -> str:
     return "no less (both free)" if high <= 0 else f"{1 - low / high:.0%} less"
 
 
-def verdict(outcomes: Sequence[Outcome | PoolOutcome]) -> list[str]:
+def verdict(outcomes: Sequence[HardwareOutcome | PoolOutcome]) -> list[str]:
     """Sentences computed from the accounts: fastest, cheapest, by how much; failures; energy."""
     lines: list[str] = []
     done = [(f"{o.cluster.name} x {o.account.gpus}", o.account) for o in outcomes if o.account is not None]
@@ -490,7 +512,7 @@ def verdict(outcomes: Sequence[Outcome | PoolOutcome]) -> list[str]:
     return lines + _warnings(outcomes)
 
 
-def _warnings(outcomes: Sequence[Outcome | PoolOutcome]) -> list[str]:
+def _warnings(outcomes: Sequence[HardwareOutcome | PoolOutcome]) -> list[str]:
     out = []
     for o in outcomes:
         a = o.account
@@ -506,36 +528,24 @@ def _warnings(outcomes: Sequence[Outcome | PoolOutcome]) -> list[str]:
 # --- the API function and its result ------------------------------------------------------------
 
 
-def _entry(o: Outcome) -> CompareEntry:
+def _entry(o: HardwareOutcome) -> CompareEntry:
     a = o.account
     common: dict[str, Any] = dict(
         hardware=o.cluster.name, max_gpus=o.max_gpus, counts_searched=o.counts, deadline_met=o.deadline_met,
         budget_met=o.budget_met, notes=o.notes, fixes=o.fixes,
     )  # fmt: skip
     if a is None:
-        return CompareEntry(gpus=o.max_gpus, best=None, train_time_s=None, goodput=None, failures_per_hour=None,
-                            checkpoint_interval_s=None, energy_kwh=None, cost_usd=None, reason=o.reason, **common)  # fmt: skip
-    r = a.reliability
+        return CompareEntry(gpus=o.max_gpus, reason=o.reason, **NO_RUN, **common)
     price = a.figures.hardware_usd_per_gpu_hour
     best = evaluated(a.evaluation, a.index, tokens=a.tokens, usd_per_gpu_hour=price)
-    cost = None if a.cost is None else CostOut(hardware=a.cost.hardware, energy=a.cost.energy, staff=a.cost.staff,
-                                                 total=a.cost.total)  # fmt: skip
     scaling = [
         ScalingPoint(gpus=s.gpus, layout=s.evaluation.layouts.at(s.index), step_time_s=s.step_time_s,
                      train_time_s=s.train_time_s,
                      ideal_time_s=s.reliability.ideal_time_s, cost_usd=None if s.cost is None else s.cost.total)
         for s in o.scaling
     ]  # fmt: skip
-    return CompareEntry(
-        gpus=a.gpus, best=best, train_time_s=a.train_time_s, ideal_time_s=r.ideal_time_s, goodput=r.goodput,
-        goodput_first_order=r.goodput_first_order, failures_per_hour=r.failures_per_hour,
-        expected_failures=r.expected_failures, job_mtbf_s=r.mtbf_s, checkpoint_bytes=r.checkpoint_bytes,
-        checkpoint_write_s=r.checkpoint_write_s, checkpoint_interval_s=r.checkpoint_interval_s,
-        checkpoint_interval_young_s=r.young_interval_s, restart_s=r.restart_s, busy_fraction=a.utilization,
-        wall_power_per_gpu_w=a.wall_power_per_gpu_w, energy_kwh=a.energy_kwh, cost_usd=cost,
-        usd_per_billion_tokens=a.usd_per_billion_tokens, hardware_usd_per_gpu_hour=price, pricing=a.figures.pricing,
-        assumptions=a.figures.to_json(), scaling=scaling, **common,
-    )  # fmt: skip
+    return CompareEntry(best=best, hardware_usd_per_gpu_hour=price, pricing=a.figures.pricing,
+                        assumptions=a.figures.to_json(), scaling=scaling, **a.entry_fields(), **common)  # fmt: skip
 
 
 def compare(
@@ -586,7 +596,7 @@ def compare(
     if notify is not None and searches > LONG_COMPARE_SEARCHES:
         notify(f"{searches} (hardware, GPU count) searches for the budget, deadline or scaling curve: about "
                f"{searches * 0.1:.0f}-{searches * 0.4:.0f} s, more for larger models")  # fmt: skip
-    outcomes: list[Outcome | PoolOutcome] = []
+    outcomes: list[HardwareOutcome | PoolOutcome] = []
     entries: list[CompareEntry] = []
     for entry_item in items:
         if isinstance(entry_item, Pool):

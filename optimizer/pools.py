@@ -48,18 +48,17 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
-from paraplan.api import hardware_entries, names_a_file
+from paraplan.api import degree_bounds, hardware_entries, names_a_file
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import KnobArgs, Layout, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.reliability import ReliabilityAccount
 from paraplan.cost_models.tco import CostBreakdown, Pricing
-from paraplan.decision import RunTotals
+from paraplan.decision import NO_RUN, Outcome, RunTotals
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.results import (
     BottleneckOut,
     CompareEntry,
-    CostOut,
     EvaluatedLayout,
     Explanation,
     HardwareResult,
@@ -314,21 +313,13 @@ def pool_question(model: ModelSpec, pool: Pool, knobs: Mapping[str, object] | No
 
 
 def _bounds(bounds: Mapping[str, int | None] | None) -> tuple[dict[str, int], dict[str, int]]:
-    low: dict[str, int] = {}
-    high: dict[str, int] = {}
-    for key, value in (bounds or {}).items():
-        if value is None:
-            continue
-        side, _, dim = key.partition("_")
-        if side not in ("min", "max") or dim not in ("tp", "pp", "dp", "cp", "ep"):
-            raise InputError(f"unknown constraint {key!r}; accepted: min_/max_ + one of tp, pp, dp, cp, ep")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{key} {value!r} must be a whole number >= 1")
-        if dim in ("cp", "ep"):
-            if side == "min" and value > 1:
-                raise InputError(f"{key} {value}: pool plans have no {dim.upper()} (it is 1)")
-            continue
-        (low if side == "min" else high)[dim] = value
+    """`api.degree_bounds`, less CP and EP: a pool plan has neither (each is 1)."""
+    low, high = degree_bounds(bounds)
+    for dim in ("cp", "ep"):
+        least = low.pop(dim, 1)
+        if least > 1:
+            raise InputError(f"min_{dim} {least}: pool plans have no {dim.upper()} (it is 1)")
+        high.pop(dim, None)
     return low, high
 
 
@@ -1210,24 +1201,8 @@ class PoolAccount(RunTotals):
         return self.figures.step_s
 
 
-@dataclass(frozen=True)
-class PoolOutcome:
-    """A pool's answer in compare, shaped like `decision.Outcome` for the verdict."""
-
-    cluster: PoolName
-    max_gpus: int
-    counts: list[int]
-    account: PoolAccount | None
-    reason: str | None = None
-    notes: list[str] = field(default_factory=list)
-    deadline_met: bool | None = None
-    budget_met: bool | None = None
-    scaling: list[PoolAccount] = field(default_factory=list)  # none: a pool's counts are fixed
-    fixes: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.account is not None and self.deadline_met is not False and self.budget_met is not False
+# A pool's answer in compare: the same fields as a single hardware's, its name and pool account.
+PoolOutcome = Outcome[PoolName, PoolAccount]
 
 
 def pool_account(figures: PlanFigures, tokens: float, per_type: Sequence[Figures], pricing: Pricing,
@@ -1312,8 +1287,7 @@ def compare_pool(model: ModelSpec, pool: Pool, tokens: float, *, pricing: Pricin
     if answer.best is None:
         reason = f"no plan of {model.name} fits the pool {pool.name} under the pool's fixed knobs"
         outcome = PoolOutcome(PoolName(pool.name), total, [total], None, reason)
-        entry = CompareEntry(gpus=total, best=None, train_time_s=None, goodput=None, failures_per_hour=None,
-                             checkpoint_interval_s=None, energy_kwh=None, cost_usd=None, reason=reason, **common)  # fmt: skip
+        entry = CompareEntry(gpus=total, reason=reason, **NO_RUN, **common)
         return entry, outcome
     figures = plan_figures(answer.best.tables, answer.best.plan)
     acc = pool_account(figures, tokens, per_type, pricing, staff_usd_per_day)
@@ -1332,21 +1306,11 @@ def compare_pool(model: ModelSpec, pool: Pool, tokens: float, *, pricing: Pricin
             budget_met = float(acc.cost.total) <= budget_usd
             notes.append(f"{'within' if budget_met else 'OVER'} the budget of ${budget_usd:,.0f} "
                          f"(${float(acc.cost.total):,.0f}; the pool's fastest plan)")  # fmt: skip
-    r = acc.reliability
-    cost = None if acc.cost is None else CostOut(hardware=acc.cost.hardware, energy=acc.cost.energy,
-                                                 staff=acc.cost.staff, total=acc.cost.total)  # fmt: skip
     best = evaluated_plan(figures, tokens=tokens)
     assumptions: dict[str, object] = {m.name: f.to_json() for m, f in zip(pool.members, per_type, strict=True)}
     entry = CompareEntry(
-        gpus=acc.gpus, best=best, train_time_s=acc.train_time_s, ideal_time_s=r.ideal_time_s, goodput=r.goodput,
-        goodput_first_order=r.goodput_first_order, failures_per_hour=r.failures_per_hour,
-        expected_failures=r.expected_failures, job_mtbf_s=r.mtbf_s, checkpoint_bytes=r.checkpoint_bytes,
-        checkpoint_write_s=r.checkpoint_write_s, checkpoint_interval_s=r.checkpoint_interval_s,
-        checkpoint_interval_young_s=r.young_interval_s, restart_s=r.restart_s, busy_fraction=acc.utilization,
-        wall_power_per_gpu_w=acc.wall_power_per_gpu_w, energy_kwh=acc.energy_kwh, cost_usd=cost,
-        usd_per_billion_tokens=acc.usd_per_billion_tokens, hardware_usd_per_gpu_hour=acc.hardware_usd_per_gpu_hour,
-        pricing=pricing, assumptions=assumptions, deadline_met=deadline_met, budget_met=budget_met, notes=notes,
-        **common,
+        best=best, hardware_usd_per_gpu_hour=acc.hardware_usd_per_gpu_hour, pricing=pricing, assumptions=assumptions,
+        deadline_met=deadline_met, budget_met=budget_met, notes=notes, **acc.entry_fields(), **common,
     )  # fmt: skip
     outcome = PoolOutcome(PoolName(pool.name), total, [total], acc, None, notes, deadline_met, budget_met)
     return entry, outcome

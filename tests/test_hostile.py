@@ -55,19 +55,16 @@ BASE_EXAMPLES = {
 }
 
 
-def examples(name: str) -> int:
-    return max(1, round(BASE_EXAMPLES[name] * SCALE))
-
-
 def fuzz(name: str) -> Callable[[F], F]:
-    return fuzz_settings(examples(name))
+    return fuzz_settings(BASE_EXAMPLES[name])
 
 
-def fuzz_settings(max_examples: int) -> Callable[[F], F]:
-    """The settings of every hostile fuzz test, round 1 and round 2. The campaign is marked slow:
-    CI runs it whole; `pytest -m "not slow"` leaves it out of a developer's quick loop."""
+def fuzz_settings(examples: int) -> Callable[[F], F]:
+    """The settings of every hostile fuzz test, round 1 and round 2: `examples` in the default
+    profile, times PARAPLAN_FUZZ_EXAMPLES_SCALE. The campaign is marked slow: CI runs it whole;
+    `pytest -m "not slow"` leaves it out of a developer's quick loop."""
     hostile = settings(
-        max_examples=max_examples,
+        max_examples=max(1, round(examples * SCALE)),
         deadline=None,
         report_multiple_bugs=False,  # shrink one failure, not each distinct one: keeps a failing run short
         suppress_health_check=[
@@ -963,6 +960,8 @@ def test_hostile_knob_values(knob: str, value: str, command: str) -> None:
         check(res, "layout")
 
 
+_OPTIMIZE_8 = ["optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g"]
+_COMPARE_8 = ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8"]
 NAN_OPTIONS = [
     # (id, argv without --json, the option the Error line must name)
     (
@@ -970,64 +969,17 @@ NAN_OPTIONS = [
         plan_argv("validate", "llama2-7b", 8, "a100-80g", "TP8", "--mem-headroom", "nan", as_json=False),
         "--mem-headroom",
     ),
-    (
-        "optimize_mem_headroom_nan",
-        ["optimize", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g", "--mem-headroom", "nan"],
-        "--mem-headroom",
-    ),
-    (
-        "optimize_deadline_nan",
-        [
-            "optimize",
-            "--model",
-            "llama2-7b",
-            "--gpus",
-            "8",
-            "--hardware",
-            "a100-80g",
-            "--deadline-days",
-            "nan",
-            "--tokens",
-            "1e12",
-        ],
-        "--deadline-days",
-    ),
-    (
-        "optimize_tokens_nan",
-        [
-            "optimize",
-            "--model",
-            "llama2-7b",
-            "--gpus",
-            "8",
-            "--hardware",
-            "a100-80g",
-            "--deadline-days",
-            "1",
-            "--tokens",
-            "nan",
-        ],
-        "--tokens",
-    ),
-    (
-        "compare_deadline_nan",
-        ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--deadline-days", "nan"],
-        "--deadline-days",
-    ),
-    (
-        "compare_tokens_nan",
-        ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--tokens", "nan"],
-        "--tokens",
-    ),
-    (
-        "compare_budget_nan",
-        ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--budget-usd", "nan"],
-        "--budget-usd",
-    ),
-    (
-        "compare_staff_nan",
-        ["compare", "--model", "llama2-7b", "--hardware", "a100-80g:8", "--staff-usd-per-day", "nan"],
-        "--staff-usd-per-day",
+    ("optimize_mem_headroom_nan", [*_OPTIMIZE_8, "--mem-headroom", "nan"], "--mem-headroom"),
+    ("optimize_deadline_nan", [*_OPTIMIZE_8, "--deadline-days", "nan", "--tokens", "1e12"], "--deadline-days"),
+    ("optimize_tokens_nan", [*_OPTIMIZE_8, "--deadline-days", "1", "--tokens", "nan"], "--tokens"),
+    *(
+        (f"compare_{name}_nan", [*_COMPARE_8, f"--{option}", "nan"], f"--{option}")
+        for name, option in [
+            ("deadline", "deadline-days"),
+            ("tokens", "tokens"),
+            ("budget", "budget-usd"),
+            ("staff", "staff-usd-per-day"),
+        ]
     ),
 ]
 

@@ -54,7 +54,6 @@ from test_hostile import (
     GPT2,
     LLAMA,
     MIXTRAL,
-    SCALE,
     F,
     Result,
     assert_all_finite,
@@ -87,12 +86,8 @@ NEW_EXAMPLES = {
 }
 
 
-def examples(name: str) -> int:
-    return max(1, round(NEW_EXAMPLES[name] * SCALE))
-
-
 def fuzz(name: str) -> Callable[[F], F]:
-    return fuzz_settings(examples(name))
+    return fuzz_settings(NEW_EXAMPLES[name])
 
 
 # --- running in a working directory that must not change ----------------------------------------
