@@ -22,7 +22,7 @@ import json
 import os
 import sys
 
-from search_speed import IMPORTS, Measurement, Run, run_once
+from search_speed import IMPORTS, Measurement, Run, record_process, record_search, run_once
 
 CASES: dict[str, tuple[str, str]] = {
     "p": ("llama3-405b", "h100-sxm:2048+a100-80g:2048"),
@@ -43,24 +43,10 @@ def command(name: str) -> list[str]:
 
 def record(m: Measurement, r: Run) -> None:
     if m.name == "a":
-        if r.returncode != 0:
-            m.errors.append(f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
-            return
-        m.whole_s.append(r.wall_s)
-        m.peak_bytes.append(r.max_rss_bytes)
+        record_process(m, r)
         return
-    try:
-        data = json.loads(r.stdout)
-        entry = data["results"][0] if "results" in data else data
-        solver = entry["solver"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        m.errors.append(f"exit {r.returncode}, unreadable JSON ({exc}): {r.stderr.strip()[-300:]}")
-        return
-    m.whole_s.append(r.wall_s)
-    m.peak_bytes.append(r.max_rss_bytes)
-    m.solver_s.append(float(solver["wall_s"]))
-    m.status = str(solver["status"])
-    if entry.get("layouts"):
+    entry = record_search(m, r)
+    if entry and entry.get("layouts"):
         best = entry["layouts"][0]
         kinds = sorted({(s["hardware"], s["tp"]) for s in best.get("stages") or []})
         words = ", ".join(f"{h} TP{t}" for h, t in kinds)

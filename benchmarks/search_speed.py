@@ -134,25 +134,40 @@ def optimize_measurement(name: str) -> tuple[Measurement, list[str]]:
             [sys.executable, "-m", "optimizer", *args])  # fmt: skip
 
 
-def record(m: Measurement, r: Run) -> None:
-    """Add one run's figures to `m` (the import case has no JSON to read)."""
-    if m.name in ("a", "h"):
-        if r.returncode != 0:
-            m.errors.append(f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
-            return
-        m.whole_s.append(r.wall_s)
-        m.peak_bytes.append(r.max_rss_bytes)
+def record_process(m: Measurement, r: Run) -> None:
+    """Add a run without JSON to read (an import, --help): its wall time and peak memory."""
+    if r.returncode != 0:
+        m.errors.append(f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
         return
+    m.whole_s.append(r.wall_s)
+    m.peak_bytes.append(r.max_rss_bytes)
+
+
+def record_search(m: Measurement, r: Run) -> dict[str, Any] | None:
+    """Add an `optimize --json` run's figures to `m`; its first result, or None if unreadable."""
+    if r.returncode not in (0, 1):
+        m.errors.append(f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
     try:
-        entry = json.loads(r.stdout)["results"][0]
+        entry: dict[str, Any] = json.loads(r.stdout)["results"][0]
         solver = entry["solver"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         m.errors.append(f"exit {r.returncode}, unreadable JSON ({exc}): {r.stderr.strip()[-300:]}")
-        return
+        return None
     m.whole_s.append(r.wall_s)
     m.peak_bytes.append(r.max_rss_bytes)
     m.solver_s.append(float(solver["wall_s"]))
     m.status = str(solver["status"])
+    return entry
+
+
+def record(m: Measurement, r: Run) -> None:
+    """Add one run's figures to `m` (the import and --help cases have no JSON to read)."""
+    if m.name in ("a", "h"):
+        record_process(m, r)
+        return
+    entry = record_search(m, r)
+    if entry is None:
+        return
     if entry.get("layouts"):
         best = entry["layouts"][0]
         lay = best["layout"]
@@ -161,8 +176,6 @@ def record(m: Measurement, r: Run) -> None:
                     f", {best['step_time_s']:.3f} s/step")  # fmt: skip
     elif entry.get("reason"):
         m.picked = f"no layout: {entry['reason']}"
-    if r.returncode not in (0, 1):
-        m.errors.append(f"exit {r.returncode}: {r.stderr.strip()[-300:]}")
 
 
 def measure_all(runs: int, warmup: bool) -> dict[str, Measurement]:
