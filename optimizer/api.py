@@ -243,7 +243,8 @@ def hardware_items(values: str | Sequence[str]) -> list[HardwareItem]:
     return items
 
 
-_COUNT = r"\s*\d{1,9}\s*(\.\.\s*\d{1,9}\s*)?"
+# A GPU count (1024) or range (256..2048), its bounds captured.
+_COUNT = r"\s*(\d{1,9})\s*(?:\.\.\s*(\d{1,9})\s*)?"
 
 
 def names_a_file(value: str) -> bool:
@@ -266,7 +267,7 @@ def gpu_counts(text: str | int | None, per_node: int, where: str = "gpus") -> li
     if isinstance(text, int) and not isinstance(text, bool):
         _check_gpus(text)
         return [text]
-    match = re.fullmatch(r"\s*(\d{1,9})\s*(?:\.\.\s*(\d{1,9})\s*)?", str(text))
+    match = re.fullmatch(_COUNT, str(text))
     if not match:
         raise InputError(f"{where} '{text}' must be a GPU count (1024) or a range (256..2048)")
     lo = int(match.group(1))
