@@ -25,9 +25,18 @@ Activations per layer and micro-batch, 16-bit, per token, generalising Korthikan
                                                    dropout masks 2h (only with dropout)
   split over TP:  Q 2*a*d, K and V 4*g*d, attention output 2*a*d,
                   MLP inner: gated 6f (gate, up, product), plain 4f (GELU input, output),
-                  times top-k for MoE (+ 2h for the dispatched copy of each token),
+                  times top-k for MoE (+ 2h for the dispatched copy of each token, see below),
                   without flash attention the scores: a*s*(2 softmax + 3 dropout mask/output)
 For GPT (f = 4h, g = a, dropout) this is exactly 10h + 24h + 5as: Korthikanti's 34 + 5as/h.
+The dispatched copy of a routed token (2h per expert it goes to) is the input the first expert
+GEMM saves for its weight gradient. Tensor-parallel experts need every token of their group in
+full width: Megatron's token dispatchers gather the tokens over the expert-TP x EP group
+(`MoEAllGatherTokenDispatcher.token_dispatch`, "[(S/TP)*B, H] -> [S*B*EP, H]", the default
+--moe-token-dispatcher-type allgather; the all-to-all dispatcher all-gathers over expert TP after
+its all-to-all), so each rank keeps the copies of the tokens of all ETP sequence shards:
+2h x top-k x ETP / TP per token of its micro-batch, not 2h x top-k / TP (megatron/core/transformer/
+moe/token_dispatcher.py and experts.py at d98e8a64; core_v0.6.0 holds a second such copy, the
+expert output it scales by the router probabilities in `token_unpermutation`).
 Selective recompute: Megatron's (core attention) drops the a*s score terms, which flash attention
 never stores anyway; torchtitan's op-level policy (`_apply_op_sac`: save every other matmul's
 output and the attention output, recompute the rest) keeps the layer input 2h, Q 2ad, V 2gd, the
@@ -178,9 +187,10 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     tp = lay.tp.astype(np.float64)
     dropout = 1.0 if model.dropout else 0.0
     replicated = 8.0 * h + 2.0 * h * dropout
-    mlp_inner = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active
+    mlp_inner: float | FloatArray = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active
     if model.is_moe:
-        mlp_inner += model.moe_share * model.experts_top_k * 2.0 * h  # the dispatched copy of each token
+        # the dispatched copy of each token, gathered over the expert-TP group (module docstring)
+        mlp_inner = np.asarray(mlp_inner + model.moe_share * model.experts_top_k * 2.0 * h * lay.etp, dtype=np.float64)
     split: float | FloatArray = 4.0 * model.q_dim + 2.0 * model.kv_dim + 2.0 * model.v_dim + mlp_inner
     if not stack.flash_attention:
         scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout)

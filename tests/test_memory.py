@@ -188,6 +188,19 @@ def test_moe_activations_by_hand(models: dict[str, ModelSpec]) -> None:
     assert _f(activation_bytes_per_token_layer(models["mixtral-8x7b"], lay, FLASH)) == 241_664
 
 
+def test_tensor_parallel_experts_keep_the_gathered_tokens(models: dict[str, ModelSpec]) -> None:
+    # Mixtral, TP8 + SP, flash, per token and layer. The dispatcher gathers the tokens of all 8
+    # sequence shards, so the copies the first expert GEMM saves are not split over TP:
+    #   8h / 8 + (4 a d + 4 g d + top-2 x 6f) / 8 + top-2 x 2h
+    #   = 32,768 / 8 + (16,384 + 4,096 + 172,032) / 8 + 16,384 = 4,096 + 24,064 + 16,384 = 44,544
+    model = models["mixtral-8x7b"]
+    assert _f(activation_bytes_per_token_layer(model, one(tp=8, sequence_parallel=True, recompute="selective"),
+                                               FLASH)) == 44_544  # fmt: skip
+    # experts without TP (ETP 1) keep their own shard's tokens: 16,384 / 8 = 2,048 instead
+    lay = one(tp=8, expert_tp=1, sequence_parallel=True, recompute="selective")
+    assert _f(activation_bytes_per_token_layer(model, lay, FLASH)) == 4_096 + 24_064 + 2_048
+
+
 def test_context_parallel_halves_the_activations(models: dict[str, ModelSpec]) -> None:
     # CP splits the tokens; with flash (no s x s scores) every term, the loss included, halves
     model = models["llama3-8b"]
