@@ -87,6 +87,7 @@ class FrameworkSpec:
     params_sharded_from: int  # ZeRO stage from which the parameters themselves are sharded
     kernel_efficiency: float  # the framework's kernel throughput relative to Megatron-LM + Transformer Engine
     loss_bytes_per_logit: int  # bytes per logit of the TP shard at the loss's peak (see LOSS_BYTES below)
+    fp8_saves_quantized_inputs: bool  # FP8 GEMMs keep their FP8 input for the backward (see FP8_SAVES below)
 
 
 # The hardware presets' efficiency constants are fitted on Megatron-family runs (NeMo,
@@ -138,6 +139,17 @@ COMPILED_LOSS_BYTES = 4
 # (2 B per token and hidden unit) when the micro-batch holds more than one sequence.
 LOSS_CHUNKS = 8
 
+# What an FP8 linear layer keeps of its input for the weight gradient:
+#  * Megatron-LM (Transformer Engine layers): the FP8 input, 1 B per element. TE's `_Linear.forward`
+#    saves the quantized `inputmat` (transformer_engine/pytorch/module/linear.py at 3ec87875: "saved_inputmat
+#    = inputmat", keeping only its column-wise FP8 data: "Discard row-wise data since it is not needed in
+#    backward pass"), and `_LayerNormLinear` the FP8 norm output it casts (its backward transposes that
+#    FP8 `ln_out` for the weight-gradient GEMM, layernorm_linear.py); the bf16 copy is not kept.
+#  * torchtitan (torchao's Float8Linear): the bf16 input, cast again in the backward
+#    (`matmul_with_hp_or_float8_args` saves the high-precision input and weight), so FP8 changes
+#    nothing stored. DeepSpeed runs no FP8 here.
+FP8_SAVES: dict[Framework, bool] = {Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False}
+
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
@@ -146,7 +158,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         optimizer_offload_zero=frozenset({1}),
         precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False,
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
-        params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
+        params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON], fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -156,7 +168,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         precisions=frozenset({Precision.BF16, Precision.FP16}), uneven_split=False, cp_shards=False,
         pp_defers_grad_sync=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
-        loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
+        loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED], fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
@@ -165,7 +177,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),
         uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
-        loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
+        loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN], fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # The member for the integer a layout column holds, so that no enum is built per candidate table.

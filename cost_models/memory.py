@@ -44,6 +44,11 @@ MLP's first projection 2f, the second's output 2h and the attention output 2ad. 
 keeps only each layer's 2h input (split over TP with sequence parallelism) plus one layer's full
 activations while it is recomputed; block recompute of N layers per chunk does so for N of them.
 Context parallelism divides the tokens per GPU by CP.
+FP8 training with Transformer Engine (Megatron-LM; `frameworks.FP8_SAVES`) keeps each linear layer's
+input in FP8 for the weight gradient, 1 B instead of 2: the QKV and MLP inputs (the norm outputs)
+take 2h instead of 4h, the second MLP GEMM's input (the product, or the GELU output) f instead of
+2f, a routed token's dispatched copy h instead of 2h; the attention output gains an FP8 copy (a d)
+next to the bf16 one the attention keeps for its own backward.
 
 Micro-batches in flight: under 1F1B stage r of p holds min(p - r, m) micro-batches. Megatron's
 interleaved schedule warms up 2(p - r - 1) + (v - 1)p chunk-micro-batches before its first
@@ -70,7 +75,7 @@ import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.frameworks import COMPILED_LOSS_BYTES, LOSS_CHUNKS, deferred_grad_sync, per_framework_value
-from paraplan.cost_models.layout import Framework, Offload, Recompute
+from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
 from paraplan.cost_models.stages import stage_layers
@@ -195,7 +200,15 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     if not stack.flash_attention:
         scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout)
         split = split + np.where(lay.recompute == Recompute.NONE, scores, 0.0)
-    replicated_share = np.where(lay.seq_parallel_active, replicated / tp, replicated)
+    fp8_inputs = (lay.precision == Precision.FP8) & (_per_framework(lay, "fp8_saves_quantized_inputs") > 0)
+    # FP8 GEMM inputs kept at 1 B (module docstring): the two norm outputs, the second MLP GEMM's
+    # input and the dispatched copies shrink; the attention output gains an FP8 copy.
+    fp8_split: float | FloatArray = model.q_dim - model.mean_mlp_inner_active
+    if model.is_moe:
+        fp8_split = np.asarray(fp8_split - model.moe_share * model.experts_top_k * h * lay.etp, dtype=np.float64)
+    replicated_kept = np.where(fp8_inputs, replicated - 2.0 * h, replicated)
+    split = np.asarray(split + np.where(fp8_inputs, fp8_split, 0.0), dtype=np.float64)
+    replicated_share = np.where(lay.seq_parallel_active, replicated_kept / tp, replicated_kept)
     full_layer = replicated_share + split / tp
     layer_input = np.where(lay.seq_parallel_active, 2.0 * h / tp, 2.0 * h)
     op_policy = (

@@ -181,6 +181,19 @@ def test_gqa_and_gated_mlp_generalisation(models: dict[str, ModelSpec]) -> None:
     assert _f(activation_bytes_per_token_layer(models["llama2-70b"], lay, FLASH)) == 34_304
 
 
+def test_fp8_keeps_transformer_engine_gemm_inputs_in_fp8(models: dict[str, ModelSpec]) -> None:
+    # Llama 2 70B, TP8 + SP, flash, FP8 under Megatron (Transformer Engine), per token and layer:
+    #   (6h + 4 a d + 2 g d + 2 g d + 6f - f + a d) / 8: the QKV and MLP inputs at 1 B (2h, not 4h),
+    #   the second MLP GEMM's input at 1 B (-f), an FP8 copy of the attention output (+a d)
+    #   = (49,152 + 32,768 + 2,048 + 2,048 + 172,032 - 28,672 + 8,192) / 8 = 237,568 / 8 = 29,696
+    model = models["llama2-70b"]
+    lay = one(tp=8, sequence_parallel=True, recompute="selective", precision="fp8")
+    assert _f(activation_bytes_per_token_layer(model, lay, FLASH)) == 29_696
+    # torchao's Float8Linear (torchtitan) keeps the bf16 inputs: the bf16 figure, 34,304
+    titan = one(tp=8, sequence_parallel=True, precision="fp8", framework="torchtitan")
+    assert _f(activation_bytes_per_token_layer(model, titan, FLASH)) == 34_304
+
+
 def test_moe_activations_by_hand(models: dict[str, ModelSpec]) -> None:
     # Mixtral, TP1, flash: 8h + 4 a d + 4 g d + top-2 x (6f + the dispatched copy 2h)
     #   = 32,768 + 16,384 + 4,096 + 2 * (86,016 + 8,192) = 241,664 bytes per token and layer
