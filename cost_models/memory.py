@@ -48,7 +48,8 @@ FP8 training with Transformer Engine (Megatron-LM; `frameworks.FP8_SAVES`) keeps
 input in FP8 for the weight gradient, 1 B instead of 2: the QKV and MLP inputs (the norm outputs)
 take 2h instead of 4h, the second MLP GEMM's input (the product, or the GELU output) f instead of
 2f, a routed token's dispatched copy h instead of 2h; the attention output gains an FP8 copy (a d)
-next to the bf16 one the attention keeps for its own backward.
+next to the bf16 one flash attention keeps for its own backward (without flash attention that
+output is only the projection's input: a d instead of 2 a d).
 
 Micro-batches in flight: under 1F1B stage r of p holds min(p - r, m) micro-batches. Megatron's
 interleaved schedule warms up 2(p - r - 1) + (v - 1)p chunk-micro-batches before its first
@@ -203,7 +204,10 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     fp8_inputs = (lay.precision == Precision.FP8) & (_per_framework(lay, "fp8_saves_quantized_inputs") > 0)
     # FP8 GEMM inputs kept at 1 B (module docstring): the two norm outputs, the second MLP GEMM's
     # input and the dispatched copies shrink; the attention output gains an FP8 copy.
-    fp8_split: float | FloatArray = model.q_dim - model.mean_mlp_inner_active
+    # Flash attention keeps its bf16 output for its own backward, so the projection's FP8 input is a
+    # second copy (+a d); unfused attention keeps the probabilities instead, and the output is only
+    # the projection's input, now at 1 B (-a d).
+    fp8_split: float | FloatArray = (1.0 if stack.flash_attention else -1.0) * model.q_dim - model.mean_mlp_inner_active
     if model.is_moe:
         fp8_split = np.asarray(fp8_split - model.moe_share * model.experts_top_k * h * lay.etp, dtype=np.float64)
     replicated_kept = np.where(fp8_inputs, replicated - 2.0 * h, replicated)

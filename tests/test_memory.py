@@ -192,6 +192,12 @@ def test_fp8_keeps_transformer_engine_gemm_inputs_in_fp8(models: dict[str, Model
     # torchao's Float8Linear (torchtitan) keeps the bf16 inputs: the bf16 figure, 34,304
     titan = one(tp=8, sequence_parallel=True, precision="fp8", framework="torchtitan")
     assert _f(activation_bytes_per_token_layer(model, titan, FLASH)) == 34_304
+    # without flash attention the attention output is only the projection's input: a d at 1 B, and
+    # the a s scores (2 softmax, no dropout) are kept: a s = 64 x 4,096 = 262,144 per token, so
+    #   (49,152 + 32,768 - 8,192 + 2,048 + 2,048 + 172,032 - 28,672 + 2 x 262,144) / 8 = 745,472 / 8 = 93,184
+    unfused = Stack(flash_attention=False)
+    lay4k = one(tp=8, sequence_parallel=True, precision="fp8", seq_len=4096)
+    assert _f(activation_bytes_per_token_layer(model, lay4k, unfused)) == 93_184
 
 
 def test_moe_activations_by_hand(models: dict[str, ModelSpec]) -> None:
