@@ -87,6 +87,7 @@ class FrameworkSpec:
     params_sharded_from: int  # ZeRO stage from which the parameters themselves are sharded
     kernel_efficiency: float  # the framework's kernel throughput relative to Megatron-LM + Transformer Engine
     loss_bytes_per_logit: int  # bytes per logit of the TP shard at the loss's peak (see LOSS_BYTES below)
+    head_gathered: bool  # ZeRO-3 keeps the LM head gathered from its forward to its backward (see HEAD_GATHERED)
 
 
 # The hardware presets' efficiency constants are fitted on Megatron-family runs (NeMo,
@@ -119,6 +120,20 @@ KERNEL_EFFICIENCY: dict[Framework, float] = {
 #  * DeepSpeed 10: the bf16 logits, an fp32 copy and an fp32 softmax (the figure used before per-
 #    framework values; Megatron-DeepSpeed's loss is not pinned here).
 LOSS_BYTES: dict[Framework, int] = {Framework.MEGATRON: 6, Framework.DEEPSPEED: 10, Framework.TORCHTITAN: 12}
+# FSDP2 (torchtitan) at ZeRO-3 keeps the LM head (output projection and final norm) gathered in
+# bf16 over the loss, on top of the gathered layers: at torchtitan 9dec370 (2024-12) the head
+# belongs to the root FSDP group (`fully_shard(model, ...)` in parallelize_llama.py `apply_fsdp`),
+# which FSDP2 never reshards after forward ("For the root, do not reshard after forward since for
+# training, the parameters would be freed and all-gathered immediately": `post_forward_mesh_info =
+# None` in FSDPState._lazy_init, torch/distributed/_composable/fsdp/_fsdp_state.py); since
+# torchtitan 83e694105 (2025-07-28, so in 0.3.0) [norm, output] is its own group with
+# reshard_after_forward only under the "always" policy. Megatron-FSDP and DeepSpeed ZeRO-3 are
+# priced with the layer buffers only.
+HEAD_GATHERED: dict[Framework, bool] = {
+    Framework.MEGATRON: False,
+    Framework.DEEPSPEED: False,
+    Framework.TORCHTITAN: True,
+}
 # Stack.loss "compiled": torchtitan's `cross_entropy_loss` under torch.compile (`build_cross_entropy_loss`,
 # torchtitan/components/loss.py from bbb1b616e, 2025-04-02, "Enable compiling the loss function
 # ... result in reduction of memory"): Inductor fuses the fp32 upcast, log-softmax and NLL into
@@ -147,6 +162,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False,
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
+        head_gathered=HEAD_GATHERED[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -157,6 +173,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         pp_defers_grad_sync=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
         loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
+        head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
@@ -166,6 +183,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
         loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
+        head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # The member for the integer a layout column holds, so that no enum is built per candidate table.

@@ -7,11 +7,13 @@ bf16 2 B) and 12 B of optimizer state (fp32 master copy, Adam m and v); torchtit
 the fp32 parameters themselves (4 B, the master copy), fp32 gradients and Adam's m and v (8 B).
 ZeRO stage 1 shards the optimizer states over the data-parallel group, stage 2 also the
 gradients, stage 3 also the parameters, plus a two-layer buffer of gathered bf16 weights (the
-prefetch of the next layer). FSDP2 shards the fp32 parameters from stage 2 on; at stage 2
-("reshard never") it keeps the gathered bf16 copy of the whole stage between forward and
-backward. Offloading the optimizer (ZeRO-Offload, Megatron's --optimizer-cpu-offload) moves the
-optimizer states to host memory; offloading everything (ZeRO-Infinity, FSDP2 CPU offload)
-moves the sharded parameters and gradients there too, leaving the gather buffers on the GPU.
+prefetch of the next layer) and, under FSDP2, the gathered bf16 LM head, which torchtitan does
+not reshard between its forward and backward (`frameworks.HEAD_GATHERED`). FSDP2 shards the fp32
+parameters from stage 2 on; at stage 2 ("reshard never") it keeps the gathered bf16 copy of the
+whole stage between forward and backward. Offloading the optimizer (ZeRO-Offload, Megatron's
+--optimizer-cpu-offload) moves the optimizer states to host memory; offloading everything
+(ZeRO-Infinity, FSDP2 CPU offload) moves the sharded parameters and gradients there too, leaving
+the gather buffers on the GPU.
 The data-parallel group of dense weights is DP*CP (context-parallel ranks hold the same
 weights); expert weights are replicated over DP*CP/EP ranks.
 
@@ -80,8 +82,9 @@ class StageParams:
     expert: FloatArray  # replicated over DP*CP/EP
     layer_max: FloatArray  # the largest single layer on this GPU (ZeRO-3 gather buffer)
     layers: FloatArray  # layers on this GPU (ZeRO-3 gathers them one at a time)
+    head: FloatArray | float = 0.0  # the LM head and final norm on this GPU (last stage; part of `dense`)
 
-    FIELDS = ("dense", "expert", "layer_max", "layers")
+    FIELDS = ("dense", "expert", "layer_max", "layers", "head")
 
 
 @dataclass(frozen=True)
@@ -114,11 +117,13 @@ def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stag
     positions = model.embedding_params - model.vocab_size * model.word_embed_dim
     embedding = model.vocab_size * model.word_embed_dim / tp + positions
     head_is_separate = (not model.tied_embeddings) | (lay.pp > 1)
-    head = np.where(head_is_separate, model.vocab_size * model.word_embed_dim / tp, 0.0) + model.final_norm_params
+    head_matrix = model.vocab_size * model.word_embed_dim / tp
+    head = np.where(head_is_separate, head_matrix, 0.0) + model.final_norm_params
     dense = layers * dense_layer + np.where(first, embedding, 0.0) + np.where(last, head, 0.0)
     return StageParams(
         dense=np.asarray(dense), expert=np.asarray(layers * expert_layer),
         layer_max=np.asarray(dense_layer + expert_layer), layers=np.asarray(layers, dtype=np.float64),
+        head=np.asarray(np.where(last, head_matrix + model.final_norm_params, 0.0)),
     )  # fmt: skip
 
 
@@ -137,9 +142,12 @@ def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[
 
     params_sharded = lay.zero >= _per_framework(lay, "params_sharded_from")
     on_host_all = lay.offload == Offload.ALL
+    # ZeRO-3: two gathered layers, and the gathered LM head where the framework keeps it
+    # (frameworks.HEAD_GATHERED; with tied embeddings the shared matrix, gathered for the head).
+    head = np.where(_per_framework(lay, "head_gathered") > 0, params.head, 0.0)
     gathered = np.where(
         lay.zero >= 3,
-        ZERO3_PREFETCH_LAYERS * BF16_BYTES * params.layer_max,
+        BF16_BYTES * (ZERO3_PREFETCH_LAYERS * params.layer_max + head),
         np.where(params_sharded, BF16_BYTES * (params.dense + params.expert), 0.0),
     )
     stored = _per_framework(lay, "param_bytes") * count(params_sharded)

@@ -20,6 +20,7 @@ from paraplan.cost_models.memory import (
     activation_bytes_per_token_layer,
     in_flight_micro_batches,
     peak_memory,
+    stage_params,
 )
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
@@ -34,6 +35,9 @@ LLAMA2_7B_N = 6_738_415_616
 LLAMA2_7B_LAYER = 202_383_360
 # ZeRO-3 keeps two gathered bf16 layers (the one computed and the next, prefetched): 2 * 2 B * layer
 GATHERED = 4 * LLAMA2_7B_LAYER  # 809,533,440
+# torchtitan's FSDP2 also keeps the bf16 LM head gathered (frameworks.HEAD_GATHERED): the output
+# projection V h = 32,000 x 4,096 = 131,072,000 and the final norm 4,096, 2 B each
+TITAN_HEAD = 2 * (32_000 * 4096 + 4096)  # 262,152,192
 # Llama 2 70B: 68,976,648,192 parameters
 LLAMA2_70B_N = 68_976_648_192
 
@@ -141,6 +145,16 @@ def test_loss_peak_per_framework() -> None:
     assert titan - megatron == 614_400_000
 
 
+def test_gathered_head_sits_on_the_last_stage(models: dict[str, ModelSpec]) -> None:
+    # Llama 2 7B, TP2 PP2: the last stage's GPU holds V h / TP + the final norm = 32,000 x 4,096 / 2
+    # + 4,096 = 65,540,096 head parameters (gathered in bf16 by torchtitan's ZeRO-3); the first none
+    model = models["llama2-7b"]
+    lay = one(tp=2, pp=2, dp=4, zero=3, framework="torchtitan", micro_batch=1, global_batch=8)
+    layers = np.array([16.0])
+    assert _f(stage_params(model, lay, layers, first=False, last=True).head) == 65_540_096
+    assert _f(stage_params(model, lay, layers, first=True, last=False).head) == 0.0
+
+
 @pytest.mark.parametrize(
     ("loss", "extra", "saved"),
     [
@@ -217,10 +231,11 @@ N, G = LLAMA2_7B_N, GATHERED
         (Framework.DEEPSPEED, 3, (2 * N / 8 + G, 2 * N / 8, 12 * N / 8)),
         # torchtitan FSDP2: fp32 parameters (the master copy) 4, fp32 grads 4, Adam m and v 8.
         # ZeRO-2 ("reshard never") shards the fp32 parameters and keeps the gathered bf16 copy of
-        # the whole stage (2 N) between forward and backward; ZeRO-3 only two gathered layers.
+        # the whole stage (2 N) between forward and backward; ZeRO-3 only two gathered layers and
+        # the gathered LM head.
         (Framework.TORCHTITAN, 0, (4 * N, 4 * N, 8 * N)),
         (Framework.TORCHTITAN, 2, (4 * N / 8 + 2 * N, 4 * N / 8, 8 * N / 8)),
-        (Framework.TORCHTITAN, 3, (4 * N / 8 + G, 4 * N / 8, 8 * N / 8)),
+        (Framework.TORCHTITAN, 3, (4 * N / 8 + G + TITAN_HEAD, 4 * N / 8, 8 * N / 8)),
     ],
 )
 def test_zero_stages_per_framework(
@@ -271,9 +286,9 @@ def test_tensor_parallel_splits_matrices_not_norms(models: dict[str, ModelSpec])
         # ZeRO-Offload: the same for DeepSpeed
         (Framework.DEEPSPEED, 3, "optimizer", (2 * N / 8 + G, 2 * N / 8, 0.0)),
         # ZeRO-Infinity to CPU / FSDP2 CPUOffloadPolicy: parameter and gradient shards leave too;
-        # the two gathered layers stay
+        # the two gathered layers (and torchtitan's gathered head) stay
         (Framework.DEEPSPEED, 3, "all", (G, 0.0, 0.0)),
-        (Framework.TORCHTITAN, 3, "all", (G, 0.0, 0.0)),
+        (Framework.TORCHTITAN, 3, "all", (G + TITAN_HEAD, 0.0, 0.0)),
     ],
 )
 def test_offload_moves_state_to_the_host(
