@@ -87,6 +87,7 @@ class FrameworkSpec:
     params_sharded_from: int  # ZeRO stage from which the parameters themselves are sharded
     kernel_efficiency: float  # the framework's kernel throughput relative to Megatron-LM + Transformer Engine
     loss_bytes_per_logit: int  # bytes per logit of the TP shard at the loss's peak (see LOSS_BYTES below)
+    tp_loss_bytes_per_logit: int  # the same with TP > 1, where the loss runs on vocab-sharded logits
     head_gathered: bool  # ZeRO-3 keeps the LM head gathered from its forward to its backward (see HEAD_GATHERED)
 
 
@@ -120,6 +121,21 @@ KERNEL_EFFICIENCY: dict[Framework, float] = {
 #  * DeepSpeed 10: the bf16 logits, an fp32 copy and an fp32 softmax (the figure used before per-
 #    framework values; Megatron-DeepSpeed's loss is not pinned here).
 LOSS_BYTES: dict[Framework, int] = {Framework.MEGATRON: 6, Framework.DEEPSPEED: 10, Framework.TORCHTITAN: 12}
+# With TP > 1 the logits are sharded over the vocabulary and the whole (stack loss "eager") loss is
+# the framework's vocab-parallel cross entropy (0.3.0's chunked loss has its own
+# `_LossParallelCrossEntropy`, not priced apart: LOSS_CHUNKS below uses LOSS_BYTES):
+#  * Megatron-LM: the same `VocabParallelCrossEntropy` as above, 6.
+#  * torchtitan 16: TP > 1 enables loss parallelism unless training.disable_loss_parallel
+#    (torchtitan 9dec370 train.py `enable_loss_parallel=not job_config.training.disable_loss_parallel`,
+#    parallelize_llama.py: the output ColwiseParallel keeps Shard(-1) logits) and the loss runs
+#    under torch's `loss_parallel()`, whose backward (`_nll_loss_and_log_softmax_backward`,
+#    torch/distributed/tensor/parallel/loss.py, read at pytorch/pytorch@02eef6b8, not at the
+#    rows' torch 1963fc8, which this repository cannot fetch) computes
+#    `grad_input = torch.zeros_like(x)` and returns `(grad_input + torch.exp(x)) * grad_output`
+#    from the saved fp32 log-softmax x: x, the zeros, the sum and the product are four fp32
+#    tensors of the shard at once, 16 B (against aten's 12 without TP).
+#  * DeepSpeed: not pinned, 10 as without TP.
+TP_LOSS_BYTES: dict[Framework, int] = {Framework.MEGATRON: 6, Framework.DEEPSPEED: 10, Framework.TORCHTITAN: 16}
 # FSDP2 (torchtitan) at ZeRO-3 keeps the LM head (output projection and final norm) gathered in
 # bf16 over the loss, on top of the gathered layers: at torchtitan 9dec370 (2024-12) the head
 # belongs to the root FSDP group (`fully_shard(model, ...)` in parallelize_llama.py `apply_fsdp`),
@@ -162,7 +178,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False,
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
-        head_gathered=HEAD_GATHERED[Framework.MEGATRON],
+        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -173,7 +189,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         pp_defers_grad_sync=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
         loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
-        head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
+        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
@@ -183,7 +199,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
         loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
-        head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
+        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # The member for the integer a layout column holds, so that no enum is built per candidate table.

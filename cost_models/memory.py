@@ -46,7 +46,8 @@ p(1 + (p - 1)/(p v)) micro-batches' worth (Korthikanti Sec 4.2.3), the last ((v 
 The first stage holds the most; the last adds the loss at its peak (`loss_bytes_per_token`): per
 token V/TP logits of the framework's `loss_bytes_per_logit` (Megatron-LM 6: bf16 logits and one
 fp32 copy turned in place into the softmax; torchtitan 12: eager cross entropy's fp32 log-softmax
-and two fp32 gradients in the backward; `frameworks.LOSS_BYTES`) with the stack's loss "eager";
+and two fp32 gradients in the backward; `frameworks.LOSS_BYTES`; with TP > 1 torchtitan's loss
+parallelism holds 16, `frameworks.TP_LOSS_BYTES`) with the stack's loss "eager";
 4 (bf16 logits and their bf16 gradient, `frameworks.COMPILED_LOSS_BYTES`) when compiled; with
 torchtitan 0.3.0's chunked loss one chunk's logits (1/8) plus the fp32 gradient of the hidden
 states, 4h (and 2h of chunk copies when a micro-batch holds several sequences).
@@ -272,7 +273,8 @@ def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatA
         h = float(model.hidden_size)
         copies = np.where(lay.micro_batch > 1, BF16_BYTES * h, 0.0)
         return np.asarray(eager * vocab_shard / LOSS_CHUNKS + FP32_BYTES * h + copies)
-    return np.asarray(eager * vocab_shard)
+    # the whole loss, vocab-parallel with TP > 1 (frameworks.TP_LOSS_BYTES)
+    return np.asarray(np.where(lay.tp > 1, _per_framework(lay, "tp_loss_bytes_per_logit"), eager) * vocab_shard)
 
 
 def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float, layers: FloatArray,

@@ -145,6 +145,21 @@ def test_loss_peak_per_framework() -> None:
     assert titan - megatron == 614_400_000
 
 
+def test_torchtitan_loss_parallel_with_tp() -> None:
+    # TP2 (no SP), one sequence of 2048 tokens, V 50,000, no recompute, the whole ("eager") loss.
+    # torch's loss_parallel backward (`_nll_loss_and_log_softmax_backward`) holds the saved fp32
+    # log-softmax, `zeros_like` of it, their sum with exp and the product with the gradient: four
+    # fp32 tensors of the vocabulary shard, 16 B a logit; Megatron's VocabParallelCrossEntropy 6 B.
+    # Difference: (16 - 6) x 25,000 x 2,048 = 512,000,000 bytes; at TP1 (aten's 12 B) 614,400,000.
+    model = gpt_spec(h=1024, layers=2, vocab=50_000, seq=2048)
+    knobs: dict[str, Any] = {"seq_len": 2048, "global_batch": 1, "micro_batch": 1, "recompute": "none"}
+    eager = Stack(loss="eager")
+    for tp, difference in ((2, 512_000_000), (1, 614_400_000)):
+        megatron = _f(_peak(model, one(tp=tp, **knobs), eager).activations)
+        titan = _f(_peak(model, one(tp=tp, framework="torchtitan", zero=0, **knobs), eager).activations)
+        assert titan - megatron == difference
+
+
 def test_gathered_head_sits_on_the_last_stage(models: dict[str, ModelSpec]) -> None:
     # Llama 2 7B, TP2 PP2: the last stage's GPU holds V h / TP + the final norm = 32,000 x 4,096 / 2
     # + 4,096 = 65,540,096 head parameters (gathered in bf16 by torchtitan's ZeRO-3); the first none
@@ -169,8 +184,9 @@ def test_gathered_head_sits_on_the_last_stage(models: dict[str, ModelSpec]) -> N
         # 4 x 1,024 x 4,096 = 16,777,216 + the contiguous chunk copies 2 x 1,024 x 4,096 = 8,388,608
         ({"loss": "chunked"}, {"micro_batch": 2, "global_batch": 2}, 2_125_234_176),
         # TP 2 splits the vocabulary, not the hidden states (replicated over TP before chunking):
-        # eager 12 x 25,000 x 2,048 = 614,400,000; chunked 76,800,000 + 8,388,608
-        ({"loss": "chunked"}, {"tp": 2}, 529_211_392),
+        # the whole loss is loss-parallel, 16 x 25,000 x 2,048 = 819,200,000; chunked 76,800,000
+        # + 8,388,608
+        ({"loss": "chunked"}, {"tp": 2}, 734_011_392),
     ],
 )
 def test_compiled_and_chunked_loss(loss: dict[str, str], extra: dict[str, Any], saved: int) -> None:
