@@ -89,6 +89,7 @@ class FrameworkSpec:
     loss_bytes_per_logit: int  # bytes per logit of the TP shard at the loss's peak (see LOSS_BYTES below)
     tp_loss_bytes_per_logit: int  # the same with TP > 1, where the loss runs on vocab-sharded logits
     head_gathered: bool  # ZeRO-3 keeps the LM head gathered from its forward to its backward (see HEAD_GATHERED)
+    head_input_gathered: bool  # the LM head saves its TP-gathered input, not the SP shard (HEAD_INPUT_GATHERED)
 
 
 # The hardware presets' efficiency constants are fitted on Megatron-family runs (NeMo,
@@ -150,6 +151,20 @@ HEAD_GATHERED: dict[Framework, bool] = {
     Framework.DEEPSPEED: False,
     Framework.TORCHTITAN: True,
 }
+# The LM head's input saved for its weight gradient, held over the loss, with sequence parallelism:
+#  * Megatron-LM saves the sequence shard and gathers it again in the backward
+#    (`LinearWithGradAccumulationAndAsyncCommunication`, megatron/core/tensor_parallel/layers.py:
+#    `ctx.save_for_backward(input, weight)` before the forward all-gather), 2h/TP per token;
+#    DeepSpeed's pipelined GPTs use Megatron's layers (Megatron-DeepSpeed).
+#  * torchtitan gathers it first: the output layer is `ColwiseParallel(input_layouts=Shard(1), ...)`
+#    (torchtitan 9dec370 parallelize_llama.py `apply_tp`), whose input hook redistributes the
+#    sequence shard to Replicate before F.linear, which saves that whole tensor: 2h per token.
+# Without sequence parallelism the input is whole on every TP rank in all of them.
+HEAD_INPUT_GATHERED: dict[Framework, bool] = {
+    Framework.MEGATRON: False,
+    Framework.DEEPSPEED: False,
+    Framework.TORCHTITAN: True,
+}
 # Stack.loss "compiled": torchtitan's `cross_entropy_loss` under torch.compile (`build_cross_entropy_loss`,
 # torchtitan/components/loss.py from bbb1b616e, 2025-04-02, "Enable compiling the loss function
 # ... result in reduction of memory"): Inductor fuses the fp32 upcast, log-softmax and NLL into
@@ -179,6 +194,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
+        head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -190,6 +206,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
         loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
+        head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
@@ -200,6 +217,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
         loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
+        head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # The member for the integer a layout column holds, so that no enum is built per candidate table.

@@ -48,9 +48,11 @@ token V/TP logits of the framework's `loss_bytes_per_logit` (Megatron-LM 6: bf16
 fp32 copy turned in place into the softmax; torchtitan 12: eager cross entropy's fp32 log-softmax
 and two fp32 gradients in the backward; `frameworks.LOSS_BYTES`; with TP > 1 torchtitan's loss
 parallelism holds 16, `frameworks.TP_LOSS_BYTES`) with the stack's loss "eager";
-4 (bf16 logits and their bf16 gradient, `frameworks.COMPILED_LOSS_BYTES`) when compiled; with
-torchtitan 0.3.0's chunked loss one chunk's logits (1/8) plus the fp32 gradient of the hidden
-states, 4h (and 2h of chunk copies when a micro-batch holds several sequences).
+4 (bf16 logits and their bf16 gradient, `frameworks.COMPILED_LOSS_BYTES`) when compiled, both
+with the LM head's saved 2h input (2h/TP under sequence parallelism where the framework saves the
+shard, `frameworks.HEAD_INPUT_GATHERED`); with torchtitan 0.3.0's chunked loss one chunk's logits
+(1/8) plus the fp32 gradient of the hidden states, 4h (and 2h of chunk copies when a micro-batch
+holds several sequences).
 
 `other` is the cluster's reserve (CUDA context, cuBLAS workspace, NCCL buffers, allocator
 fragmentation), see `memory_reserve_bytes` in the hardware presets.
@@ -267,14 +269,19 @@ def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatA
     """What the loss holds at its peak per token of the last stage (module docstring)."""
     vocab_shard = model.vocab_size / lay.tp.astype(np.float64)
     eager = _per_framework(lay, "loss_bytes_per_logit")
+    # A whole loss also holds the LM head's saved input (frameworks.HEAD_INPUT_GATHERED); the
+    # chunked loss frees it chunk by chunk (its chunk copies below).
+    sharded = lay.seq_parallel_active & (_per_framework(lay, "head_input_gathered") == 0)
+    head_input = BF16_BYTES * model.hidden_size / np.where(sharded, lay.tp, 1.0)
     if stack.loss == "compiled":
-        return np.asarray(COMPILED_LOSS_BYTES * vocab_shard)
+        return np.asarray(COMPILED_LOSS_BYTES * vocab_shard + head_input)
     if stack.loss == "chunked":
         h = float(model.hidden_size)
         copies = np.where(lay.micro_batch > 1, BF16_BYTES * h, 0.0)
         return np.asarray(eager * vocab_shard / LOSS_CHUNKS + FP32_BYTES * h + copies)
     # the whole loss, vocab-parallel with TP > 1 (frameworks.TP_LOSS_BYTES)
-    return np.asarray(np.where(lay.tp > 1, _per_framework(lay, "tp_loss_bytes_per_logit"), eager) * vocab_shard)
+    whole = np.where(lay.tp > 1, _per_framework(lay, "tp_loss_bytes_per_logit"), eager)
+    return np.asarray(whole * vocab_shard + head_input)
 
 
 def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float, layers: FloatArray,

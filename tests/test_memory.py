@@ -63,12 +63,13 @@ def test_llama2_70b_on_one_gpu(models: dict[str, ModelSpec]) -> None:
     #   x 4096 * 8 tokens x 80 layers = 719,407,022,080
     #   + the loss, bf16 logits 2 + one fp32 copy 4 that Megatron's VocabParallelCrossEntropy
     #     turns in place into the softmax: 6 V T = 6 * 32000 * 32,768 = 6,291,456,000
-    #   => 725,698,478,080
+    #   + the LM head's saved input, 2h T = 2 * 8192 * 32,768 = 536,870,912
+    #   => 726,235,348,992
     mem = _peak(models["llama2-70b"], one(micro_batch=8, global_batch=8, seq_len=4096))
     assert _f(mem.params) == 2 * LLAMA2_70B_N
     assert _f(mem.grads) == 4 * LLAMA2_70B_N
     assert _f(mem.optimizer) == 12 * LLAMA2_70B_N
-    assert _f(mem.activations) == 725_698_478_080
+    assert _f(mem.activations) == 726_235_348_992
 
 
 def test_reserve_is_the_other_term(models: dict[str, ModelSpec]) -> None:
@@ -126,10 +127,11 @@ def test_full_recompute_stage_by_hand() -> None:
     #   2 sbh / 4 that is already stored                              = 48 sbh
     #   embedding dropout mask       sbh / 4 (1 byte per element)     = 0.25 sbh
     #   the loss (bf16 logits, one fp32 copy made the softmax in place) 6 V s b / 4 = 307,200,000
-    # => 50.25 * 4,194,304 + 307,200,000 = 517,963,776
+    #   the LM head's input, saved as its sequence shard (Megatron) 2 sbh / 4     = 0.5 sbh
+    # => 50.75 * 4,194,304 + 307,200,000 = 520,060,928
     model = gpt_spec(h=H, layers=4, heads=A, vocab=50_000, seq=S)
     lay = one(tp=4, micro_batch=B, global_batch=B, seq_len=S, recompute="full", sequence_parallel=True)
-    assert _f(_peak(model, lay, NO_FLASH).activations) == 517_963_776
+    assert _f(_peak(model, lay, NO_FLASH).activations) == 520_060_928
 
 
 def test_loss_peak_per_framework() -> None:
@@ -160,6 +162,20 @@ def test_torchtitan_loss_parallel_with_tp() -> None:
         assert titan - megatron == difference
 
 
+def test_head_input_saved_whole_or_as_the_sequence_shard() -> None:
+    # TP2 + SP, one sequence of 2048 tokens, h 1,024, no recompute, eager loss. The LM head's saved
+    # input: Megatron keeps its sequence shard, 2 x 1,024 / 2 x 2,048 = 2,097,152; torchtitan's
+    # ColwiseParallel gathers it before F.linear, 2 x 1,024 x 2,048 = 4,194,304. With the loss
+    # (16 - 6) x 25,000 x 2,048 = 512,000,000 the difference is 514,097,152.
+    model = gpt_spec(h=1024, layers=2, vocab=50_000, seq=2048)
+    knobs: dict[str, Any] = {"seq_len": 2048, "global_batch": 1, "micro_batch": 1, "recompute": "none", "tp": 2,
+                             "sequence_parallel": True}  # fmt: skip
+    eager = Stack(loss="eager")
+    megatron = _f(_peak(model, one(**knobs), eager).activations)
+    titan = _f(_peak(model, one(framework="torchtitan", zero=0, **knobs), eager).activations)
+    assert titan - megatron == 514_097_152
+
+
 def test_gathered_head_sits_on_the_last_stage(models: dict[str, ModelSpec]) -> None:
     # Llama 2 7B, TP2 PP2: the last stage's GPU holds V h / TP + the final norm = 32,000 x 4,096 / 2
     # + 4,096 = 65,540,096 head parameters (gathered in bf16 by torchtitan's ZeRO-3); the first none
@@ -178,15 +194,17 @@ def test_gathered_head_sits_on_the_last_stage(models: dict[str, ModelSpec]) -> N
         ({"loss": "compiled"}, {}, 819_200_000),
         # torchtitan 0.3.0's 8 chunks: one chunk's eager loss 12 x 50,000 x 2,048 / 8 = 153,600,000
         # plus the fp32 gradient buffer of the hidden states 4 x 1,024 x 2,048 = 8,388,608; the
-        # whole eager loss is 1,228,800,000, so 1,228,800,000 - 161,988,608 less.
-        ({"loss": "chunked"}, {}, 1_066_811_392),
-        # two sequences a micro-batch (4,096 tokens): eager 2,457,600,000; chunked 307,200,000 +
-        # 4 x 1,024 x 4,096 = 16,777,216 + the contiguous chunk copies 2 x 1,024 x 4,096 = 8,388,608
-        ({"loss": "chunked"}, {"micro_batch": 2, "global_batch": 2}, 2_125_234_176),
+        # whole eager loss is 1,228,800,000 with the LM head's saved input 2 x 1,024 x 2,048 =
+        # 4,194,304, so 1,232,994,304 - 161,988,608 less.
+        ({"loss": "chunked"}, {}, 1_071_005_696),
+        # two sequences a micro-batch (4,096 tokens): eager 2,457,600,000 + 8,388,608; chunked
+        # 307,200,000 + 4 x 1,024 x 4,096 = 16,777,216 + the contiguous chunk copies 2 x 1,024 x
+        # 4,096 = 8,388,608
+        ({"loss": "chunked"}, {"micro_batch": 2, "global_batch": 2}, 2_133_622_784),
         # TP 2 splits the vocabulary, not the hidden states (replicated over TP before chunking):
-        # the whole loss is loss-parallel, 16 x 25,000 x 2,048 = 819,200,000; chunked 76,800,000
-        # + 8,388,608
-        ({"loss": "chunked"}, {"tp": 2}, 734_011_392),
+        # the whole loss is loss-parallel, 16 x 25,000 x 2,048 = 819,200,000 + 4,194,304; chunked
+        # 76,800,000 + 8,388,608
+        ({"loss": "chunked"}, {"tp": 2}, 738_205_696),
     ],
 )
 def test_compiled_and_chunked_loss(loss: dict[str, str], extra: dict[str, Any], saved: int) -> None:
