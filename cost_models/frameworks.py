@@ -46,6 +46,14 @@ torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
     (pytorch/pytorch torch/distributed/pipelining/stage.py, `backward_maybe_with_nosync`, at
     0138610331c9): the stage's gradients accumulate unsharded, in the fp32 reduce dtype, and
     are reduce-scattered once after the last micro-batch; the parameters stay gathered.
+  * PyTorch's pipelining allocates a stage's receive buffers once, one per micro-batch, and keeps
+    them across steps (stage.py `_prepare_forward_infra`: `for chunk_id in range(num_microbatches)`
+    ... `_RecvInfo(..., _make_tensor_from_meta(inp, self.device))` into `args_recv_info`;
+    `_prepare_backward_infra`: a `_create_grad_recv_info` per micro-batch into `grad_recv_info`):
+    every non-first stage holds m activation buffers and every non-last stage m gradient buffers of
+    the hidden states it exchanges (the sequence shard with SP). Megatron-LM allocates its p2p
+    receive tensors per exchange (`p2p_communication._communicate`), DeepSpeed's pipeline engine
+    only for the micro-batches in flight.
   * CPU offload (training.enable_cpu_offload) moves parameters, gradients and optimizer states
     to the host (FSDP2 CPUOffloadPolicy): offload "all" with ZeRO-3.
 """
@@ -79,6 +87,7 @@ class FrameworkSpec:
     uneven_split: bool  # user-chosen first/last stage layer counts
     cp_shards: bool  # context parallelism runs over the sharding mesh (CP > 1 needs ZeRO >= 2)
     pp_defers_grad_sync: bool  # with PP > 1, unsharded gradients accumulate; one reduce-scatter per step
+    pp_recv_buffers: bool  # with PP > 1, receive buffers for every micro-batch persist (see module docstring)
     block_recompute: bool  # Megatron's block method: full recompute of N layers per chunk
     even_split_divides: bool  # an even pipeline split needs PP x VPP to divide the layers
     selective: str  # what "selective" recomputes: "core_attention" or "op" (see module docstring)
@@ -190,7 +199,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
         cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}),
         optimizer_offload_zero=frozenset({1}),
-        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False,
+        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False, pp_recv_buffers=False,
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
@@ -202,7 +211,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload),
         optimizer_offload_zero=frozenset({1, 2, 3}),
         precisions=frozenset({Precision.BF16, Precision.FP16}), uneven_split=False, cp_shards=False,
-        pp_defers_grad_sync=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
+        pp_defers_grad_sync=False, pp_recv_buffers=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
         loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
@@ -213,7 +222,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False, loss="chunked"), zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
         offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),
-        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
+        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, pp_recv_buffers=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
         loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],

@@ -43,6 +43,8 @@ interleaved schedule warms up 2(p - r - 1) + (v - 1)p chunk-micro-batches before
 backward (`get_pipeline_model_parallel_warmup_microbatches`, schedules.py), so stage r holds
 (2(p - r - 1) + (v - 1)p + 1) chunks of l/(p v) layers at its peak: the first stage
 p(1 + (p - 1)/(p v)) micro-batches' worth (Korthikanti Sec 4.2.3), the last ((v - 1)p + 1)/v.
+PyTorch's pipelining (torchtitan) also keeps a receive buffer per micro-batch for the hidden states
+and for their gradient (`recv_buffer_bytes`, frameworks `pp_recv_buffers`).
 The first stage holds the most; the last adds the loss at its peak (`loss_bytes_per_token`): per
 token V/TP logits of the framework's `loss_bytes_per_logit` (Megatron-LM 6: bf16 logits and one
 fp32 copy turned in place into the softmax; torchtitan 12: eager cross entropy's fp32 log-softmax
@@ -261,8 +263,28 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: Float
     recompute_peak = tokens * acts.recompute_extra
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
     logits = loss_bytes_per_token(model, lay, stack) * tokens
-    total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0)
+    recv = recv_buffer_bytes(model, lay, in_flight, first, last)
+    total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0) + recv
     return np.asarray(np.where(layers > 0, total, 0.0))
+
+
+def recv_buffer_bytes(model: ModelSpec, lay: Layouts, in_flight: FloatArray, first: Stage, last: Stage) -> FloatArray:
+    """The pipeline's persistent receive buffers (frameworks `pp_recv_buffers`) beyond the stored
+    activations: a GPU with v chunks of a pipeline of m micro-batches holds m activation buffers
+    per chunk that receives (all but the first stage's first chunk) and m gradient buffers per
+    chunk that sends (all but the last stage's last chunk), each the bf16 hidden states of a
+    micro-batch (their sequence shard with SP). The buffers of the micro-batches in flight are
+    the first layer's stored inputs already: in_flight x v chunk-micro-batches are alive, the
+    share (v - first) / v of them with a received input."""
+    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    boundary = BF16_BYTES * model.hidden_size * tokens / np.where(lay.seq_parallel_active, lay.tp, 1.0)
+    v = lay.virtual_stages.astype(np.float64)
+    m = np.maximum(lay.num_micro_batches, 1.0)
+    receiving = v - np.where(first, 1.0, 0.0)
+    sending = v - np.where(last, 1.0, 0.0)
+    extra = boundary * (m * (receiving + sending) - in_flight * receiving)
+    held = (lay.pp > 1) & (_per_framework(lay, "pp_recv_buffers") > 0)
+    return np.asarray(np.where(held, np.maximum(extra, 0.0), 0.0))
 
 
 def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:

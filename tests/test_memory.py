@@ -20,6 +20,7 @@ from paraplan.cost_models.memory import (
     activation_bytes_per_token_layer,
     in_flight_micro_batches,
     peak_memory,
+    recv_buffer_bytes,
     stage_params,
 )
 from paraplan.cost_models.models import ModelSpec
@@ -174,6 +175,25 @@ def test_head_input_saved_whole_or_as_the_sequence_shard() -> None:
     megatron = _f(_peak(model, one(**knobs), eager).activations)
     titan = _f(_peak(model, one(framework="torchtitan", zero=0, **knobs), eager).activations)
     assert titan - megatron == 514_097_152
+
+
+def test_pipeline_receive_buffers_by_hand() -> None:
+    # torchtitan (PyTorch pipelining), TP1, 1F1B over PP4, 4 micro-batches of one 2048-token
+    # sequence, h 1,024: a buffer is the bf16 hidden states 2 x 1,024 x 2,048 = 4,194,304 B.
+    #   first stage: 4 gradient buffers, no activation buffers               = 16,777,216
+    #   stage 1: 4 + 4 buffers, less the inputs of its 3 micro-batches in flight
+    #            (stored as its first layer's input already): 5 buffers      = 20,971,520
+    #   last stage: 4 activation buffers less 1 in flight: 3 buffers         = 12,582,912
+    # Megatron-LM allocates its receive tensors per exchange: none.
+    model = gpt_spec(h=1024, layers=8, vocab=50_000, seq=2048)
+    knobs: dict[str, Any] = {"pp": 4, "seq_len": 2048, "global_batch": 4, "micro_batch": 1, "recompute": "full"}
+    titan = one(framework="torchtitan", zero=0, **knobs)
+    for stage, first, last, expected in ((0, True, False, 16_777_216), (1, False, False, 20_971_520),
+                                         (3, False, True, 12_582_912)):  # fmt: skip
+        in_flight = in_flight_micro_batches(titan, float(stage))
+        assert _f(recv_buffer_bytes(model, titan, in_flight, first, last)) == expected
+        megatron = one(**knobs)
+        assert _f(recv_buffer_bytes(model, megatron, in_flight_micro_batches(megatron, 1.0), False, False)) == 0.0
 
 
 def test_gathered_head_sits_on_the_last_stage(models: dict[str, ModelSpec]) -> None:
