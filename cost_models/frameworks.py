@@ -152,9 +152,11 @@ TP_LOSS_BYTES: dict[Framework, int] = {Framework.MEGATRON: 6, Framework.DEEPSPEE
 # which FSDP2 never reshards after forward ("For the root, do not reshard after forward since for
 # training, the parameters would be freed and all-gathered immediately": `post_forward_mesh_info =
 # None` in FSDPState._lazy_init, torch/distributed/_composable/fsdp/_fsdp_state.py); since
-# torchtitan 83e694105 (2025-07-28, so in 0.3.0) [norm, output] is its own group with
-# reshard_after_forward only under the "always" policy. Megatron-FSDP and DeepSpeed ZeRO-3 are
-# priced with the layer buffers only.
+# torchtitan 83e694105 (2025-07-28) [norm, output] is its own group with reshard_after_forward
+# only under the "always" policy (0.3.0: `fully_shard([model.norm, model.lm_head],
+# reshard_after_forward=reshard_after_forward_policy == "always")`, torchtitan/distributed/fsdp.py
+# at 4f9e9a47; with tied weights the group also holds tok_embeddings). Megatron-FSDP and
+# DeepSpeed ZeRO-3 are priced with the layer buffers only.
 HEAD_GATHERED: dict[Framework, bool] = {
     Framework.MEGATRON: False,
     Framework.DEEPSPEED: False,
