@@ -46,6 +46,14 @@ torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
     (pytorch/pytorch torch/distributed/pipelining/stage.py, `backward_maybe_with_nosync`, at
     0138610331c9): the stage's gradients accumulate unsharded, in the fp32 reduce dtype, and
     are reduce-scattered once after the last micro-batch; the parameters stay gathered.
+  * PyTorch's pipelining allocates a stage's receive buffers once, one per micro-batch, and keeps
+    them across steps (stage.py `_prepare_forward_infra`: `for chunk_id in range(num_microbatches)`
+    ... `_RecvInfo(..., _make_tensor_from_meta(inp, self.device))` into `args_recv_info`;
+    `_prepare_backward_infra`: a `_create_grad_recv_info` per micro-batch into `grad_recv_info`):
+    every non-first stage holds m activation buffers and every non-last stage m gradient buffers of
+    the hidden states it exchanges (the sequence shard with SP). Megatron-LM allocates its p2p
+    receive tensors per exchange (`p2p_communication._communicate`), DeepSpeed's pipeline engine
+    only for the micro-batches in flight.
   * CPU offload (training.enable_cpu_offload) moves parameters, gradients and optimizer states
     to the host (FSDP2 CPUOffloadPolicy): offload "all" with ZeRO-3.
 """
@@ -79,6 +87,7 @@ class FrameworkSpec:
     uneven_split: bool  # user-chosen first/last stage layer counts
     cp_shards: bool  # context parallelism runs over the sharding mesh (CP > 1 needs ZeRO >= 2)
     pp_defers_grad_sync: bool  # with PP > 1, unsharded gradients accumulate; one reduce-scatter per step
+    pp_recv_buffers: bool  # with PP > 1, receive buffers for every micro-batch persist (see module docstring)
     block_recompute: bool  # Megatron's block method: full recompute of N layers per chunk
     even_split_divides: bool  # an even pipeline split needs PP x VPP to divide the layers
     selective: str  # what "selective" recomputes: "core_attention" or "op" (see module docstring)
@@ -87,6 +96,9 @@ class FrameworkSpec:
     params_sharded_from: int  # ZeRO stage from which the parameters themselves are sharded
     kernel_efficiency: float  # the framework's kernel throughput relative to Megatron-LM + Transformer Engine
     loss_bytes_per_logit: int  # bytes per logit of the TP shard at the loss's peak (see LOSS_BYTES below)
+    tp_loss_bytes_per_logit: int  # the same with TP > 1, where the loss runs on vocab-sharded logits
+    head_gathered: bool  # ZeRO-3 keeps the LM head gathered from its forward to its backward (see HEAD_GATHERED)
+    head_input_gathered: bool  # the LM head saves its TP-gathered input, not the SP shard (HEAD_INPUT_GATHERED)
     fp8_saves_quantized_inputs: bool  # FP8 GEMMs keep their FP8 input for the backward (see FP8_SAVES below)
 
 
@@ -120,6 +132,51 @@ KERNEL_EFFICIENCY: dict[Framework, float] = {
 #  * DeepSpeed 10: the bf16 logits, an fp32 copy and an fp32 softmax (the figure used before per-
 #    framework values; Megatron-DeepSpeed's loss is not pinned here).
 LOSS_BYTES: dict[Framework, int] = {Framework.MEGATRON: 6, Framework.DEEPSPEED: 10, Framework.TORCHTITAN: 12}
+# With TP > 1 the logits are sharded over the vocabulary and the whole (stack loss "eager") loss is
+# the framework's vocab-parallel cross entropy (0.3.0's chunked loss has its own
+# `_LossParallelCrossEntropy`, not priced apart: LOSS_CHUNKS below uses LOSS_BYTES):
+#  * Megatron-LM: the same `VocabParallelCrossEntropy` as above, 6.
+#  * torchtitan 16: TP > 1 enables loss parallelism unless training.disable_loss_parallel
+#    (torchtitan 9dec370 train.py `enable_loss_parallel=not job_config.training.disable_loss_parallel`,
+#    parallelize_llama.py: the output ColwiseParallel keeps Shard(-1) logits) and the loss runs
+#    under torch's `loss_parallel()`, whose backward (`_nll_loss_and_log_softmax_backward`,
+#    torch/distributed/tensor/parallel/loss.py, read at pytorch/pytorch@02eef6b8, not at the
+#    rows' torch 1963fc8, which this repository cannot fetch) computes
+#    `grad_input = torch.zeros_like(x)` and returns `(grad_input + torch.exp(x)) * grad_output`
+#    from the saved fp32 log-softmax x: x, the zeros, the sum and the product are four fp32
+#    tensors of the shard at once, 16 B (against aten's 12 without TP).
+#  * DeepSpeed: not pinned, 10 as without TP.
+TP_LOSS_BYTES: dict[Framework, int] = {Framework.MEGATRON: 6, Framework.DEEPSPEED: 10, Framework.TORCHTITAN: 16}
+# FSDP2 (torchtitan) at ZeRO-3 keeps the LM head (output projection and final norm) gathered in
+# bf16 over the loss, on top of the gathered layers: at torchtitan 9dec370 (2024-12) the head
+# belongs to the root FSDP group (`fully_shard(model, ...)` in parallelize_llama.py `apply_fsdp`),
+# which FSDP2 never reshards after forward ("For the root, do not reshard after forward since for
+# training, the parameters would be freed and all-gathered immediately": `post_forward_mesh_info =
+# None` in FSDPState._lazy_init, torch/distributed/_composable/fsdp/_fsdp_state.py); since
+# torchtitan 83e694105 (2025-07-28) [norm, output] is its own group with reshard_after_forward
+# only under the "always" policy (0.3.0: `fully_shard([model.norm, model.lm_head],
+# reshard_after_forward=reshard_after_forward_policy == "always")`, torchtitan/distributed/fsdp.py
+# at 4f9e9a47; with tied weights the group also holds tok_embeddings). Megatron-FSDP and
+# DeepSpeed ZeRO-3 are priced with the layer buffers only.
+HEAD_GATHERED: dict[Framework, bool] = {
+    Framework.MEGATRON: False,
+    Framework.DEEPSPEED: False,
+    Framework.TORCHTITAN: True,
+}
+# The LM head's input saved for its weight gradient, held over the loss, with sequence parallelism:
+#  * Megatron-LM saves the sequence shard and gathers it again in the backward
+#    (`LinearWithGradAccumulationAndAsyncCommunication`, megatron/core/tensor_parallel/layers.py:
+#    `ctx.save_for_backward(input, weight)` before the forward all-gather), 2h/TP per token;
+#    DeepSpeed's pipelined GPTs use Megatron's layers (Megatron-DeepSpeed).
+#  * torchtitan gathers it first: the output layer is `ColwiseParallel(input_layouts=Shard(1), ...)`
+#    (torchtitan 9dec370 parallelize_llama.py `apply_tp`), whose input hook redistributes the
+#    sequence shard to Replicate before F.linear, which saves that whole tensor: 2h per token.
+# Without sequence parallelism the input is whole on every TP rank in all of them.
+HEAD_INPUT_GATHERED: dict[Framework, bool] = {
+    Framework.MEGATRON: False,
+    Framework.DEEPSPEED: False,
+    Framework.TORCHTITAN: True,
+}
 # Stack.loss "compiled": torchtitan's `cross_entropy_loss` under torch.compile (`build_cross_entropy_loss`,
 # torchtitan/components/loss.py from bbb1b616e, 2025-04-02, "Enable compiling the loss function
 # ... result in reduction of memory"): Inductor fuses the fp32 upcast, log-softmax and NLL into
@@ -156,9 +213,12 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
         cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}),
         optimizer_offload_zero=frozenset({1}),
-        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False,
+        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False, pp_recv_buffers=False,
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
-        params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON], fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
+        params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
+        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
+        head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
+        fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -166,18 +226,24 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload),
         optimizer_offload_zero=frozenset({1, 2, 3}),
         precisions=frozenset({Precision.BF16, Precision.FP16}), uneven_split=False, cp_shards=False,
-        pp_defers_grad_sync=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
+        pp_defers_grad_sync=False, pp_recv_buffers=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
-        loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED], fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
+        loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
+        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
+        head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
+        fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
         Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False, loss="chunked"), zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
         offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),
-        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
+        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, pp_recv_buffers=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
-        loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN], fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
+        loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
+        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
+        head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
+        fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # The member for the integer a layout column holds, so that no enum is built per candidate table.

@@ -7,11 +7,13 @@ bf16 2 B) and 12 B of optimizer state (fp32 master copy, Adam m and v); torchtit
 the fp32 parameters themselves (4 B, the master copy), fp32 gradients and Adam's m and v (8 B).
 ZeRO stage 1 shards the optimizer states over the data-parallel group, stage 2 also the
 gradients, stage 3 also the parameters, plus a two-layer buffer of gathered bf16 weights (the
-prefetch of the next layer). FSDP2 shards the fp32 parameters from stage 2 on; at stage 2
-("reshard never") it keeps the gathered bf16 copy of the whole stage between forward and
-backward. Offloading the optimizer (ZeRO-Offload, Megatron's --optimizer-cpu-offload) moves the
-optimizer states to host memory; offloading everything (ZeRO-Infinity, FSDP2 CPU offload)
-moves the sharded parameters and gradients there too, leaving the gather buffers on the GPU.
+prefetch of the next layer) and, under FSDP2, the gathered bf16 LM head, which torchtitan does
+not reshard between its forward and backward (`frameworks.HEAD_GATHERED`). FSDP2 shards the fp32
+parameters from stage 2 on; at stage 2 ("reshard never") it keeps the gathered bf16 copy of the
+whole stage between forward and backward. Offloading the optimizer (ZeRO-Offload, Megatron's
+--optimizer-cpu-offload) moves the optimizer states to host memory; offloading everything
+(ZeRO-Infinity, FSDP2 CPU offload) moves the sharded parameters and gradients there too, leaving
+the gather buffers on the GPU.
 The data-parallel group of dense weights is DP*CP (context-parallel ranks hold the same
 weights); expert weights are replicated over DP*CP/EP ranks.
 
@@ -56,13 +58,18 @@ interleaved schedule warms up 2(p - r - 1) + (v - 1)p chunk-micro-batches before
 backward (`get_pipeline_model_parallel_warmup_microbatches`, schedules.py), so stage r holds
 (2(p - r - 1) + (v - 1)p + 1) chunks of l/(p v) layers at its peak: the first stage
 p(1 + (p - 1)/(p v)) micro-batches' worth (Korthikanti Sec 4.2.3), the last ((v - 1)p + 1)/v.
+PyTorch's pipelining (torchtitan) also keeps a receive buffer per micro-batch for the hidden states
+and for their gradient (`recv_buffer_bytes`, frameworks `pp_recv_buffers`).
 The first stage holds the most; the last adds the loss at its peak (`loss_bytes_per_token`): per
 token V/TP logits of the framework's `loss_bytes_per_logit` (Megatron-LM 6: bf16 logits and one
 fp32 copy turned in place into the softmax; torchtitan 12: eager cross entropy's fp32 log-softmax
-and two fp32 gradients in the backward; `frameworks.LOSS_BYTES`) with the stack's loss "eager";
-4 (bf16 logits and their bf16 gradient, `frameworks.COMPILED_LOSS_BYTES`) when compiled; with
-torchtitan 0.3.0's chunked loss one chunk's logits (1/8) plus the fp32 gradient of the hidden
-states, 4h (and 2h of chunk copies when a micro-batch holds several sequences).
+and two fp32 gradients in the backward; `frameworks.LOSS_BYTES`; with TP > 1 torchtitan's loss
+parallelism holds 16, `frameworks.TP_LOSS_BYTES`) with the stack's loss "eager";
+4 (bf16 logits and their bf16 gradient, `frameworks.COMPILED_LOSS_BYTES`) when compiled, both
+with the LM head's saved 2h input (2h/TP under sequence parallelism where the framework saves the
+shard, `frameworks.HEAD_INPUT_GATHERED`); with torchtitan 0.3.0's chunked loss one chunk's logits
+(1/8) plus the fp32 gradient of the hidden states, 4h (and 2h of chunk copies when a micro-batch
+holds several sequences).
 
 `other` is the cluster's reserve (CUDA context, cuBLAS workspace, NCCL buffers, allocator
 fragmentation), see `memory_reserve_bytes` in the hardware presets.
@@ -95,8 +102,9 @@ class StageParams:
     expert: FloatArray  # replicated over DP*CP/EP
     layer_max: FloatArray  # the largest single layer on this GPU (ZeRO-3 gather buffer)
     layers: FloatArray  # layers on this GPU (ZeRO-3 gathers them one at a time)
+    head: FloatArray | float = 0.0  # the LM head and final norm on this GPU (last stage; part of `dense`)
 
-    FIELDS = ("dense", "expert", "layer_max", "layers")
+    FIELDS = ("dense", "expert", "layer_max", "layers", "head")
 
 
 @dataclass(frozen=True)
@@ -129,11 +137,13 @@ def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stag
     positions = model.embedding_params - model.vocab_size * model.word_embed_dim
     embedding = model.vocab_size * model.word_embed_dim / tp + positions
     head_is_separate = (not model.tied_embeddings) | (lay.pp > 1)
-    head = np.where(head_is_separate, model.vocab_size * model.word_embed_dim / tp, 0.0) + model.final_norm_params
+    head_matrix = model.vocab_size * model.word_embed_dim / tp
+    head = np.where(head_is_separate, head_matrix, 0.0) + model.final_norm_params
     dense = layers * dense_layer + np.where(first, embedding, 0.0) + np.where(last, head, 0.0)
     return StageParams(
         dense=np.asarray(dense), expert=np.asarray(layers * expert_layer),
         layer_max=np.asarray(dense_layer + expert_layer), layers=np.asarray(layers, dtype=np.float64),
+        head=np.asarray(np.where(last, head_matrix + model.final_norm_params, 0.0)),
     )  # fmt: skip
 
 
@@ -152,9 +162,12 @@ def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[
 
     params_sharded = lay.zero >= _per_framework(lay, "params_sharded_from")
     on_host_all = lay.offload == Offload.ALL
+    # ZeRO-3: two gathered layers, and the gathered LM head where the framework keeps it
+    # (frameworks.HEAD_GATHERED; with tied embeddings the shared matrix, gathered for the head).
+    head = np.where(_per_framework(lay, "head_gathered") > 0, params.head, 0.0)
     gathered = np.where(
         lay.zero >= 3,
-        ZERO3_PREFETCH_LAYERS * BF16_BYTES * params.layer_max,
+        BF16_BYTES * (ZERO3_PREFETCH_LAYERS * params.layer_max + head),
         np.where(params_sharded, BF16_BYTES * (params.dense + params.expert), 0.0),
     )
     stored = _per_framework(lay, "param_bytes") * count(params_sharded)
@@ -277,21 +290,47 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: Float
     recompute_peak = tokens * acts.recompute_extra
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
     logits = loss_bytes_per_token(model, lay, stack) * tokens
-    total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0)
+    recv = recv_buffer_bytes(model, lay, in_flight, first, last)
+    total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0) + recv
     return np.asarray(np.where(layers > 0, total, 0.0))
+
+
+def recv_buffer_bytes(model: ModelSpec, lay: Layouts, in_flight: FloatArray, first: Stage, last: Stage) -> FloatArray:
+    """The pipeline's persistent receive buffers (frameworks `pp_recv_buffers`) beyond the stored
+    activations: a GPU with v chunks of a pipeline of m micro-batches holds m activation buffers
+    per chunk that receives (all but the first stage's first chunk) and m gradient buffers per
+    chunk that sends (all but the last stage's last chunk), each the bf16 hidden states of a
+    micro-batch (their sequence shard with SP). The buffers of the micro-batches in flight are
+    the first layer's stored inputs already: in_flight x v chunk-micro-batches are alive, the
+    share (v - first) / v of them with a received input."""
+    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    boundary = BF16_BYTES * model.hidden_size * tokens / np.where(lay.seq_parallel_active, lay.tp, 1.0)
+    v = lay.virtual_stages.astype(np.float64)
+    m = np.maximum(lay.num_micro_batches, 1.0)
+    receiving = v - np.where(first, 1.0, 0.0)
+    sending = v - np.where(last, 1.0, 0.0)
+    extra = boundary * (m * (receiving + sending) - in_flight * receiving)
+    held = (lay.pp > 1) & (_per_framework(lay, "pp_recv_buffers") > 0)
+    return np.asarray(np.where(held, np.maximum(extra, 0.0), 0.0))
 
 
 def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     """What the loss holds at its peak per token of the last stage (module docstring)."""
     vocab_shard = model.vocab_size / lay.tp.astype(np.float64)
     eager = _per_framework(lay, "loss_bytes_per_logit")
+    # A whole loss also holds the LM head's saved input (frameworks.HEAD_INPUT_GATHERED); the
+    # chunked loss frees it chunk by chunk (its chunk copies below).
+    sharded = lay.seq_parallel_active & (_per_framework(lay, "head_input_gathered") == 0)
+    head_input = BF16_BYTES * model.hidden_size / np.where(sharded, lay.tp, 1.0)
     if stack.loss == "compiled":
-        return np.asarray(COMPILED_LOSS_BYTES * vocab_shard)
+        return np.asarray(COMPILED_LOSS_BYTES * vocab_shard + head_input)
     if stack.loss == "chunked":
         h = float(model.hidden_size)
         copies = np.where(lay.micro_batch > 1, BF16_BYTES * h, 0.0)
         return np.asarray(eager * vocab_shard / LOSS_CHUNKS + FP32_BYTES * h + copies)
-    return np.asarray(eager * vocab_shard)
+    # the whole loss, vocab-parallel with TP > 1 (frameworks.TP_LOSS_BYTES)
+    whole = np.where(lay.tp > 1, _per_framework(lay, "tp_loss_bytes_per_logit"), eager)
+    return np.asarray(whole * vocab_shard + head_input)
 
 
 def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float, layers: FloatArray,

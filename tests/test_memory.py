@@ -20,6 +20,8 @@ from paraplan.cost_models.memory import (
     activation_bytes_per_token_layer,
     in_flight_micro_batches,
     peak_memory,
+    recv_buffer_bytes,
+    stage_params,
 )
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
@@ -34,6 +36,9 @@ LLAMA2_7B_N = 6_738_415_616
 LLAMA2_7B_LAYER = 202_383_360
 # ZeRO-3 keeps two gathered bf16 layers (the one computed and the next, prefetched): 2 * 2 B * layer
 GATHERED = 4 * LLAMA2_7B_LAYER  # 809,533,440
+# torchtitan's FSDP2 also keeps the bf16 LM head gathered (frameworks.HEAD_GATHERED): the output
+# projection V h = 32,000 x 4,096 = 131,072,000 and the final norm 4,096, 2 B each
+TITAN_HEAD = 2 * (32_000 * 4096 + 4096)  # 262,152,192
 # Llama 2 70B: 68,976,648,192 parameters
 LLAMA2_70B_N = 68_976_648_192
 
@@ -59,12 +64,13 @@ def test_llama2_70b_on_one_gpu(models: dict[str, ModelSpec]) -> None:
     #   x 4096 * 8 tokens x 80 layers = 719,407,022,080
     #   + the loss, bf16 logits 2 + one fp32 copy 4 that Megatron's VocabParallelCrossEntropy
     #     turns in place into the softmax: 6 V T = 6 * 32000 * 32,768 = 6,291,456,000
-    #   => 725,698,478,080
+    #   + the LM head's saved input, 2h T = 2 * 8192 * 32,768 = 536,870,912
+    #   => 726,235,348,992
     mem = _peak(models["llama2-70b"], one(micro_batch=8, global_batch=8, seq_len=4096))
     assert _f(mem.params) == 2 * LLAMA2_70B_N
     assert _f(mem.grads) == 4 * LLAMA2_70B_N
     assert _f(mem.optimizer) == 12 * LLAMA2_70B_N
-    assert _f(mem.activations) == 725_698_478_080
+    assert _f(mem.activations) == 726_235_348_992
 
 
 def test_reserve_is_the_other_term(models: dict[str, ModelSpec]) -> None:
@@ -122,10 +128,11 @@ def test_full_recompute_stage_by_hand() -> None:
     #   2 sbh / 4 that is already stored                              = 48 sbh
     #   embedding dropout mask       sbh / 4 (1 byte per element)     = 0.25 sbh
     #   the loss (bf16 logits, one fp32 copy made the softmax in place) 6 V s b / 4 = 307,200,000
-    # => 50.25 * 4,194,304 + 307,200,000 = 517,963,776
+    #   the LM head's input, saved as its sequence shard (Megatron) 2 sbh / 4     = 0.5 sbh
+    # => 50.75 * 4,194,304 + 307,200,000 = 520,060,928
     model = gpt_spec(h=H, layers=4, heads=A, vocab=50_000, seq=S)
     lay = one(tp=4, micro_batch=B, global_batch=B, seq_len=S, recompute="full", sequence_parallel=True)
-    assert _f(_peak(model, lay, NO_FLASH).activations) == 517_963_776
+    assert _f(_peak(model, lay, NO_FLASH).activations) == 520_060_928
 
 
 def test_loss_peak_per_framework() -> None:
@@ -141,6 +148,64 @@ def test_loss_peak_per_framework() -> None:
     assert titan - megatron == 614_400_000
 
 
+def test_torchtitan_loss_parallel_with_tp() -> None:
+    # TP2 (no SP), one sequence of 2048 tokens, V 50,000, no recompute, the whole ("eager") loss.
+    # torch's loss_parallel backward (`_nll_loss_and_log_softmax_backward`) holds the saved fp32
+    # log-softmax, `zeros_like` of it, their sum with exp and the product with the gradient: four
+    # fp32 tensors of the vocabulary shard, 16 B a logit; Megatron's VocabParallelCrossEntropy 6 B.
+    # Difference: (16 - 6) x 25,000 x 2,048 = 512,000,000 bytes; at TP1 (aten's 12 B) 614,400,000.
+    model = gpt_spec(h=1024, layers=2, vocab=50_000, seq=2048)
+    knobs: dict[str, Any] = {"seq_len": 2048, "global_batch": 1, "micro_batch": 1, "recompute": "none"}
+    eager = Stack(loss="eager")
+    for tp, difference in ((2, 512_000_000), (1, 614_400_000)):
+        megatron = _f(_peak(model, one(tp=tp, **knobs), eager).activations)
+        titan = _f(_peak(model, one(tp=tp, framework="torchtitan", zero=0, **knobs), eager).activations)
+        assert titan - megatron == difference
+
+
+def test_head_input_saved_whole_or_as_the_sequence_shard() -> None:
+    # TP2 + SP, one sequence of 2048 tokens, h 1,024, no recompute, eager loss. The LM head's saved
+    # input: Megatron keeps its sequence shard, 2 x 1,024 / 2 x 2,048 = 2,097,152; torchtitan's
+    # ColwiseParallel gathers it before F.linear, 2 x 1,024 x 2,048 = 4,194,304. With the loss
+    # (16 - 6) x 25,000 x 2,048 = 512,000,000 the difference is 514,097,152.
+    model = gpt_spec(h=1024, layers=2, vocab=50_000, seq=2048)
+    knobs: dict[str, Any] = {"seq_len": 2048, "global_batch": 1, "micro_batch": 1, "recompute": "none", "tp": 2,
+                             "sequence_parallel": True}  # fmt: skip
+    eager = Stack(loss="eager")
+    megatron = _f(_peak(model, one(**knobs), eager).activations)
+    titan = _f(_peak(model, one(framework="torchtitan", zero=0, **knobs), eager).activations)
+    assert titan - megatron == 514_097_152
+
+
+def test_pipeline_receive_buffers_by_hand() -> None:
+    # torchtitan (PyTorch pipelining), TP1, 1F1B over PP4, 4 micro-batches of one 2048-token
+    # sequence, h 1,024: a buffer is the bf16 hidden states 2 x 1,024 x 2,048 = 4,194,304 B.
+    #   first stage: 4 gradient buffers, no activation buffers               = 16,777,216
+    #   stage 1: 4 + 4 buffers, less the inputs of its 3 micro-batches in flight
+    #            (stored as its first layer's input already): 5 buffers      = 20,971,520
+    #   last stage: 4 activation buffers less 1 in flight: 3 buffers         = 12,582,912
+    # Megatron-LM allocates its receive tensors per exchange: none.
+    model = gpt_spec(h=1024, layers=8, vocab=50_000, seq=2048)
+    knobs: dict[str, Any] = {"pp": 4, "seq_len": 2048, "global_batch": 4, "micro_batch": 1, "recompute": "full"}
+    titan = one(framework="torchtitan", zero=0, **knobs)
+    for stage, first, last, expected in ((0, True, False, 16_777_216), (1, False, False, 20_971_520),
+                                         (3, False, True, 12_582_912)):  # fmt: skip
+        in_flight = in_flight_micro_batches(titan, float(stage))
+        assert _f(recv_buffer_bytes(model, titan, in_flight, first, last)) == expected
+        megatron = one(**knobs)
+        assert _f(recv_buffer_bytes(model, megatron, in_flight_micro_batches(megatron, 1.0), False, False)) == 0.0
+
+
+def test_gathered_head_sits_on_the_last_stage(models: dict[str, ModelSpec]) -> None:
+    # Llama 2 7B, TP2 PP2: the last stage's GPU holds V h / TP + the final norm = 32,000 x 4,096 / 2
+    # + 4,096 = 65,540,096 head parameters (gathered in bf16 by torchtitan's ZeRO-3); the first none
+    model = models["llama2-7b"]
+    lay = one(tp=2, pp=2, dp=4, zero=3, framework="torchtitan", micro_batch=1, global_batch=8)
+    layers = np.array([16.0])
+    assert _f(stage_params(model, lay, layers, first=False, last=True).head) == 65_540_096
+    assert _f(stage_params(model, lay, layers, first=True, last=False).head) == 0.0
+
+
 @pytest.mark.parametrize(
     ("loss", "extra", "saved"),
     [
@@ -149,14 +214,17 @@ def test_loss_peak_per_framework() -> None:
         ({"loss": "compiled"}, {}, 819_200_000),
         # torchtitan 0.3.0's 8 chunks: one chunk's eager loss 12 x 50,000 x 2,048 / 8 = 153,600,000
         # plus the fp32 gradient buffer of the hidden states 4 x 1,024 x 2,048 = 8,388,608; the
-        # whole eager loss is 1,228,800,000, so 1,228,800,000 - 161,988,608 less.
-        ({"loss": "chunked"}, {}, 1_066_811_392),
-        # two sequences a micro-batch (4,096 tokens): eager 2,457,600,000; chunked 307,200,000 +
-        # 4 x 1,024 x 4,096 = 16,777,216 + the contiguous chunk copies 2 x 1,024 x 4,096 = 8,388,608
-        ({"loss": "chunked"}, {"micro_batch": 2, "global_batch": 2}, 2_125_234_176),
+        # whole eager loss is 1,228,800,000 with the LM head's saved input 2 x 1,024 x 2,048 =
+        # 4,194,304, so 1,232,994,304 - 161,988,608 less.
+        ({"loss": "chunked"}, {}, 1_071_005_696),
+        # two sequences a micro-batch (4,096 tokens): eager 2,457,600,000 + 8,388,608; chunked
+        # 307,200,000 + 4 x 1,024 x 4,096 = 16,777,216 + the contiguous chunk copies 2 x 1,024 x
+        # 4,096 = 8,388,608
+        ({"loss": "chunked"}, {"micro_batch": 2, "global_batch": 2}, 2_133_622_784),
         # TP 2 splits the vocabulary, not the hidden states (replicated over TP before chunking):
-        # eager 12 x 25,000 x 2,048 = 614,400,000; chunked 76,800,000 + 8,388,608
-        ({"loss": "chunked"}, {"tp": 2}, 529_211_392),
+        # the whole loss is loss-parallel, 16 x 25,000 x 2,048 = 819,200,000 + 4,194,304; chunked
+        # 76,800,000 + 8,388,608
+        ({"loss": "chunked"}, {"tp": 2}, 738_205_696),
     ],
 )
 def test_compiled_and_chunked_loss(loss: dict[str, str], extra: dict[str, Any], saved: int) -> None:
@@ -249,10 +317,11 @@ N, G = LLAMA2_7B_N, GATHERED
         (Framework.DEEPSPEED, 3, (2 * N / 8 + G, 2 * N / 8, 12 * N / 8)),
         # torchtitan FSDP2: fp32 parameters (the master copy) 4, fp32 grads 4, Adam m and v 8.
         # ZeRO-2 ("reshard never") shards the fp32 parameters and keeps the gathered bf16 copy of
-        # the whole stage (2 N) between forward and backward; ZeRO-3 only two gathered layers.
+        # the whole stage (2 N) between forward and backward; ZeRO-3 only two gathered layers and
+        # the gathered LM head.
         (Framework.TORCHTITAN, 0, (4 * N, 4 * N, 8 * N)),
         (Framework.TORCHTITAN, 2, (4 * N / 8 + 2 * N, 4 * N / 8, 8 * N / 8)),
-        (Framework.TORCHTITAN, 3, (4 * N / 8 + G, 4 * N / 8, 8 * N / 8)),
+        (Framework.TORCHTITAN, 3, (4 * N / 8 + G + TITAN_HEAD, 4 * N / 8, 8 * N / 8)),
     ],
 )
 def test_zero_stages_per_framework(
@@ -303,9 +372,9 @@ def test_tensor_parallel_splits_matrices_not_norms(models: dict[str, ModelSpec])
         # ZeRO-Offload: the same for DeepSpeed
         (Framework.DEEPSPEED, 3, "optimizer", (2 * N / 8 + G, 2 * N / 8, 0.0)),
         # ZeRO-Infinity to CPU / FSDP2 CPUOffloadPolicy: parameter and gradient shards leave too;
-        # the two gathered layers stay
+        # the two gathered layers (and torchtitan's gathered head) stay
         (Framework.DEEPSPEED, 3, "all", (G, 0.0, 0.0)),
-        (Framework.TORCHTITAN, 3, "all", (G, 0.0, 0.0)),
+        (Framework.TORCHTITAN, 3, "all", (G + TITAN_HEAD, 0.0, 0.0)),
     ],
 )
 def test_offload_moves_state_to_the_host(
