@@ -18,7 +18,8 @@ Memory-bound kernels move these bytes per token in the forward pass (backward: t
     activation: gated 6f/TP (reads gate and up, writes the product), plain 4f/TP, x top-k (MoE)
     rotary embedding on Q and K 4(a*d + g*d)/TP;  dropout (GPT) 2 x 5h
 Sequence parallelism splits the norm, residual and dropout work over TP; without it each TP rank
-repeats it on all tokens.
+repeats it on all tokens. FP8 adds the casts of the GEMM operands, which depend on the stack's
+recipe (`fp8_cast_bytes`); torchao's rowwise_with_gw_hp runs the weight-gradient GEMM in BF16.
 
 The optimizer step (fused Adam) streams per local parameter: fp32 master, m, v read and written
 (24 bytes), the gradient read, the bf16 weight written (2 bytes). FP16 training adds dynamic
@@ -98,15 +99,17 @@ def bf16_rate(cluster: Cluster) -> float:
     return cluster.gpu.peak_bf16_flops * cluster.efficiency.gemm_max
 
 
-def _layer_gemms_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
+def _layer_gemms_fwd_s(
+    model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray, rate: FloatArray | float | None = None
+) -> FloatArray:
     """The GEMMs of a mean layer, forward: the attention projections as an input GEMM (QKV, or
     MLA's latent and up-projections, equal in FLOPs) and the output projection; the MLP of a
     dense layer, or for an MoE layer the router, the shared experts (on every token) and the
     routed experts (top-k tokens spread over the E/EP local experts), weighted by the share of
-    each kind of layer."""
+    each kind of layer. `rate`: the large-GEMM rate, by default the layout precision's."""
     h = float(model.hidden_size)
     tp = lay.tp.astype(np.float64)
-    peak = matmul_rate(cluster, lay)
+    peak = matmul_rate(cluster, lay) if rate is None else rate
     ones = np.ones_like(tokens)
     up = 2.0 if model.mlp == "gated" else 1.0
     out_width = float(model.num_heads * (model.v_head_dim or model.head_dim))
@@ -169,15 +172,83 @@ def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, 
     shared = np.where(lay.seq_parallel_active, per_token_shared / tp, per_token_shared)
     activation = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active / tp
     rotary = 0.0 if model.learned_positions else 4.0 * (model.q_dim + model.kv_dim) / tp
-    # FP8: each GEMM's activation input is cast (read bf16, write fp8: 3 B per element) -- the
-    # QKV and first-MLP inputs (h each, gathered over TP), the output projection's and the second
-    # MLP projection's (a*d/TP, f/TP). Weights are cast once per step (TE reuses them across
-    # micro-batches), a memory-bound pass too small to matter here.
-    casts = np.where(
-        lay.precision == Precision.FP8, 3.0 * (2.0 * h + (model.q_dim + model.mean_mlp_inner_active) / tp), 0.0
-    )
     launches = ELEMENTWISE_KERNELS_PER_LAYER * cluster.efficiency.kernel_overhead_s
-    return np.asarray(_memory_s(tokens * (shared + activation + rotary + casts), cluster) + launches)
+    return np.asarray(_memory_s(tokens * (shared + activation + rotary), cluster) + launches)
+
+
+@dataclass(frozen=True)
+class CastBytes:
+    """Bytes an FP8 recipe's cast kernels move per element of each GEMM operand of a linear
+    layer (forward: input X, weight W; backward: W again and the output gradient dY)."""
+
+    input_fwd: float
+    weight_fwd: float
+    weight_bwd: float
+    grad_output_bwd: float
+    rescale_bwd: float  # per element of dX and dW: the backward GEMMs' outputs rescaled in a separate pass
+    wgrad_fp8: bool  # the weight-gradient GEMM runs in FP8 (else BF16)
+
+
+# torchao's own roofline of its float8 training recipes (pytorch/ao@853f87d1
+# torchao/testing/training/roofline_utils.py `get_tensor_memory_traffic_ovhd_s`, the
+# benchmarks/float8/float8_roofline.py default without fusion modelling), bf16 in, fp8 out
+# (2 B read, 1 B written per element and pass):
+#  * tensorwise: X and dY: an amax pass (read 2) and one cast writing both layouts (2 + 1 + 1);
+#    W: amax (2) and a cast (2 + 1) in the forward, a second cast (2 + 1) for the backward.
+#  * rowwise: X and dY: a cast along rows that also writes a transposed bf16 copy (2 + 1 + 2)
+#    and a cast of that copy along the other axis (2 + 1); W: a cast (2 + 1) in the forward,
+#    a transpose (2 + 2) and its cast (2 + 1) in the backward. Its backward GEMMs run with
+#    use_fast_accum=False (Float8LinearConfig's default gemm_config_grad_input/grad_weight,
+#    torchao/float8/config.py), for which `addmm_float8_unwrapped` (torchao/float8/float8_ops.py
+#    at 853f87d1 and at 890e0ac8) calls the tensorwise cuBLAS kernel and rescales its output
+#    afterwards ("The rowwise CUTLASS-based kernel is so slow without fast-accum"), one more
+#    kernel per GEMM that reads and writes the bf16 output (pytorch/ao issue #2184): 2 + 2.
+#  * rowwise_with_gw_hp: X and dY cast once along rows (2 + 1); W twice (2 + 1 each); the
+#    weight-gradient GEMM stays in bf16 (its X and dY casts are ScalingType.DISABLED).
+#  * mxfp8: every operand cast along both axes in 32-element blocks, two kernels (2 + 1 each);
+#    the 1/32 e8m0 scales are left out.
+# Transformer Engine's delayed scaling ("delayed", Megatron-LM's default recipe) fuses the cast
+# of an activation into the kernel that produces it and reuses a weight's cast across
+# micro-batches: 3 B per activation input in the forward (read bf16, write fp8), the backward
+# twice that, weights not counted (`fp8_cast_bytes`).
+TORCHAO_CASTS: dict[str, CastBytes] = {
+    "tensorwise": CastBytes(6.0, 5.0, 3.0, 6.0, 0.0, True),
+    "rowwise": CastBytes(8.0, 3.0, 7.0, 8.0, 4.0, True),
+    "rowwise_with_gw_hp": CastBytes(3.0, 3.0, 3.0, 3.0, 0.0, False),
+    "mxfp8": CastBytes(6.0, 3.0, 3.0, 6.0, 0.0, True),
+}
+DELAYED_CAST_BYTES = 3.0
+
+
+def fp8_cast_bytes(model: ModelSpec, lay: Layouts, stack: Stack, tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Bytes the FP8 casts of one mean layer move per micro-batch on one GPU, (forward, backward);
+    0 unless the precision is fp8 (`TORCHAO_CASTS`). Per token, the GEMMs' activation inputs are
+    the QKV and first-MLP inputs (h each, gathered over TP) and the output projection's and
+    second MLP projection's (a*d/TP, f/TP): one cast per distinct tensor (Inductor's common-
+    subexpression elimination merges the identical casts of torchtitan's separate wq, wk, wv or
+    w1, w3 inputs); the output gradients are those of every projection (QKV and the MLP's up
+    projections split over TP, the two row-parallel outputs h each); rowwise's rescaled input
+    gradients are counted like the inputs (a lower bound: separate wq, wk, wv each have one).
+    The weights are the layer's active local matrices (for MoE, a lower bound)."""
+    h = float(model.hidden_size)
+    tp = lay.tp.astype(np.float64)
+    inputs = 2.0 * h + (model.q_dim + model.mean_mlp_inner_active) / tp
+    fp8 = lay.precision == Precision.FP8
+    if stack.fp8_recipe == "delayed":
+        fwd = np.where(fp8, DELAYED_CAST_BYTES * tokens * inputs, 0.0)
+        return np.asarray(fwd), np.asarray(2.0 * fwd)
+    cast = TORCHAO_CASTS[stack.fp8_recipe]
+    up = 2.0 if model.mlp == "gated" else 1.0
+    out_width = float(model.num_heads * (model.v_head_dim or model.head_dim))
+    attention_in = (model.attention_matmul_params - out_width * h) / h
+    grad_outputs = (attention_in + up * model.mean_mlp_inner_active) / tp + 2.0 * h
+    weights = model.mean_matmul_params_active / tp
+    fwd = tokens * cast.input_fwd * inputs + cast.weight_fwd * weights
+    bwd = (
+        tokens * (cast.grad_output_bwd * grad_outputs + cast.rescale_bwd * inputs)
+        + (cast.weight_bwd + cast.rescale_bwd) * weights
+    )
+    return np.asarray(np.where(fp8, fwd, 0.0)), np.asarray(np.where(fp8, bwd, 0.0))
 
 
 def head_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
@@ -197,15 +268,24 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     Megatron's selective recompute runs core attention again (flash or not: Megatron-Core
     checkpoints core attention whatever the backend); torchtitan's op-level policy recomputes
     every other matmul and all elementwise work (about half the GEMM time plus the memory-bound
-    kernels; the attention output is saved)."""
+    kernels; the attention output is saved unless `Stack.attention_saved` is false)."""
     tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
     gemms = _layer_gemms_fwd_s(model, lay, cluster, tokens)
+    # rowwise_with_gw_hp keeps the weight-gradient GEMM in BF16
+    wgrad = gemms
+    if stack.fp8_recipe in TORCHAO_CASTS and not TORCHAO_CASTS[stack.fp8_recipe].wgrad_fp8:
+        bf16_wgrad = _layer_gemms_fwd_s(model, lay, cluster, tokens, bf16_rate(cluster))
+        wgrad = np.asarray(np.where(lay.precision == Precision.FP8, bf16_wgrad, gemms))
     attention = _attention_fwd_s(model, lay, cluster, stack)
-    elementwise = _layer_memory_bound_fwd_s(model, lay, cluster, tokens)
+    cast_fwd_bytes, cast_bwd_bytes = fp8_cast_bytes(model, lay, stack, tokens)
+    memory_bound = _layer_memory_bound_fwd_s(model, lay, cluster, tokens)
+    elementwise = memory_bound + _memory_s(cast_fwd_bytes, cluster)
+    elementwise_bwd = 2.0 * memory_bound + _memory_s(cast_bwd_bytes, cluster)
     layer_fwd = gemms + attention + elementwise
     attention_bwd = attention * (FLASH_BACKWARD_RATIO if stack.flash_attention else 2.0)
-    layer_bwd = 2.0 * (gemms + elementwise) + attention_bwd
-    selective = np.where(lay.framework == Framework.TORCHTITAN, 0.5 * gemms + elementwise, attention)
+    layer_bwd = gemms + wgrad + elementwise_bwd + attention_bwd
+    op_level = 0.5 * gemms + elementwise + (0.0 if stack.attention_saved else attention)
+    selective = np.where(lay.framework == Framework.TORCHTITAN, op_level, attention)
     layer_recompute = np.select(
         [lay.recompute == Recompute.FULL, lay.recompute == Recompute.SELECTIVE],
         [lay.full_recompute_share(model.num_layers) * layer_fwd, selective],
@@ -219,7 +299,7 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
         head_fwd_s=np.asarray(slow * head_fwd_s(model, lay, cluster)),
         attention_fwd_s=np.asarray(slow * attention),
         attention_bwd_s=np.asarray(slow * attention_bwd),
-        layer_gemm_fwd_s=np.asarray(slow * gemms),
+        layer_gemm_fwd_s=np.asarray(slow * wgrad),
     )
 
 

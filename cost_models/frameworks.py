@@ -68,7 +68,7 @@ import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Precision, Recompute
-from paraplan.cost_models.stack import Stack
+from paraplan.cost_models.stack import Fp8Recipe, Stack
 
 
 @dataclass(frozen=True)
@@ -207,6 +207,13 @@ LOSS_CHUNKS = 8
 #    nothing stored. DeepSpeed runs no FP8 here.
 FP8_SAVES: dict[Framework, bool] = {Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False}
 
+# Stack.fp8_recipe: Megatron-LM's --fp8-recipe defaults to "delayed" (Transformer Engine's
+# DelayedScaling; megatron_lm_arguments.json at d98e8a64); torchtitan 0.3.0's Float8LinearConverter
+# defaults to recipe_name "rowwise" and offers only rowwise and rowwise_with_gw_hp
+# (torchtitan/components/quantization/float8.py at 4f9e9a47). torchtitan before 0.3.0 (v0.2.2:
+# quantize.linear.float8.recipe_name None) ran torchao's default Float8LinearConfig, tensorwise.
+TORCHTITAN_FP8_RECIPE: Fp8Recipe = "rowwise"
+
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
@@ -235,7 +242,8 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
-        Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False, loss="chunked"), zero_stages=frozenset({0, 2, 3}),
+        Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe=TORCHTITAN_FP8_RECIPE),
+        zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
         offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),
         uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, pp_recv_buffers=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,

@@ -23,6 +23,16 @@ mode: Megatron-LM's VocabParallelCrossEntropy, torchtitan's F.cross_entropy befo
 "compiled" (the whole logits, torchtitan's loss under torch.compile: torchtitan compiles it with
 training.compile from bbb1b616e, 2025-04-02, to 0.2.x) or "chunked" (torchtitan 0.3.0's default
 ChunkedLossWrapper: the LM head and the loss run on 8 sequence chunks in turn).
+`fp8_recipe`: how FP8 training scales and casts the linear layers' GEMM operands, which sets the
+memory-bound cast work and which GEMMs run in FP8 (`compute.fp8_cast_bytes`): "delayed"
+(Transformer Engine's DelayedScaling, Megatron-LM's --fp8-recipe default: the cast fused into the
+producing kernel), torchao's "tensorwise", "rowwise" and "rowwise_with_gw_hp" (torchtitan's
+float8 recipe_name; the last keeps the weight-gradient GEMM in BF16) or "mxfp8" (torchao's MX
+recipe, 32-element blocks). Only read when the layout's precision is fp8.
+`attention_saved`: torchtitan's op-level selective recompute keeps the attention output (its
+save list names the SDPA op that runs). torchtitan from 3b85aa31f (2025-05-14, cuDNN attention
+first on sm100) to b39377f9f (2025-12-01, "add all SDPA backends to op_sac_save_list") did not
+save cuDNN attention, so on B200 the attention forward ran again in the backward.
 """
 
 from __future__ import annotations
@@ -34,6 +44,8 @@ MainGrads = Literal["fp32", "bf16"]
 MAIN_GRADS: tuple[MainGrads, ...] = get_args(MainGrads)
 LossMode = Literal["eager", "compiled", "chunked"]
 LOSS_MODES: tuple[LossMode, ...] = get_args(LossMode)
+Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8"]
+FP8_RECIPES: tuple[Fp8Recipe, ...] = get_args(Fp8Recipe)
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,15 @@ class Stack:
     loss: LossMode = field(
         default="eager", metadata={"help": "Cross-entropy loss: eager, compiled (torch.compile) or chunked (8 chunks)."}
     )
+    fp8_recipe: Fp8Recipe = field(
+        default="delayed",
+        metadata={
+            "help": "FP8 scaling recipe: delayed (TE), tensorwise, rowwise, rowwise_with_gw_hp or mxfp8 (torchao)."
+        },
+    )
+    attention_saved: bool = field(
+        default=True, metadata={"help": "Op-level selective recompute saves the attention output (torchtitan)."}
+    )
 
     @property
     def grad_bytes(self) -> int:
@@ -69,6 +90,6 @@ class Stack:
 
 STACK_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Stack))
 # the stack settings that take one of a few words (the others are true/false)
-STACK_CHOICES: dict[str, tuple[str, ...]] = {"main_grads": MAIN_GRADS, "loss": LOSS_MODES}
+STACK_CHOICES: dict[str, tuple[str, ...]] = {"main_grads": MAIN_GRADS, "loss": LOSS_MODES, "fp8_recipe": FP8_RECIPES}
 BF16_BYTES = 2  # bf16/fp16 weights and activations
 FP32_BYTES = 4

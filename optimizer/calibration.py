@@ -35,7 +35,7 @@ from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import evaluate
 from paraplan.cost_models.layout import KNOBS, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
-from paraplan.cost_models.stack import STACK_FIELDS, Stack
+from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, Stack
 from paraplan.fit_parameters import PARAMETERS
 from paraplan.hardware_specs.files import read_text_file
 from paraplan.hardware_specs.schema import Cluster
@@ -146,8 +146,8 @@ def _row_settings(row: dict[str, str], where: str) -> tuple[dict[str, object], d
         if _cell(row, key) is not None:
             extra[key] = _cell(row, key)
     stack = {k: extra.pop(k) for k in list(extra) if k in STACK_FIELDS}
-    for key in ("flash_attention", "dp_overlap", "tp_overlap", "p2p_overlap"):
-        if key in stack and not isinstance(stack[key], bool):
+    for key in STACK_FIELDS:
+        if key in stack and key not in STACK_CHOICES and not isinstance(stack[key], bool):
             try:
                 stack[key] = parse_knob("sequence_parallel", stack[key])  # the same true/false reading
             except ValueError as exc:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import gpt_spec, one
 
-from paraplan.cost_models.compute import gemm_s, matmul_peak_flops
+from paraplan.cost_models.compute import fp8_cast_bytes, gemm_s, matmul_peak_flops, micro_batch_times
 from paraplan.cost_models.evaluate import Evaluation, evaluate
 from paraplan.cost_models.layout import Framework
 from paraplan.cost_models.models import ModelSpec
@@ -140,6 +140,65 @@ def test_torchtitans_selective_recompute_redoes_half_the_gemms(dgx: Cluster) -> 
     full = _f(_gpt(dgx, recompute="full", framework="torchtitan").times["recompute"])
     expected = (GEMMS / 2 + ELEMENTWISE) / (GEMMS + ATTENTION + ELEMENTWISE)
     assert selective / full == pytest.approx(expected, rel=1e-9)
+
+
+def test_op_level_recompute_redoes_attention_when_not_saved(dgx: Cluster) -> None:
+    # torchtitan with cuDNN attention outside its save list (Stack.attention_saved false): the
+    # attention forward runs again too: (GEMMs/2 + elementwise + attention) / the whole forward
+    lost = Stack(tp_overlap=False, p2p_overlap=False, attention_saved=False)
+    selective = _f(_gpt(dgx, lost, recompute="selective", framework="torchtitan").times["recompute"])
+    full = _f(_gpt(dgx, lost, recompute="full", framework="torchtitan").times["recompute"])
+    expected = (GEMMS / 2 + ELEMENTWISE + ATTENTION) / (GEMMS + ATTENTION + ELEMENTWISE)
+    assert selective / full == pytest.approx(expected, rel=1e-9)
+
+
+# ------------------------------------------------------------------ FP8 recipes' casts
+
+# gpt_spec at T = 2048 tokens, TP 1: per token the GEMMs' distinct activation inputs are the QKV
+# and MLP inputs (h = 1024 each), the output projection's (a d = 1024) and the second MLP
+# projection's (f = 4096): 7,168 elements; the output gradients are QKV's 3,072, the output
+# projection's 1,024, the MLP's 4,096 and 1,024: 9,216; the weights 12 h^2 = 12,582,912.
+T, X_EL, DY_EL, W_EL = 2048, 7168, 9216, 12_582_912
+
+
+@pytest.mark.parametrize(
+    ("recipe", "fwd", "bwd"),
+    [
+        # TE delayed scaling: the fused cast, 3 B per input element; the backward twice that
+        ("delayed", 3 * T * X_EL, 6 * T * X_EL),
+        # torchao tensorwise: X 6 B (amax 2, cast to both layouts 2 + 1 + 1), W 5 B forward and
+        # 3 B backward, dY 6 B
+        ("tensorwise", 6 * T * X_EL + 5 * W_EL, 6 * T * DY_EL + 3 * W_EL),
+        # rowwise: X and dY 8 B, W 3 B forward and 7 B backward, and the rescale of the backward
+        # GEMMs' outputs 4 B per input-gradient and weight-gradient element
+        ("rowwise", 8 * T * X_EL + 3 * W_EL, 8 * T * DY_EL + 4 * T * X_EL + 11 * W_EL),
+        # rowwise_with_gw_hp: 3 B per cast, W cast twice
+        ("rowwise_with_gw_hp", 3 * T * X_EL + 3 * W_EL, 3 * T * DY_EL + 3 * W_EL),
+        # mxfp8: two 3 B casts of X and dY, of W one each way
+        ("mxfp8", 6 * T * X_EL + 3 * W_EL, 6 * T * DY_EL + 3 * W_EL),
+    ],
+)
+def test_fp8_cast_bytes_by_recipe(recipe: str, fwd: float, bwd: float) -> None:
+    lay = one(micro_batch=1, seq_len=2048, global_batch=1, precision="fp8")
+    got = fp8_cast_bytes(gpt_spec(), lay, Stack(fp8_recipe=recipe), np.array([2048.0]))  # type: ignore[arg-type]
+    assert _f(got[0]) == pytest.approx(fwd, rel=1e-12)
+    assert _f(got[1]) == pytest.approx(bwd, rel=1e-12)
+    bf16 = fp8_cast_bytes(gpt_spec(), one(precision="bf16"), Stack(fp8_recipe=recipe), np.array([2048.0]))  # type: ignore[arg-type]
+    assert (_f(bf16[0]), _f(bf16[1])) == (0.0, 0.0)
+
+
+def test_rowwise_with_gw_hp_keeps_the_weight_gradient_gemm_in_bf16(dgx: Cluster) -> None:
+    # FP8 GEMMs run at 400e12 x 0.5: a layer's forward GEMMs take GEMMS / 2. The backward's input-
+    # gradient GEMMs run in FP8 (GEMMS / 2), the weight-gradient GEMMs in BF16 (GEMMS); the casts
+    # move 3 T dY + 3 W = 94,371,840 B at 2e12 B/s = 4.718592e-5 s, the other elementwise work twice
+    # the forward's, flash attention's backward 2.5x:
+    #   2.5769803776e-4 + 5.1539607552e-4 + 4.718592e-5 + 9.6468992e-5 + 2.1485322240e-4
+    #   = 1.13160224768e-3 s
+    lay = one(micro_batch=1, seq_len=2048, global_batch=1, precision="fp8")
+    times = micro_batch_times(gpt_spec(), lay, dgx, Stack(fp8_recipe="rowwise_with_gw_hp"))
+    assert _f(times.layer_bwd_s) == pytest.approx(1.13160224768e-3, rel=1e-9)
+    # and the window that hides the backward TP collectives is that BF16 weight-gradient GEMM time
+    assert _f(times.layer_gemm_fwd_s) == pytest.approx(GEMMS, rel=1e-9)
 
 
 # ------------------------------------------------------------------ optimizer step and offload

@@ -294,7 +294,9 @@ def test_megatron_mappings() -> None:
     no_flash = emit_launch("megatron", model, Layout(**base), Stack(flash_attention=False))
     assert "--attention-backend unfused" in no_flash and "--use-flash-attn" not in no_flash
     fp8 = emit_launch("megatron", model, Layout(**base, precision="fp8"))
-    assert "--fp8-format hybrid" in fp8 and "--bf16" in fp8
+    assert "--fp8-format hybrid" in fp8 and "--bf16" in fp8 and "--fp8-recipe delayed" in fp8
+    current = emit_launch("megatron", model, Layout(**base, precision="fp8"), Stack(fp8_recipe="tensorwise"))
+    assert "--fp8-recipe tensorwise" in current
     vpp = emit_launch("megatron", model, Layout(**base, virtual_stages=5, recompute="full", recompute_layers=2))
     assert "--num-virtual-stages-per-pipeline-rank 5" in vpp
     assert "--recompute-method block" in vpp and "--recompute-num-layers 2" in vpp
@@ -350,6 +352,13 @@ def test_torchtitan_mappings() -> None:
         ("deepspeed", "llama2-7b", {}, Stack(main_grads="bf16", p2p_overlap=False, loss="compiled"), "loss"),
         ("torchtitan", "llama3-8b", {}, Stack(tp_overlap=False, p2p_overlap=False, loss="eager"), "loss"),
         ("torchtitan", "gpt3-175b", {}, None, "model"),
+        # torchao's rowwise recipes are not Transformer Engine's; 0.3.0's converter has only them
+        ("megatron", "llama2-7b", {"precision": "fp8"}, Stack(fp8_recipe="rowwise"), "fp8_recipe"),
+        ("torchtitan", "llama3-8b", {"precision": "fp8"},
+         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="tensorwise"), "fp8_recipe"),
+        ("torchtitan", "llama3-8b", {},
+         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", attention_saved=False),
+         "attention_saved"),
     ],
 )  # fmt: skip
 def test_refusals_name_the_knob(kind: str, model: str, layout: dict[str, object], stack: Stack | None,
@@ -468,6 +477,12 @@ def test_torchtitan_toml_and_deepspeed_json_read() -> None:
         (DATA / "torchtitan_v0.2.2_llama3_8b.toml").read_text().replace("enable=false", "enable=true"), name="x.toml"
     )
     assert layout_from_launch(compiled, load_model("llama3-8b"), gpus=8)[1]["loss"] == "compiled"
+    # v0.2.2's float8 converter without a recipe_name is torchao's default, tensorwise
+    float8 = read_launch_text(
+        (DATA / "torchtitan_v0.2.2_llama3_8b.toml").read_text().replace("[model]", '[model]\nconverters = ["float8"]'),
+        name="x.toml",
+    )
+    assert layout_from_launch(float8, load_model("llama3-8b"), gpus=8)[1]["fp8_recipe"] == "tensorwise"
     ds = load_launch(DATA / "deepspeed_zenflow_zf_config.json")
     knobs, stack, world, notes = layout_from_launch(ds, load_model("llama2-7b"), gpus=8)
     assert (knobs["zero"], str(knobs["offload"]), knobs["dp"], world) == (2, "optimizer", 8, None)

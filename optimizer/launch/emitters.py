@@ -34,7 +34,7 @@ from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.frameworks import FRAMEWORKS, default_stack
 from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offload, Precision, Recompute, layout_words
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import Stack
+from paraplan.cost_models.stack import Fp8Recipe, Stack
 
 from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION
 
@@ -60,6 +60,12 @@ DEEPSPEED_CONFIG_NAME = "ds_config.json"
 DEEPSPEED_INTEGRATION_FLAGS: frozenset[str] = frozenset({"--deepspeed", "--deepspeed_config"})
 MEGATRON_SCRIPT = "pretrain_gpt.py"
 GB = 1e9
+# Stack.fp8_recipe values each framework can be told: Megatron-LM's --fp8-recipe choices at the
+# pinned commit (tensorwise, delayed, mxfp8, blockwise, custom; the last two are not modelled);
+# torchtitan 0.3.0's Float8LinearConverter.Config.recipe_name (torchtitan/components/quantization/
+# float8.py at 4f9e9a47: Literal["rowwise", "rowwise_with_gw_hp"]).
+MEGATRON_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8")
+TITAN_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("rowwise", "rowwise_with_gw_hp")
 
 Flag = tuple[str, str | None]
 Refuser = Callable[[str, str], NoReturn]  # (knob, why): raise InputError naming the knob
@@ -425,7 +431,10 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     else:
         flags.append(("--bf16", None))
     if lay.precision == Precision.FP8:
-        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", "delayed")]
+        if stack.fp8_recipe not in MEGATRON_FP8_RECIPES:
+            _refuse(ctx, "fp8_recipe", f"the {stack.fp8_recipe} recipe is torchao's; Megatron-LM {MEGATRON_COMMIT[:8]}'s "
+                    f"--fp8-recipe takes {', '.join(MEGATRON_FP8_RECIPES)} (Transformer Engine)")  # fmt: skip
+        flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", stack.fp8_recipe)]
     flags.append(("--attention-backend", "flash" if stack.flash_attention else "unfused"))
     flags += _megatron_grads(ctx, fsdp)
     if stack.dp_overlap:
@@ -604,8 +613,8 @@ def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
     ]
     if ctx.lay.precision == Precision.FP8:
         comments.append(
-            "#   and model_registry(..., converters=[Float8LinearConverter.Config(filter_fqns=['lm_head'])]): "
-            "in 0.3.0 float8 is enabled only by the config's converters"
+            "#   and model_registry(..., converters=[Float8LinearConverter.Config(filter_fqns=['lm_head'], "
+            f"recipe_name={ctx.stack.fp8_recipe!r})]): in 0.3.0 float8 is enabled only by the config's converters"
         )
     else:
         comments.append("#   without float8 converters (bf16 training)")
@@ -696,6 +705,12 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
     if stack.p2p_overlap:
         _refuse(ctx, "p2p_overlap", f"torchtitan {TORCHTITAN_VERSION} has no flag to overlap pipeline sends and "
                 "receives with compute")  # fmt: skip
+    if lay.precision == Precision.FP8 and stack.fp8_recipe not in TITAN_FP8_RECIPES:
+        _refuse(ctx, "fp8_recipe", f"the {stack.fp8_recipe} recipe: torchtitan {TORCHTITAN_VERSION}'s "
+                f"Float8LinearConverter takes recipe_name {' or '.join(TITAN_FP8_RECIPES)}")  # fmt: skip
+    if not stack.attention_saved:
+        _refuse(ctx, "attention_saved", f"torchtitan {TORCHTITAN_VERSION}'s op-level selective recompute saves "
+                "the output of every SDPA backend (op_sac_save_list, since b39377f9f)")  # fmt: skip
     if stack.loss != "chunked":
         _refuse(ctx, "loss", f"a {stack.loss} loss over the whole logits: torchtitan {TORCHTITAN_VERSION} computes "
                 "the loss with ChunkedLossWrapper (loss.num_chunks 8; 1 chunk still keeps its fp32 gradient buffer), "

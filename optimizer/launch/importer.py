@@ -530,8 +530,11 @@ def _megatron_precision(meg: _Megatron) -> None:
     if fp8:
         st.knobs["precision"] = Precision.FP8
         recipe = meg.get("fp8_recipe", "delayed")
-        if recipe not in ("delayed", "tensorwise"):
-            st.note(f"--fp8-recipe {recipe}: modelled as per-tensor FP8")
+        if recipe in ("delayed", "tensorwise", "mxfp8"):
+            st.stack["fp8_recipe"] = recipe
+        else:
+            st.stack["fp8_recipe"] = "delayed"
+            st.note(f"--fp8-recipe {recipe}: its casts modelled as the delayed recipe's")
         if meg.get("fp8_param_gather"):
             st.unmodelled.append(meg.flag("fp8_param_gather"))
     elif meg.get("fp16"):
@@ -1103,7 +1106,12 @@ def _titan_precision(st: _State, get: Getter, registry: TitanConfig | None, old:
         names = [str(c) for c in (converters if isinstance(converters, list) else [converters])]
         fp8 = any("float8" in c or c.startswith("mx") for c in names)
         if any(c.startswith("mx") for c in names):
-            st.note("MX converters: modelled as FP8")
+            st.note("MX converters: modelled as FP8 with MX block casts (fp8_recipe mxfp8)")
+            st.stack["fp8_recipe"] = "mxfp8"
+            get("quantize.linear.mx.recipe_name")
+        elif fp8:
+            # recipe_name None: torchao's default Float8LinearConfig, tensorwise scaling
+            st.stack["fp8_recipe"] = get("quantize.linear.float8.recipe_name") or "tensorwise"
     else:
         config = str(get("config", ""))
         if registry is not None:
