@@ -17,6 +17,10 @@ Megatron-LM, main @ d98e8a64 (2026-08; Megatron-Core 0.19 era), `megatron/traini
     (--recompute-modules core_attn, the default) whatever the attention backend: with flash
     attention the flash forward runs again in the backward pass and little memory is saved.
   * Gradients: fp32 main grads (bf16 training accumulates and all-reduces in fp32).
+  * Sequence parallelism: a column-parallel linear saves only its input's local shard and
+    all-gathers it again in the backward for the weight gradient
+    (`LinearWithGradAccumulationAndAsyncCommunication.backward` in
+    megatron/core/tensor_parallel/layers.py; Transformer Engine's linears likewise).
   * Uneven first/last stages: --decoder-first/last-pipeline-num-layers.
 DeepSpeed 0.19.8 (PyPI), `deepspeed/runtime/pipe/engine.py` and `runtime/zero/config.py`:
   * The pipeline engine asserts ZeRO stage < 2 ("ZeRO-2 and ZeRO-3 are incompatible with pipeline
@@ -35,6 +39,9 @@ torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
     (ZeRO-0). ZeRO-1 does not exist there.
   * FSDP combines with pipeline parallelism (as Llama 3 405B ran, Dubey et al. 2024 Sec 3.3.2).
   * Interleaved schedules (Interleaved1F1B), float8 training, bf16 (no fp16 loss scaling).
+  * Sequence parallelism through DTensor: autograd saves the all-gathered input of a
+    colwise-parallel linear, so the backward does not gather it again; async TP
+    (`Stack.tp_overlap`) fuses every TP collective into a neighbouring matmul.
   * Context parallelism all-gathers K/V (0.3.0 has no context_parallel_rotate_method, which
     v0.2.2 had) and runs over the FSDP mesh (dp_shard_cp): CP > 1 always shards, so no ZeRO-0.
   * Activation checkpointing is activation-checkpoint:none|selective|full; 0.3.0's "selective"
@@ -88,6 +95,7 @@ class FrameworkSpec:
     cp_shards: bool  # context parallelism runs over the sharding mesh (CP > 1 needs ZeRO >= 2)
     pp_defers_grad_sync: bool  # with PP > 1, unsharded gradients accumulate; one reduce-scatter per step
     pp_recv_buffers: bool  # with PP > 1, receive buffers for every micro-batch persist (see module docstring)
+    sp_regathers_input: bool  # sequence parallel: column-parallel inputs all-gathered again in the backward
     block_recompute: bool  # Megatron's block method: full recompute of N layers per chunk
     even_split_divides: bool  # an even pipeline split needs PP x VPP to divide the layers
     selective: str  # what "selective" recomputes: "core_attention" or "op" (see module docstring)
@@ -220,7 +228,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
         cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}),
         optimizer_offload_zero=frozenset({1}),
-        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False, pp_recv_buffers=False,
+        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True,
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
@@ -233,7 +241,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload),
         optimizer_offload_zero=frozenset({1, 2, 3}),
         precisions=frozenset({Precision.BF16, Precision.FP16}), uneven_split=False, cp_shards=False,
-        pp_defers_grad_sync=False, pp_recv_buffers=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
+        pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
         loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
@@ -246,7 +254,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
         offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),
-        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, pp_recv_buffers=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
+        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, pp_recv_buffers=True, sp_regathers_input=False, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
         loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
@@ -345,6 +353,12 @@ def offload_unsupported(lay: Layouts) -> BoolArray:
 def deferred_grad_sync(lay: Layouts) -> BoolArray:
     """Gradients kept whole across a pipelined step and reduced once (`pp_defers_grad_sync`)."""
     return per_framework(lay, lambda fs, x: (x.pp > 1) & fs.pp_defers_grad_sync)
+
+
+def sp_regathers_input(lay: Layouts) -> FloatArray:
+    """1 where the framework all-gathers a column-parallel linear's input again in the backward
+    (`FrameworkSpec.sp_regathers_input`), else 0."""
+    return per_framework_value(lay, lambda fs: 1.0 if fs.sp_regathers_input else 0.0)
 
 
 def precision_unsupported(lay: Layouts) -> BoolArray:

@@ -8,7 +8,14 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       collectives sit on the critical path. In the backward, the input-gradient collective of
       each column-parallel linear (QKV and the MLP's first projection) runs while that linear's
       weight-gradient GEMM computes (Megatron's `LinearWithGradAccumulationAndAsyncCommunication`,
-      on by default; `Stack.tp_overlap`): only what outlasts those GEMMs is exposed.
+      on by default; `Stack.tp_overlap`): only what outlasts those GEMMs is exposed. With
+      sequence parallelism Megatron saves only the local shard of a column-parallel linear's
+      input and all-gathers it again in the backward for the weight gradient, under the
+      input-gradient GEMM (megatron/core/tensor_parallel/layers.py `backward` at core_v0.6.0 and
+      d98e8a64; Transformer Engine's LayerNormLinear/LayerNormMLP `backward` do the same,
+      `gather_along_first_dim(ln_out, ..., async_op=True)`), and the row-parallel linears'
+      output gradients are all-gathered before their GEMMs start: 6 collectives in the backward,
+      2 of them exposed whatever the GEMMs (`FrameworkSpec.sp_regathers_input`).
   CP  ring (Liu et al. 2023; Megatron --cp-comm-type p2p): CP-1 steps that pass the local K and
       V chunk (2*T*g*d/TP*2 bytes) in the forward, K, V, dK, dV in the backward; each overlaps
       the attention compute of the same layer, so only the excess is exposed. All-gather (Llama 3,
@@ -49,7 +56,7 @@ from paraplan.cost_models.comm import (
     reduce_scatter_s,
 )
 from paraplan.cost_models.compute import MicroBatchTimes
-from paraplan.cost_models.frameworks import deferred_grad_sync
+from paraplan.cost_models.frameworks import deferred_grad_sync, sp_regathers_input
 from paraplan.cost_models.layout import CpComm
 from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
@@ -95,15 +102,25 @@ def tp_per_layer_s(
     """Exposed TP time per layer and micro-batch (see the module docstring)."""
     bw, lat = links(cluster, lay.tp, np.ones_like(lay.tp))
     nbytes = _tokens(lay) * model.hidden_size * ACTIVATION_BYTES
-    one = np.where(
-        lay.seq_parallel_active,
-        reduce_scatter_s(nbytes, lay.tp, bw, lat) + all_gather_s(nbytes, lay.tp, bw, lat),
-        all_reduce_s(nbytes, lay.tp, bw, lat),
-    )
-    forward = 2.0 * _forward_passes(model, lay) * one
+    scatter = reduce_scatter_s(nbytes, lay.tp, bw, lat)
+    gather = all_gather_s(nbytes, lay.tp, bw, lat)
+    all_reduce = all_reduce_s(nbytes, lay.tp, bw, lat)
+    sp = lay.seq_parallel_active
+    forward = 2.0 * _forward_passes(model, lay) * np.where(sp, scatter + gather, all_reduce)
+    # The column-parallel linears' weight-gradient GEMMs, and their input-gradient GEMMs, each
+    # last as long as their forward GEMMs.
     window = column_parallel_share(model) * layer_gemm_fwd_s if stack.tp_overlap else 0.0
-    backward = np.maximum(2.0 * one - window, 0.0)
-    return np.asarray(forward + backward)
+    plain_bwd = np.maximum(2.0 * all_reduce - window, 0.0)
+    # Sequence parallel backward, Megatron-style (`FrameworkSpec.sp_regathers_input`): the
+    # row-parallel linears' output gradients are all-gathered before their GEMMs can start
+    # (exposed); each column-parallel linear all-gathers its input again (only the local shard
+    # was saved) under its input-gradient GEMM, and reduce-scatters its input gradient under its
+    # weight-gradient GEMM. Otherwise (torchtitan: autograd keeps the gathered input; async TP
+    # fuses every collective into a neighbouring matmul) the four share one window.
+    megatron_bwd = 2.0 * gather + np.maximum(2.0 * scatter - window, 0.0) + np.maximum(2.0 * gather - window, 0.0)
+    fused_bwd = np.maximum(2.0 * (scatter + gather) - window, 0.0)
+    sp_bwd = np.where(sp_regathers_input(lay) > 0, megatron_bwd, fused_bwd)
+    return np.asarray(forward + np.where(sp, sp_bwd, plain_bwd))
 
 
 def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, times: MicroBatchTimes) -> FloatArray:

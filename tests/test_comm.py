@@ -155,8 +155,13 @@ def test_tp_without_overlap(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
     # Shoeybi et al. 2019 Fig. 4: two all-reduces forward, two backward, all exposed
     model = models["llama2-70b"]
     assert _tp(model, dgx, Stack(tp_overlap=False), 1.0) == pytest.approx(4 * TP_ALL_REDUCE, rel=1e-12)
-    # sequence parallelism: each becomes reduce-scatter + all-gather (Korthikanti Sec 4.2.2)
+    # sequence parallelism: each becomes reduce-scatter + all-gather (Korthikanti Sec 4.2.2), and
+    # Megatron's backward all-gathers the two column-parallel linears' inputs once more for their
+    # weight gradients (megatron/core/tensor_parallel/layers.py at core_v0.6.0, `backward`): 4 + 6
     got = _tp(model, dgx, Stack(tp_overlap=False), 1.0, sequence_parallel=True)
+    assert got == pytest.approx(10 * TP_HALF, rel=1e-12)
+    # torchtitan keeps the gathered input for the weight gradient: 4 + 4
+    got = _tp(model, dgx, Stack(tp_overlap=False), 1.0, sequence_parallel=True, framework="torchtitan", zero=3)
     assert got == pytest.approx(8 * TP_HALF, rel=1e-12)
     # full recompute repeats the forward's two: 6
     got = _tp(model, dgx, Stack(tp_overlap=False), 1.0, recompute="full")
@@ -173,6 +178,19 @@ def test_tp_backward_hides_under_the_weight_gradient_gemms(dgx: Cluster, models:
     assert _tp(model, dgx, Stack(tp_overlap=True), 17 / 11 * 1e-3) == pytest.approx(3.80962048e-3, rel=1e-9)
     # a window longer than both backward collectives hides them: only the forward's two remain
     assert _tp(model, dgx, Stack(tp_overlap=True), 1.0) == pytest.approx(2 * TP_ALL_REDUCE, rel=1e-12)
+    # Sequence parallel, Megatron: with a window of 1 ms the two row-parallel gradient gathers stay
+    # exposed, and the window hides 1 ms of the two reduce-scatters and, separately, of the two
+    # input re-gathers (under the input-gradient GEMMs):
+    #   4 TP_HALF (forward) + 2 TP_HALF + 2 (2 TP_HALF - 1e-3) = 10 * 6.0120256e-4 - 2e-3
+    got = _tp(model, dgx, Stack(tp_overlap=True), 17 / 11 * 1e-3, sequence_parallel=True)
+    assert got == pytest.approx(10 * TP_HALF - 2e-3, rel=1e-9)
+    # ... and with a long window only the forward's four and the backward's two gathers remain
+    got = _tp(model, dgx, Stack(tp_overlap=True), 1.0, sequence_parallel=True)
+    assert got == pytest.approx(6 * TP_HALF, rel=1e-12)
+    # torchtitan's async TP fuses all four backward collectives into matmuls: one shared window
+    got = _tp(model, dgx, Stack(tp_overlap=True), 17 / 11 * 1e-3, sequence_parallel=True, framework="torchtitan",
+              zero=3)  # fmt: skip
+    assert got == pytest.approx(8 * TP_HALF - 1e-3, rel=1e-9)
     # TP1 sends nothing
     assert _f(tp_per_layer_s(model, one(tp=1), dgx, Stack(), _a(1.0))) == 0.0
 
