@@ -303,6 +303,9 @@ def recv_buffer_bytes(model: ModelSpec, lay: Layouts, in_flight: FloatArray, fir
     micro-batch (their sequence shard with SP). The buffers of the micro-batches in flight are
     the first layer's stored inputs already: in_flight x v chunk-micro-batches are alive, the
     share (v - first) / v of them with a received input."""
+    held = (lay.pp > 1) & (_per_framework(lay, "pp_recv_buffers") > 0)
+    if not held.any():
+        return np.zeros(len(lay))
     tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
     boundary = BF16_BYTES * model.hidden_size * tokens / np.where(lay.seq_parallel_active, lay.tp, 1.0)
     v = lay.virtual_stages.astype(np.float64)
@@ -310,7 +313,6 @@ def recv_buffer_bytes(model: ModelSpec, lay: Layouts, in_flight: FloatArray, fir
     receiving = v - np.where(first, 1.0, 0.0)
     sending = v - np.where(last, 1.0, 0.0)
     extra = boundary * (m * (receiving + sending) - in_flight * receiving)
-    held = (lay.pp > 1) & (_per_framework(lay, "pp_recv_buffers") > 0)
     return np.asarray(np.where(held, np.maximum(extra, 0.0), 0.0))
 
 
@@ -355,19 +357,30 @@ def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: flo
     n = len(lay)
     single = lay.pp == 1
     acts = LayerActivations.of(model, lay, stack)
-    yes, no = np.ones(n, dtype=bool), np.zeros(n, dtype=bool)
-    # The three stages priced in one pass over three copies of the rows (a third of the array
-    # operations: what a small table's evaluation costs is their count, not their length).
-    three = stage_memory(
-        model, Layouts(np.concatenate([lay.data] * 3)), stack, reserve_bytes,
-        layers=np.concatenate([first_l, middle_l, last_l]),
-        stage=np.concatenate([np.zeros(n), np.ones(n), lay.pp - 1.0]),
-        first=np.concatenate([yes, no, single]), last=np.concatenate([single, no, yes]),
-        per_token=LayerActivations(np.tile(acts.stored, 3), np.tile(acts.recompute_extra, 3)),
+    # A one-stage row is its own first and last stage: only pipelined rows are priced again as a
+    # middle and a last stage. All stages go in one pass over stacked copies of the rows (what a
+    # small table's evaluation costs is the count of array operations, not their length).
+    piped = np.flatnonzero(~single)
+    k = len(piped)
+    no = np.zeros(k, dtype=bool)
+    stages = stage_memory(
+        model, Layouts(np.concatenate([lay.data, lay.data[piped], lay.data[piped]])), stack, reserve_bytes,
+        layers=np.concatenate([first_l, middle_l[piped], last_l[piped]]),
+        stage=np.concatenate([np.zeros(n), np.ones(k), lay.pp[piped] - 1.0]),
+        first=np.concatenate([np.ones(n, dtype=bool), no, no]), last=np.concatenate([single, no, ~no]),
+        per_token=LayerActivations(*(np.concatenate([a, a[piped], a[piped]]) for a in (acts.stored, acts.recompute_extra))),
     )  # fmt: skip
-    first, middle, last = (three.take(np.arange(k * n, (k + 1) * n)) for k in range(3))
-    peak = _where(first.total >= last.total, first, last)
-    return _where(middle.total > peak.total, middle, peak)
+    first = stages.take(np.arange(n))
+    middle, last = (stages.take(np.arange(n + j * k, n + (j + 1) * k)) for j in range(2))
+    peak = _where(first.total[piped] >= last.total, first.take(piped), last)
+    peak = _where(middle.total > peak.total, middle, peak)
+    return MemoryBreakdown(*(_scatter(getattr(first, t), piped, getattr(peak, t)) for t in MEMORY_TERMS))
+
+
+def _scatter(base: FloatArray, index: np.ndarray, values: FloatArray) -> FloatArray:
+    out = np.array(base, dtype=np.float64)
+    out[index] = values
+    return out
 
 
 def _where(mask: np.ndarray, a: MemoryBreakdown, b: MemoryBreakdown) -> MemoryBreakdown:
