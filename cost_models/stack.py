@@ -74,6 +74,10 @@ class Stack:
         default=True, metadata={"help": "Op-level selective recompute saves the attention output (torchtitan)."}
     )
 
+    def settings(self) -> dict[str, bool | str]:
+        """Every setting by name, as the JSON reports them."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
     @property
     def grad_bytes(self) -> int:
         return 4 if self.main_grads == "fp32" else 2

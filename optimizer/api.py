@@ -186,6 +186,7 @@ def validate(
         requirements=requirements(plan_ev, open_knobs),
         fixes=fixes,
         solver=_solver(plan_rank, len(plan_space), searched_s),
+        stack=question.stack.settings(),
         optimum=optimum,
         best_change=change,
         warnings=input_warnings(spec),
@@ -450,7 +451,7 @@ def _optimize_one(
     ]
     result = HardwareResult(
         hardware=cluster.name, gpus=layouts[0].gpus if layouts else counts[0], solver=_solver(ranking, len(ev)),
-        layouts=layouts, reason=ranking.reason,
+        layouts=layouts, reason=ranking.reason, stack=question.stack.settings(),
     )  # fmt: skip
     if scaling and len(counts) > 1:
         result = result.model_copy(update={"scaling": [

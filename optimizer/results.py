@@ -146,6 +146,11 @@ class HardwareResult(_Out):
     solver: SolverOut = Field(description="how the answer was found")
     layouts: list[EvaluatedLayout] = Field(description="best first, all feasible")
     reason: str | None = Field(default=None, description="why no layout qualifies, with figures")
+    stack: dict[str, bool | str] = Field(
+        default_factory=dict,
+        description="the software-stack settings the prediction assumes: the framework's defaults with the "
+        "--flash-attention, --loss, --fp8-recipe ... overrides applied (empty for a pool)",
+    )
     fixes: list[str] = Field(default_factory=list, description="the smallest changes that would make a layout fit")
     explanation: Explanation | None = Field(default=None, description="sentences on the best layout and the runners-up")
     launch: dict[str, str] | None = Field(
@@ -226,6 +231,11 @@ class ValidateResult(EvaluatedLayout):
     requirements: list[str] = Field(description="settings the plan cannot do without (e.g. 'recompute full')")
     fixes: list[str] = Field(default_factory=list, description="the smallest changes that make the plan feasible")
     solver: SolverOut = Field(description="how the plan's open knobs were chosen")
+    stack: dict[str, bool | str] = Field(
+        default_factory=dict,
+        description="the software-stack settings the prediction assumes: the framework's defaults with the "
+        "--flash-attention, --loss, --fp8-recipe ... overrides applied",
+    )
     optimum: Optimum | None = Field(description="the best layout of the same question; null when none fits")
     best_change: Change | None = Field(description="the single plan change that gains most; null when none gains")
     launch: dict[str, str] | None = Field(

@@ -279,3 +279,26 @@ def test_optimize_evaluates_each_candidate_once(monkeypatch: pytest.MonkeyPatch)
     paraplan.optimize(model="llama2-70b", gpus=1024, hardware="a100-80g", top=3)
     rows = np.concatenate(calls)
     assert len(np.unique(rows, axis=0)) == len(rows)
+
+
+def test_results_report_the_stack_they_assume() -> None:
+    """The JSON names every stack setting a prediction was priced under: the framework's defaults
+    (torchtitan 0.3.0: chunked loss, rowwise FP8, no TP overlap) with the user's overrides."""
+    given = paraplan.validate(
+        "llama3-8b", 8, "h100-sxm", "TP1/PP1/DP8", framework="torchtitan", precision="fp8",
+        stack={"fp8_recipe": "tensorwise", "flash_attention": False},
+    )  # fmt: skip
+    assert given.stack["fp8_recipe"] == "tensorwise"
+    assert given.stack["flash_attention"] is False
+    assert given.stack["loss"] == "chunked"
+    assert given.stack["tp_overlap"] is False
+    found = paraplan.optimize("llama2-7b", "a100-80g", 8, top=1)
+    assert found.results[0].stack["fp8_recipe"] == "delayed"
+    assert found.results[0].stack["loss"] == "eager"
+
+
+def test_json_reference_is_current() -> None:
+    """docs/json.md is rendered from the result models; a field added without re-rendering fails."""
+    done = run_module("", code="import runpy, sys; sys.argv = ['make_json_md.py', '--check']; "
+                      "runpy.run_path('docs/make_json_md.py', run_name='__main__')")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
