@@ -39,6 +39,8 @@ appends each output to `output_chunks` for `merge_output_chunks`, which `step()`
 discarded that return value but could not stop the appends until torchtitan e5ef99aab (2025-10-22,
 "Update PP to release memory earlier", train.py passes `return_outputs=False`, the API of
 pytorch/pytorch#165822). The rows of December 2024 (torchtitan 9dec370, torch 1963fc8) kept them.
+Before pytorch/pytorch#153383 (2025-05) the other stages kept their outputs too, a hidden-state
+shard per micro-batch done; not priced: at a stage's peak no micro-batch is done when m <= PP.
 `kv_repeated`: K and V are repeated to every query head before attention (torchtitan 9dec370
 torchtitan/models/llama/model.py `Attention.forward`: `keys = repeat_kv(xk, self.n_rep)` before
 `F.scaled_dot_product_attention`), so the attention saves, and context parallelism all-gathers,
