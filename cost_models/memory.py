@@ -45,7 +45,10 @@ output and the attention output, recompute the rest) keeps the layer input 2h, Q
 MLP's first projection 2f, the second's output 2h and the attention output 2ad. Full recompute
 keeps only each layer's 2h input (split over TP with sequence parallelism) plus one layer's full
 activations while it is recomputed; block recompute of N layers per chunk does so for N of them.
-Context parallelism divides the tokens per GPU by CP.
+Context parallelism divides the tokens per GPU by CP; all-gather CP also holds one layer's
+full-sequence K and V while its attention runs (`cp_gathered_kv_bytes`). With K/V repeated to
+every query head before attention (`Stack.kv_repeated`, torchtitan of 2024) the attention saves,
+and CP gathers, K/V of a heads instead of g.
 FP8 training with Transformer Engine (Megatron-LM; `frameworks.FP8_SAVES`) keeps each linear layer's
 input in FP8 for the weight gradient, 1 B instead of 2: the QKV and MLP inputs (the norm outputs)
 take 2h instead of 4h, the second MLP GEMM's input (the product, or the GELU output) f instead of
@@ -69,7 +72,9 @@ parallelism holds 16, `frameworks.TP_LOSS_BYTES`) with the stack's loss "eager";
 with the LM head's saved 2h input (2h/TP under sequence parallelism where the framework saves the
 shard, `frameworks.HEAD_INPUT_GATHERED`); with torchtitan 0.3.0's chunked loss one chunk's logits
 (1/8) plus the fp32 gradient of the hidden states, 4h (and 2h of chunk copies when a micro-batch
-holds several sequences).
+holds several sequences). Where PyTorch's pipelining keeps every micro-batch's output to the end
+of the step (`Stack.pp_outputs_kept`), the last stage also holds the bf16 logits of the earlier
+micro-batches (`kept_outputs_bytes`).
 
 `other` is the cluster's reserve (CUDA context, cuBLAS workspace, NCCL buffers, allocator
 fragmentation), see `memory_reserve_bytes` in the hardware presets.
@@ -83,7 +88,7 @@ import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.frameworks import COMPILED_LOSS_BYTES, LOSS_CHUNKS, deferred_grad_sync, per_framework_value
-from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
+from paraplan.cost_models.layout import CpComm, Framework, Offload, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
 from paraplan.cost_models.stages import stage_layers
@@ -210,7 +215,9 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     if model.is_moe:
         # the dispatched copy of each token, gathered over the expert-TP group (module docstring)
         mlp_inner = np.asarray(mlp_inner + model.moe_share * model.experts_top_k * 2.0 * h * lay.etp, dtype=np.float64)
-    split: float | FloatArray = 4.0 * model.q_dim + 2.0 * model.kv_dim + 2.0 * model.v_dim + mlp_inner
+    # K and V as the attention saves them: g heads, or a heads when repeated (Stack.kv_repeated)
+    kv_saved = 2.0 * (model.kv_dim + model.v_dim) * kv_repeats(model, stack)
+    split: float | FloatArray = 4.0 * model.q_dim + kv_saved + mlp_inner
     if not stack.flash_attention:
         scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout)
         split = split + np.where(lay.recompute == Recompute.NONE, scores, 0.0)
@@ -235,6 +242,35 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     share = lay.full_recompute_share(model.num_layers)
     stored = share * layer_input + (1.0 - share) * full_layer
     return np.asarray(np.where(_selective_op(lay), op_policy, stored))
+
+
+def kv_repeats(model: ModelSpec, stack: Stack) -> float:
+    """How many copies of each K/V head the attention takes: a/g when repeated (Stack.kv_repeated)."""
+    return model.num_heads / model.num_kv_heads if stack.kv_repeated else 1.0
+
+
+def cp_gathered_kv_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
+    """The full-sequence K and V that all-gather context parallelism assembles for one layer's
+    attention (forward, and again in the backward), beyond the local shards: CP x the local K/V,
+    bf16, of the K/V heads on this TP rank, or of every query head when repeated first
+    (Stack.kv_repeated). The ring exchange holds one neighbour's chunk instead (not priced)."""
+    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    width = (model.kv_dim + model.v_dim) * kv_repeats(model, stack) / lay.tp.astype(np.float64)
+    gathered = BF16_BYTES * lay.cp * tokens * width
+    return np.asarray(np.where((lay.cp > 1) & (lay.cp_comm == CpComm.ALLGATHER), gathered, 0.0))
+
+
+def kept_outputs_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
+    """The last stage's logits of the micro-batches before the current one, kept until the step
+    ends (Stack.pp_outputs_kept): at its peak, the loss backward of the last micro-batch, m - 1
+    of them, bf16, V/TP per token. The current micro-batch's own logits are held in any release
+    (the stage's forward cache keeps them until its backward), so they are not part of this."""
+    if not stack.pp_outputs_kept:
+        return np.zeros(len(lay))
+    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    earlier = np.maximum(lay.num_micro_batches - 1.0, 0.0)
+    kept = earlier * tokens * BF16_BYTES * model.vocab_size / lay.tp.astype(np.float64)
+    return np.asarray(np.where(lay.pp > 1, kept, 0.0))
 
 
 def _layer_input_bytes_per_token(model: ModelSpec, lay: Layouts) -> FloatArray:
@@ -287,9 +323,9 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: Float
     per_layer = acts.stored * tokens
     in_flight = in_flight_micro_batches(lay, stage)
     stored = per_layer * layers * in_flight
-    recompute_peak = tokens * acts.recompute_extra
+    recompute_peak = tokens * acts.recompute_extra + cp_gathered_kv_bytes(model, lay, stack)
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
-    logits = loss_bytes_per_token(model, lay, stack) * tokens
+    logits = loss_bytes_per_token(model, lay, stack) * tokens + kept_outputs_bytes(model, lay, stack)
     recv = recv_buffer_bytes(model, lay, in_flight, first, last)
     total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0) + recv
     return np.asarray(np.where(layers > 0, total, 0.0))

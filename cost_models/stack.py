@@ -33,6 +33,19 @@ recipe, 32-element blocks). Only read when the layout's precision is fp8.
 save list names the SDPA op that runs). torchtitan from 3b85aa31f (2025-05-14, cuDNN attention
 first on sm100) to b39377f9f (2025-12-01, "add all SDPA backends to op_sac_save_list") did not
 save cuDNN attention, so on B200 the attention forward ran again in the backward.
+`pp_outputs_kept`: the pipeline's last stage keeps every micro-batch's output, its bf16 logits,
+until the step ends (`memory.kept_outputs_bytes`). PyTorch's `_PipelineStageBase.forward_one_chunk`
+appends each output to `output_chunks` for `merge_output_chunks`, which `step()` returns; torchtitan
+discarded that return value but could not stop the appends until torchtitan e5ef99aab (2025-10-22,
+"Update PP to release memory earlier", train.py passes `return_outputs=False`, the API of
+pytorch/pytorch#165822). The rows of December 2024 (torchtitan 9dec370, torch 1963fc8) kept them.
+Before pytorch/pytorch#153383 (2025-05) the other stages kept their outputs too, a hidden-state
+shard per micro-batch done; not priced: at a stage's peak no micro-batch is done when m <= PP.
+`kv_repeated`: K and V are repeated to every query head before attention (torchtitan 9dec370
+torchtitan/models/llama/model.py `Attention.forward`: `keys = repeat_kv(xk, self.n_rep)` before
+`F.scaled_dot_product_attention`), so the attention saves, and context parallelism all-gathers,
+K/V of a heads, not g (`memory.cp_gathered_kv_bytes`, `traffic.cp_per_layer_s`). torchtitan passes
+enable_gqa instead from ff0829c10 (2026-01-27, "GQA without kv repeats").
 """
 
 from __future__ import annotations
@@ -72,6 +85,13 @@ class Stack:
     )
     attention_saved: bool = field(
         default=True, metadata={"help": "Op-level selective recompute saves the attention output (torchtitan)."}
+    )
+    pp_outputs_kept: bool = field(
+        default=False,
+        metadata={"help": "The last pipeline stage keeps every micro-batch's logits to the step's end (old torch)."},
+    )
+    kv_repeated: bool = field(
+        default=False, metadata={"help": "K/V repeated to every query head before attention (torchtitan of 2024)."}
     )
 
     def settings(self) -> dict[str, bool | str]:

@@ -17,7 +17,7 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       output gradients are all-gathered before their GEMMs start: 6 collectives in the backward,
       2 of them exposed whatever the GEMMs (`FrameworkSpec.sp_regathers_input`).
   CP  ring (Liu et al. 2023; Megatron --cp-comm-type p2p): CP-1 steps that pass the local K and
-      V chunk (2*T*g*d/TP*2 bytes) in the forward, K, V, dK, dV in the backward; each overlaps
+      V chunk (2*T*g*d/TP*2 bytes; a heads instead of g when repeated first, `Stack.kv_repeated`) in the forward, K, V, dK, dV in the backward; each overlaps
       the attention compute of the same layer, so only the excess is exposed. All-gather (Llama 3,
       Dubey et al. 2024 Sec 3.3.2; Megatron --cp-comm-type allgather): K and V all-gathered
       before attention in the forward, their gradients reduce-scattered in the backward, not
@@ -58,7 +58,7 @@ from paraplan.cost_models.comm import (
 from paraplan.cost_models.compute import MicroBatchTimes
 from paraplan.cost_models.frameworks import deferred_grad_sync, sp_regathers_input
 from paraplan.cost_models.layout import CpComm
-from paraplan.cost_models.memory import StageParams
+from paraplan.cost_models.memory import StageParams, kv_repeats
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.hardware_specs.schema import Cluster
@@ -123,9 +123,11 @@ def tp_per_layer_s(
     return np.asarray(forward + np.where(sp, sp_bwd, plain_bwd))
 
 
-def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, times: MicroBatchTimes) -> FloatArray:
+def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack,
+                   times: MicroBatchTimes) -> FloatArray:  # fmt: skip
     bw, lat = links(cluster, lay.cp, lay.tp)
-    chunk = 2.0 * _tokens(lay) * model.kv_dim / lay.tp * ACTIVATION_BYTES
+    # K and V of the local tokens, of every query head when repeated first (Stack.kv_repeated)
+    chunk = 2.0 * _tokens(lay) * model.kv_dim * kv_repeats(model, stack) / lay.tp * ACTIVATION_BYTES
     steps = lay.cp - 1.0
     ring_fwd = np.maximum(steps * p2p_s(chunk, bw, lat) - times.attention_fwd_s, 0.0)
     ring_bwd = np.maximum(steps * p2p_s(2.0 * chunk, bw, lat) - times.attention_bwd_s, 0.0)
@@ -165,7 +167,7 @@ def micro_batch_comm(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: St
     (the window that hides the interleaved schedule's transfers)."""
     return MicroBatchComm(
         tp_layer_s=tp_per_layer_s(model, lay, cluster, stack, times.layer_gemm_fwd_s),
-        cp_layer_s=cp_per_layer_s(model, lay, cluster, times),
+        cp_layer_s=cp_per_layer_s(model, lay, cluster, stack, times),
         ep_layer_s=ep_per_layer_s(model, lay, cluster),
         pp_s=pp_per_micro_batch_s(model, lay, cluster, stack, chunk_compute_s / 2.0),
     )

@@ -5,8 +5,8 @@ result models (`paraplan.results`).
 Keyword arguments take the CLI's defaults. Layout knobs (`micro_batch=2`, `recompute="full"`,
 `framework="torchtitan"`, ...; the fields of `paraplan.Layout`) go as keyword arguments: a
 searched knob given is fixed, one left out is chosen. Stack settings (`flash_attention`,
-`dp_overlap`, `main_grads`, `tp_overlap`, `p2p_overlap`, `loss`, `fp8_recipe`, `attention_saved`)
-go in `stack={...}` and default to the framework's. Bad input raises `paraplan.InputError` with a
+`dp_overlap`, `main_grads`, `tp_overlap`, `p2p_overlap`, `loss`, `fp8_recipe`, `attention_saved`,
+`pp_outputs_kept`, `kv_repeated`) go in `stack={...}` and default to the framework's. Bad input raises `paraplan.InputError` with a
 one-line message.
 """
 

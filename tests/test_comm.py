@@ -234,8 +234,10 @@ def _attention(fwd: float, bwd: float) -> MicroBatchTimes:
     return MicroBatchTimes(**{**zeros, "attention_fwd_s": _a(fwd), "attention_bwd_s": _a(bwd)})
 
 
-def _cp(model: ModelSpec, cluster: Cluster, times: MicroBatchTimes, **knobs: object) -> float:
-    return _f(cp_per_layer_s(model, one(tp=8, micro_batch=1, seq_len=8192, **knobs), cluster, times))
+def _cp(model: ModelSpec, cluster: Cluster, times: MicroBatchTimes, stack: Stack | None = None,
+        **knobs: object) -> float:  # fmt: skip
+    lay = one(tp=8, micro_batch=1, seq_len=8192, **knobs)
+    return _f(cp_per_layer_s(model, lay, cluster, stack or Stack(), times))
 
 
 def test_cp_ring_hides_under_attention(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
@@ -260,6 +262,15 @@ def test_cp_allgather_is_not_overlapped(dgx: Cluster, models: dict[str, ModelSpe
     for attention in (0.0, 1.0):
         got = _cp(model, dgx, _attention(attention, attention), cp=2, cp_comm="allgather")
         assert got == pytest.approx(2 * 2.197152e-4, rel=1e-12)
+
+
+def test_cp_allgather_of_repeated_kv(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # K and V repeated to the a = 64 query heads before attention (Stack.kv_repeated), not g = 8:
+    # 8 x 4,194,304 = 33,554,432 bytes gathered, n = 2:
+    #   1e-5 + (1/2) x 33,554,432 / 1e10 = 1.6877216e-3 s forward, the same backward
+    model = models["llama2-70b"]
+    got = _cp(model, dgx, _attention(0.0, 0.0), Stack(kv_repeated=True), cp=2, cp_comm="allgather")
+    assert got == pytest.approx(2 * 1.6877216e-3, rel=1e-12)
 
 
 def test_cp4_ring_against_allgather(dgx: Cluster, models: dict[str, ModelSpec]) -> None:

@@ -359,6 +359,16 @@ def test_torchtitan_mappings() -> None:
         ("torchtitan", "llama3-8b", {},
          Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", attention_saved=False),
          "attention_saved"),
+        # older releases' behaviours no pinned framework's flags bring back
+        ("torchtitan", "llama3-8b", {"pp": 2, "dp": 4},
+         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", pp_outputs_kept=True),
+         "pp_outputs_kept"),
+        ("torchtitan", "llama3-8b", {},
+         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", kv_repeated=True),
+         "kv_repeated"),
+        ("megatron", "llama2-7b", {"pp": 2}, Stack(pp_outputs_kept=True), "pp_outputs_kept"),
+        ("megatron", "llama3-8b", {}, Stack(kv_repeated=True), "kv_repeated"),
+        ("deepspeed", "llama3-8b", {}, Stack(main_grads="bf16", p2p_overlap=False, kv_repeated=True), "kv_repeated"),
     ],
 )  # fmt: skip
 def test_refusals_name_the_knob(kind: str, model: str, layout: dict[str, object], stack: Stack | None,
@@ -544,3 +554,12 @@ def test_check_emitted_catches_what_the_pinned_schemas_reject() -> None:
     titan = emit_launch("torchtitan", load_model("llama3-8b"), Layout(framework=Framework.TORCHTITAN, dp=8))
     bad = titan.replace("--parallelism.tensor_parallel_degree", "--parallelism.tensor_parallel_degre")
     assert any("tensor_parallel_degre" in p for p in check_emitted("torchtitan", bad))
+
+
+def test_megatron_unfused_attention_repeats_kv_itself() -> None:
+    # Megatron-LM's unfused DotProductAttention repeats K/V to every query head
+    # (`key.repeat_interleave`, megatron/core/transformer/dot_product_attention.py at d98e8a64),
+    # so a stack with repeated K/V is what --attention-backend unfused runs; the flash backend
+    # takes the K/V heads as they are (refused above).
+    text = emit_launch("megatron", load_model("llama3-8b"), Layout(), Stack(flash_attention=False, kv_repeated=True))
+    assert "--attention-backend unfused" in text

@@ -17,8 +17,11 @@ from paraplan.cost_models.layout import Framework
 from paraplan.cost_models.memory import (
     MEMORY_TERMS,
     MemoryBreakdown,
+    activation_bytes,
     activation_bytes_per_token_layer,
+    cp_gathered_kv_bytes,
     in_flight_micro_batches,
+    kept_outputs_bytes,
     peak_memory,
     recv_buffer_bytes,
     stage_params,
@@ -247,6 +250,57 @@ def test_gqa_and_gated_mlp_generalisation(models: dict[str, ModelSpec]) -> None:
     #   (8h + 4 a d + 2 g d + 2 g d + 6f) / 8 = (65,536 + 32,768 + 4,096 + 172,032) / 8 = 34,304
     lay = one(tp=8, sequence_parallel=True, recompute="selective")
     assert _f(activation_bytes_per_token_layer(models["llama2-70b"], lay, FLASH)) == 34_304
+
+
+def test_repeated_kv_is_saved_for_every_query_head(models: dict[str, ModelSpec]) -> None:
+    # Llama 2 70B as above (a = 64, g = 8, d = 128), K and V repeated to the 64 query heads before
+    # attention (torchtitan 9dec370): the attention saves 2 a d each instead of 2 g d:
+    #   (65,536 + 32,768 + 2 x 2 x 8,192 + 172,032) / 8 = 303,104 / 8 = 37,888
+    lay = one(tp=8, sequence_parallel=True, recompute="selective")
+    assert _f(activation_bytes_per_token_layer(models["llama2-70b"], lay, Stack(kv_repeated=True))) == 37_888
+    # a model without grouped queries has nothing to repeat
+    gpt = gpt_spec()
+    assert _f(activation_bytes_per_token_layer(gpt, one(), Stack(kv_repeated=True))) == _f(
+        activation_bytes_per_token_layer(gpt, one(), FLASH)
+    )
+
+
+def test_context_parallel_allgather_holds_the_whole_kv(models: dict[str, ModelSpec]) -> None:
+    # Llama 3 8B (g d = 8 x 128 = 1,024), TP1, CP4 all-gather, one 32,768-token sequence: 8,192
+    # local tokens; the gathered K and V of one layer: 2 B x 4 x 8,192 x (1,024 + 1,024)
+    # = 134,217,728 B; repeated to the 32 query heads first, 4x: 536,870,912 B.
+    model = models["llama3-8b"]
+    knobs: dict[str, Any] = {"cp": 4, "micro_batch": 1, "seq_len": 32_768, "global_batch": 1, "recompute": "full"}
+    gather = one(cp_comm="allgather", **knobs)
+    assert _f(cp_gathered_kv_bytes(model, gather, FLASH)) == 134_217_728
+    assert _f(cp_gathered_kv_bytes(model, gather, Stack(kv_repeated=True))) == 536_870_912
+    # the ring passes one chunk at a time (not priced); without CP nothing is gathered
+    assert _f(cp_gathered_kv_bytes(model, one(**knobs), FLASH)) == 0.0
+    assert _f(cp_gathered_kv_bytes(model, one(micro_batch=1, seq_len=8192), Stack(kv_repeated=True))) == 0.0
+    # it adds to the peak's activations, once (one layer's attention at a time)
+    ring = _f(_peak(model, one(**knobs)).activations)
+    assert _f(_peak(model, gather).activations) == ring + 134_217_728
+
+
+def test_pipeline_kept_logits_by_hand() -> None:
+    # PyTorch's pipelining before return_outputs=False (Stack.pp_outputs_kept): PP4, 4 micro-batches
+    # of one 2,048-token sequence, V 50,000. At the last stage's peak (the loss backward of the
+    # last micro-batch) the 3 earlier micro-batches' bf16 logits are held:
+    #   3 x 2,048 x 50,000 x 2 B = 614,400,000 B; with TP2 each GPU holds half the vocabulary.
+    model = gpt_spec(h=1024, layers=8, vocab=50_000, seq=2048)
+    knobs: dict[str, Any] = {"pp": 4, "seq_len": 2048, "global_batch": 4, "micro_batch": 1, "recompute": "full"}
+    kept = Stack(pp_outputs_kept=True)
+    lay = one(framework="torchtitan", zero=0, **knobs)
+    assert _f(kept_outputs_bytes(model, lay, kept)) == 614_400_000
+    assert _f(kept_outputs_bytes(model, one(framework="torchtitan", zero=0, tp=2, **knobs), kept)) == 307_200_000
+    assert _f(kept_outputs_bytes(model, lay, FLASH)) == 0.0
+    # only the last stage holds logits; without a pipeline there is no schedule to keep them
+    layers = np.array([2.0])
+    for stage, first, last, extra in ((0.0, True, False, 0.0), (3.0, False, True, 614_400_000.0)):
+        before = _f(activation_bytes(model, lay, FLASH, layers, stage, first, last))
+        assert _f(activation_bytes(model, lay, kept, layers, stage, first, last)) == before + extra
+    single = one(framework="torchtitan", zero=0, seq_len=2048, global_batch=4, micro_batch=1)
+    assert _f(kept_outputs_bytes(model, single, kept)) == 0.0
 
 
 def test_fp8_keeps_transformer_engine_gemm_inputs_in_fp8(models: dict[str, ModelSpec]) -> None:

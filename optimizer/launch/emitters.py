@@ -159,6 +159,18 @@ def _refuse(ctx: _Ctx, knob: str, why: str) -> NoReturn:
     raise InputError(f"cannot emit {ctx.kind} for this plan: {knob} -- {why}")
 
 
+def _refuse_older_stack(ctx: _Ctx, release: str, repeats_kv: bool = False) -> None:
+    """Stack settings that describe older releases (`Stack.pp_outputs_kept`, `Stack.kv_repeated`),
+    which the pinned frameworks' flags cannot bring back. `repeats_kv`: the emitted attention
+    repeats K/V itself (Megatron-LM's unfused DotProductAttention, `key.repeat_interleave`)."""
+    if ctx.stack.pp_outputs_kept:
+        _refuse(ctx, "pp_outputs_kept", f"{release}'s pipeline schedules keep no micro-batch's output to the step's end "
+                "(PyTorch's pipelining did until torchtitan passed return_outputs=False, e5ef99aab)")  # fmt: skip
+    if ctx.stack.kv_repeated and not repeats_kv:
+        _refuse(ctx, "kv_repeated", f"{release}'s attention takes the K/V heads as they are (torchtitan repeated them "
+                "to every query head before ff0829c10); no flag repeats them")  # fmt: skip
+
+
 def _kf(name: str, fw: Framework) -> str:
     """The framework's flag for a knob's plain value (`Knob.flags`), as written on a command line."""
     flag = KNOBS[name].flags[fw]
@@ -398,6 +410,7 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     if stack.loss != "eager":
         _refuse(ctx, "loss", f"a {stack.loss} loss: Megatron-LM {MEGATRON_COMMIT[:8]} computes the whole logits' "
                 "cross entropy with its VocabParallelCrossEntropy")  # fmt: skip
+    _refuse_older_stack(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]}", repeats_kv=not stack.flash_attention)
     flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp))]
     if lay.virtual_stages > 1:
         flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.virtual_stages)))
@@ -556,6 +569,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
     if stack.loss != "eager":
         _refuse(ctx, "loss", f"a {stack.loss} loss: the Megatron-style training script computes the whole logits' "
                 "cross entropy in eager mode")  # fmt: skip
+    _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     config = _deepspeed_config(ctx)
     per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)
     lines = _header(ctx, f"DeepSpeed {DEEPSPEED_VERSION}: the JSON keys are checked against it; the training script's "
@@ -711,6 +725,7 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
     if not stack.attention_saved:
         _refuse(ctx, "attention_saved", f"torchtitan {TORCHTITAN_VERSION}'s op-level selective recompute saves "
                 "the output of every SDPA backend (op_sac_save_list, since b39377f9f)")  # fmt: skip
+    _refuse_older_stack(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     if stack.loss != "chunked":
         _refuse(ctx, "loss", f"a {stack.loss} loss over the whole logits: torchtitan {TORCHTITAN_VERSION} computes "
                 "the loss with ChunkedLossWrapper (loss.num_chunks 8; 1 chunk still keeps its fp32 gradient buffer), "
