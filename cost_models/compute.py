@@ -10,7 +10,8 @@ is two GEMMs of the same three dimensions (dX = dY W^T, dW = X^T dY), so twice t
 
 Attention: flash attention (Dao 2023, FlashAttention-2) skips the masked half of a causal
 s x s block and runs at `efficiency.attention` of the BF16 peak; its backward does 5 matmuls to
-the forward's 2 (2.5x). Without flash attention the scores are batched GEMMs over full s x s plus
+the forward's 2 (2.5x). PyTorch's context parallelism (torchtitan) adds memory-bound fp32 merges
+of its per-step attention outputs and gradients (`cp_merge_bytes`). Without flash attention the scores are batched GEMMs over full s x s plus
 a memory-bound softmax.
 
 Memory-bound kernels move these bytes per token in the forward pass (backward: twice):
@@ -35,9 +36,9 @@ import numpy as np
 
 from paraplan.cost_models.candidates import FloatArray, Layouts
 from paraplan.cost_models.flops import causal_keys
-from paraplan.cost_models.frameworks import per_framework_value
+from paraplan.cost_models.frameworks import cp_sdpa_merge, per_framework_value
 from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
-from paraplan.cost_models.memory import StageParams
+from paraplan.cost_models.memory import StageParams, kv_repeats
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.hardware_specs.schema import Cluster
@@ -161,6 +162,34 @@ def _attention_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: St
     return np.asarray(scores + _memory_s(softmax_bytes, cluster))
 
 
+def cp_merge_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray]:
+    """Bytes one layer's context-parallel merges move per micro-batch on one GPU, (forward,
+    backward); 0 unless the framework runs PyTorch's context_parallel (`frameworks.cp_sdpa_merge`).
+
+    `_templated_ring_attention` (torch/distributed/tensor/experimental/_attention.py) runs CP
+    SDPA calls per layer and merges each into a running output kept in fp32 (`_SDPAMerger`,
+    convert_to_f32 on by default): the first block cast to fp32 (read 2 B, write 4 B per
+    element), each later one merged by its logsumexp (read the fp32 output 4 B and the bf16
+    block 2 B, write 4 B; a partial step's `_partial_update` rewrites the whole output), the
+    result cast back (6 B). `_templated_ring_attention_backward` accumulates dQ, dK and dV in
+    fp32 zero-filled buffers (4 B), one read-modify-write per step (10 B per element, as above),
+    and casts them back at the end (6 B). Each merge or accumulation is counted as one fused
+    pass: torchtitan compiles every TransformerBlock with fullgraph=True (`apply_compile` at
+    9dec370 and v0.2.2), so the ring's elementwise ops are traced into the block's graph; run
+    eagerly they would be several kernels and about four times the bytes, so this is a lower
+    bound. Elements: the output and dQ are T x query heads x head_dim / TP, dK and dV T x the
+    K/V widths / TP, of every query head when K and V are repeated (`Stack.kv_repeated`). The
+    logsumexp terms are 1/head_dim of these and left out."""
+    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    cp = lay.cp.astype(np.float64)
+    out = tokens * model.num_heads * (model.v_head_dim or model.head_dim) / lay.tp
+    kv = tokens * (model.kv_dim + model.v_dim) * kv_repeats(model, stack) / lay.tp
+    on = cp_sdpa_merge(lay)
+    fwd = (6.0 + 10.0 * (cp - 1.0) + 6.0) * out
+    bwd = (4.0 + 10.0 * cp + 6.0) * (out + kv)
+    return np.asarray(np.where(on, fwd, 0.0)), np.asarray(np.where(on, bwd, 0.0))
+
+
 def _memory_s(nbytes: FloatArray, cluster: Cluster) -> FloatArray:
     return np.asarray(nbytes / (cluster.gpu.mem_bw_bytes_per_s * cluster.efficiency.memory_bound))
 
@@ -276,13 +305,16 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     if stack.fp8_recipe in TORCHAO_CASTS and not TORCHAO_CASTS[stack.fp8_recipe].wgrad_fp8:
         bf16_wgrad = _layer_gemms_fwd_s(model, lay, cluster, tokens, bf16_rate(cluster))
         wgrad = np.asarray(np.where(lay.precision == Precision.FP8, bf16_wgrad, gemms))
+    merge_fwd_bytes, merge_bwd_bytes = cp_merge_bytes(model, lay, stack)
     attention = _attention_fwd_s(model, lay, cluster, stack)
     cast_fwd_bytes, cast_bwd_bytes = fp8_cast_bytes(model, lay, stack, tokens)
     memory_bound = _layer_memory_bound_fwd_s(model, lay, cluster, tokens)
     elementwise = memory_bound + _memory_s(cast_fwd_bytes, cluster)
     elementwise_bwd = 2.0 * memory_bound + _memory_s(cast_bwd_bytes, cluster)
-    layer_fwd = gemms + attention + elementwise
     attention_bwd = attention * (FLASH_BACKWARD_RATIO if stack.flash_attention else 2.0)
+    attention_bwd = attention_bwd + _memory_s(merge_bwd_bytes, cluster)
+    attention = attention + _memory_s(merge_fwd_bytes, cluster)
+    layer_fwd = gemms + attention + elementwise
     layer_bwd = gemms + wgrad + elementwise_bwd + attention_bwd
     op_level = 0.5 * gemms + elementwise + (0.0 if stack.attention_saved else attention)
     selective = np.where(lay.framework == Framework.TORCHTITAN, op_level, attention)

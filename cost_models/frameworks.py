@@ -44,6 +44,10 @@ torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
     (`Stack.tp_overlap`) fuses every TP collective into a neighbouring matmul.
   * Context parallelism all-gathers K/V (0.3.0 has no context_parallel_rotate_method, which
     v0.2.2 had) and runs over the FSDP mesh (dp_shard_cp): CP > 1 always shards, so no ZeRO-0.
+    It is PyTorch's context_parallel (torch/distributed/tensor/experimental/_attention.py, the
+    same algorithm from late 2024 to 2026): `_templated_ring_attention` runs CP SDPA calls per
+    layer and merges their outputs in fp32 (`FrameworkSpec.cp_sdpa_merge`, priced by
+    `compute.cp_merge_bytes`).
   * Activation checkpointing is activation-checkpoint:none|selective|full; 0.3.0's "selective"
     is the per-op policy: it saves every other matmul's output and recomputes the rest of the
     layer. 0.3.0 has no selective_ac_option (v0.2.2's every-k-th-layer policy), so no block
@@ -96,6 +100,7 @@ class FrameworkSpec:
     pp_defers_grad_sync: bool  # with PP > 1, unsharded gradients accumulate; one reduce-scatter per step
     pp_recv_buffers: bool  # with PP > 1, receive buffers for every micro-batch persist (see module docstring)
     sp_regathers_input: bool  # sequence parallel: column-parallel inputs all-gathered again in the backward
+    cp_sdpa_merge: bool  # CP runs one SDPA call per step and merges the outputs in fp32 (PyTorch's CP)
     block_recompute: bool  # Megatron's block method: full recompute of N layers per chunk
     even_split_divides: bool  # an even pipeline split needs PP x VPP to divide the layers
     selective: str  # what "selective" recomputes: "core_attention" or "op" (see module docstring)
@@ -228,7 +233,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
         cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}),
         optimizer_offload_zero=frozenset({1}),
-        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True,
+        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True, cp_sdpa_merge=False,
         block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
@@ -241,7 +246,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload),
         optimizer_offload_zero=frozenset({1, 2, 3}),
         precisions=frozenset({Precision.BF16, Precision.FP16}), uneven_split=False, cp_shards=False,
-        pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
+        pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True, cp_sdpa_merge=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
         loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
@@ -254,7 +259,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
         offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),
-        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, pp_recv_buffers=True, sp_regathers_input=False, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
+        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, pp_recv_buffers=True, sp_regathers_input=False, cp_sdpa_merge=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
         loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
@@ -359,6 +364,12 @@ def sp_regathers_input(lay: Layouts) -> FloatArray:
     """1 where the framework all-gathers a column-parallel linear's input again in the backward
     (`FrameworkSpec.sp_regathers_input`), else 0."""
     return per_framework_value(lay, lambda fs: 1.0 if fs.sp_regathers_input else 0.0)
+
+
+def cp_sdpa_merge(lay: Layouts) -> BoolArray:
+    """Context parallelism the PyTorch way: per-step SDPA outputs merged in fp32
+    (`FrameworkSpec.cp_sdpa_merge`)."""
+    return per_framework(lay, lambda fs, x: (x.cp > 1) & fs.cp_sdpa_merge)
 
 
 def precision_unsupported(lay: Layouts) -> BoolArray:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import gpt_spec, one
 
-from paraplan.cost_models.compute import fp8_cast_bytes, gemm_s, matmul_peak_flops, micro_batch_times
+from paraplan.cost_models.compute import cp_merge_bytes, fp8_cast_bytes, gemm_s, matmul_peak_flops, micro_batch_times
 from paraplan.cost_models.evaluate import Evaluation, evaluate
 from paraplan.cost_models.layout import Framework
 from paraplan.cost_models.models import ModelSpec
@@ -247,3 +247,23 @@ def test_offload_without_a_host_is_refused(dgx: Cluster, models: dict[str, Model
     no_host = dgx.model_copy(update={"host": None})
     ev = evaluate(models["llama2-7b"], no_host, one(dp=8, zero=1, offload="optimizer"), Stack())
     assert ev.checks["host"][0] and not ev.feasible[0]
+
+
+def test_context_parallel_merges_by_hand(models: dict[str, ModelSpec]) -> None:
+    # Llama 3 8B (32 query heads, 8 KV heads, head_dim 128), torchtitan CP4 at s 131072: T = 32768
+    # tokens a GPU. Output and dQ: 32768 x 4096 = 134,217,728 elements; dK, dV 32768 x 1024 =
+    # 33,554,432 each. Forward: cast 6 + 3 merges x 10 + cast back 6 = 42 B per output element
+    # = 5,637,144,576 B. Backward: zero 4 + 4 steps x 10 + cast back 6 = 50 B per element of dQ,
+    # dK, dV: 50 x 201,326,592 = 10,066,329,600 B; with K and V repeated to 32 heads,
+    # 50 x 402,653,184 = 20,132,659,200 B.
+    model = models["llama3-8b"]
+    lay = one(framework="torchtitan", cp=4, cp_comm="allgather", zero=3, micro_batch=1, seq_len=131072)
+    fwd, bwd = cp_merge_bytes(model, lay, Stack())
+    assert (_f(fwd), _f(bwd)) == (5_637_144_576.0, 10_066_329_600.0)
+    fwd, bwd = cp_merge_bytes(model, lay, Stack(kv_repeated=True))
+    assert (_f(fwd), _f(bwd)) == (5_637_144_576.0, 20_132_659_200.0)
+    # Megatron's all-gather CP (Transformer Engine) is not this code; without CP nothing merges
+    megatron = one(cp=4, cp_comm="allgather", micro_batch=1, seq_len=131072)
+    assert _f(cp_merge_bytes(model, megatron, Stack())[1]) == 0.0
+    alone = one(framework="torchtitan", zero=3, micro_batch=1, seq_len=131072)
+    assert _f(cp_merge_bytes(model, alone, Stack())[0]) == 0.0
