@@ -87,7 +87,9 @@ class Layouts:
     @property
     def num_micro_batches(self) -> FloatArray:
         """Micro-batches each pipeline runs per step (fractional if the batch does not divide)."""
-        return np.asarray(self.global_batch / (self.dp * self.micro_batch))
+        if "m" not in self._derived:
+            self._derived["m"] = self.global_batch / (self.dp * self.micro_batch)
+        return np.asarray(self._derived["m"], dtype=np.float64)
 
     def chunk_layers(self, num_layers: int) -> FloatArray:
         """Layers in one model chunk of the most loaded GPU: ceil(l / (p * v))."""

@@ -180,11 +180,13 @@ def cp_merge_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> tuple[FloatA
     bound. Elements: the output and dQ are T x query heads x head_dim / TP, dK and dV T x the
     K/V widths / TP, of every query head when K and V are repeated (`Stack.kv_repeated`). The
     logsumexp terms are 1/head_dim of these and left out."""
+    on = cp_sdpa_merge(lay)
+    if not on.any():
+        return np.zeros(len(lay)), np.zeros(len(lay))
     tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
     cp = lay.cp.astype(np.float64)
     out = tokens * model.num_heads * (model.v_head_dim or model.head_dim) / lay.tp
     kv = tokens * (model.kv_dim + model.v_dim) * kv_repeats(model, stack) / lay.tp
-    on = cp_sdpa_merge(lay)
     fwd = (6.0 + 10.0 * (cp - 1.0) + 6.0) * out
     bwd = (4.0 + 10.0 * cp + 6.0) * (out + kv)
     return np.asarray(np.where(on, fwd, 0.0)), np.asarray(np.where(on, bwd, 0.0))

@@ -254,10 +254,13 @@ def cp_gathered_kv_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatA
     attention (forward, and again in the backward), beyond the local shards: CP x the local K/V,
     bf16, of the K/V heads on this TP rank, or of every query head when repeated first
     (Stack.kv_repeated). The ring exchange holds one neighbour's chunk instead (not priced)."""
+    gathers = (lay.cp > 1) & (lay.cp_comm == CpComm.ALLGATHER)
+    if not gathers.any():
+        return np.zeros(len(lay))
     tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
     width = (model.kv_dim + model.v_dim) * kv_repeats(model, stack) / lay.tp.astype(np.float64)
     gathered = BF16_BYTES * lay.cp * tokens * width
-    return np.asarray(np.where((lay.cp > 1) & (lay.cp_comm == CpComm.ALLGATHER), gathered, 0.0))
+    return np.asarray(np.where(gathers, gathered, 0.0))
 
 
 def kept_outputs_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
@@ -394,23 +397,36 @@ def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: flo
     single = lay.pp == 1
     acts = LayerActivations.of(model, lay, stack)
     # A one-stage row is its own first and last stage: only pipelined rows are priced again as a
-    # middle and a last stage. All stages go in one pass over stacked copies of the rows (what a
-    # small table's evaluation costs is the count of array operations, not their length).
+    # last stage. A middle stage can outweigh the first only where it holds more layers (an uneven
+    # split, PP > 2) or more receive buffers (`pp_recv_buffers`): with the same layers it has no
+    # embedding and no more micro-batches in flight. All stages go in one pass over stacked copies
+    # of the rows (a small table's evaluation costs the count of array operations, not their length).
     piped = np.flatnonzero(~single)
-    k = len(piped)
-    no = np.zeros(k, dtype=bool)
+    uneven = (lay.first_stage_layers > 0) | (lay.last_stage_layers > 0)
+    mid = np.flatnonzero((lay.pp > 2) & (uneven | (_per_framework(lay, "pp_recv_buffers") > 0)))
+    k, j = len(piped), len(mid)
+    rows = np.concatenate([np.arange(n), piped, mid])
     stages = stage_memory(
-        model, Layouts(np.concatenate([lay.data, lay.data[piped], lay.data[piped]])), stack, reserve_bytes,
-        layers=np.concatenate([first_l, middle_l[piped], last_l[piped]]),
-        stage=np.concatenate([np.zeros(n), np.ones(k), lay.pp[piped] - 1.0]),
-        first=np.concatenate([np.ones(n, dtype=bool), no, no]), last=np.concatenate([single, no, ~no]),
-        per_token=LayerActivations(*(np.concatenate([a, a[piped], a[piped]]) for a in (acts.stored, acts.recompute_extra))),
+        model, Layouts(lay.data[rows]), stack, reserve_bytes,
+        layers=np.concatenate([first_l, last_l[piped], middle_l[mid]]),
+        stage=np.concatenate([np.zeros(n), lay.pp[piped] - 1.0, np.ones(j)]),
+        first=np.concatenate([np.ones(n, dtype=bool), np.zeros(k + j, dtype=bool)]),
+        last=np.concatenate([single, np.ones(k, dtype=bool), np.zeros(j, dtype=bool)]),
+        per_token=LayerActivations(acts.stored[rows], acts.recompute_extra[rows]),
     )  # fmt: skip
-    first = stages.take(np.arange(n))
-    middle, last = (stages.take(np.arange(n + j * k, n + (j + 1) * k)) for j in range(2))
-    peak = _where(first.total[piped] >= last.total, first.take(piped), last)
-    peak = _where(middle.total > peak.total, middle, peak)
-    return MemoryBreakdown(*(_scatter(getattr(first, t), piped, getattr(peak, t)) for t in MEMORY_TERMS))
+    peak = stages.take(np.arange(n))
+    last = stages.take(np.arange(n, n + k))
+    peak = _merge(peak, piped, last)
+    return _merge(peak, mid, stages.take(np.arange(n + k, n + k + j)))
+
+
+def _merge(base: MemoryBreakdown, index: np.ndarray, other: MemoryBreakdown) -> MemoryBreakdown:
+    """`base` with its rows `index` replaced by `other`'s where `other` holds more."""
+    larger = other.total > base.total[index]
+    return MemoryBreakdown(
+        *(_scatter(getattr(base, t), index, np.where(larger, getattr(other, t), getattr(base, t)[index]))
+          for t in MEMORY_TERMS)
+    )  # fmt: skip
 
 
 def _scatter(base: FloatArray, index: np.ndarray, values: FloatArray) -> FloatArray:
