@@ -109,7 +109,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from paraplan.cost_models.errors import InputError
-from paraplan.hardware_specs.files import read_text_file
+from paraplan.hardware_specs.files import names_anything, read_text_file
 
 MlpKind = Literal["gated", "plain"]
 QkNorm = Literal["none", "head", "full"]
@@ -616,7 +616,7 @@ def load_model(name_or_path: str) -> ModelSpec:
     if key in presets:
         return model_from_config(json.loads(presets[key].read_text()), key)
     path = Path(name_or_path)
-    if path.suffix.lower() == ".json" or path.exists() or "/" in name_or_path:
+    if path.suffix.lower() == ".json" or names_anything(path) or "/" in name_or_path:
         return load_hf_config(path)
     raise InputError(
         f"unknown model '{name_or_path}'; accepted: a path to a config.json or one of " + ", ".join(sorted(presets))

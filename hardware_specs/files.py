@@ -17,6 +17,23 @@ from paraplan.hardware_specs.errors import InputError
 MAX_INPUT_BYTES = 4 * 2**20  # a hardware TOML or config.json is a few KB; no real one approaches 4 MiB
 
 
+def is_regular_file(path: Path | str) -> bool:
+    """Whether `path` names a regular file; False for a name the OS refuses to look up (too long,
+    a NUL byte), where Python 3.11's `Path.is_file` raises instead of answering."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def names_anything(path: Path | str) -> bool:
+    """Whether anything exists at `path` (the same refusals read as no)."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def read_text_file(path: Path | str, what: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
     """The file's text, or InputError naming the file and why it cannot be read."""
     path = Path(path)

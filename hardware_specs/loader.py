@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from paraplan.hardware_specs.errors import InputError
-from paraplan.hardware_specs.files import read_text_file
+from paraplan.hardware_specs.files import is_regular_file, read_text_file
 from paraplan.hardware_specs.schema import Cluster
 
 _PRESET_SUFFIX = ".toml"
@@ -61,7 +61,7 @@ def load_cluster(name_or_path: str) -> Cluster:
     key = name_or_path.strip().lower()
     if key in _preset_files() and not _looks_like_path(name_or_path):
         return _load_preset(key)
-    if _looks_like_path(name_or_path) or Path(name_or_path).is_file():
+    if _looks_like_path(name_or_path) or is_regular_file(name_or_path):
         return _load_file(Path(name_or_path))
     name, colon, _ = name_or_path.rpartition(":")
     if colon and name.strip().lower() in _preset_files():  # 'a100-80g:0' where one hardware is read

@@ -37,7 +37,7 @@ from paraplan.cost_models.layout import KNOBS, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
 from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, Stack
 from paraplan.fit_parameters import PARAMETERS
-from paraplan.hardware_specs.files import read_text_file
+from paraplan.hardware_specs.files import is_regular_file, read_text_file
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.plan import parse_plan
 from paraplan.question import Question, knobs_from, stack_from
@@ -197,7 +197,7 @@ def run_from_row(row: dict[str, str], path: Path, line: int) -> Run:
     try:
         if model_text is not None:
             candidate = path.parent / model_text
-            model = load_model(str(candidate) if candidate.is_file() else model_text)
+            model = load_model(str(candidate) if is_regular_file(candidate) else model_text)
         elif _cell(row, "config") is not None:
             model = model_from_config(_json_object(row["config"], "", "config"), label)
         else:

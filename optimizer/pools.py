@@ -55,6 +55,7 @@ from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.reliability import ReliabilityAccount
 from paraplan.cost_models.tco import CostBreakdown, Pricing
 from paraplan.decision import NO_RUN, Outcome, RunTotals
+from paraplan.hardware_specs.files import is_regular_file
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.results import (
     BottleneckOut,
@@ -109,7 +110,7 @@ def looks_like_pool(text: str) -> bool:
     if "+" in text and not names_a_file(text):
         return True
     path = Path(text.strip())
-    if text.strip().lower().endswith(".toml") and path.is_file():
+    if text.strip().lower().endswith(".toml") and is_regular_file(path):
         try:
             from paraplan.hardware_specs.files import read_text_file
 

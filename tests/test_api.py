@@ -302,3 +302,15 @@ def test_json_reference_is_current() -> None:
     done = run_module("", code="import runpy, sys; sys.argv = ['make_json_md.py', '--check']; "
                       "runpy.run_path('docs/make_json_md.py', run_name='__main__')")  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("kind", ["model", "hardware"])
+def test_a_name_too_long_for_the_os_is_an_unknown_name(kind: str) -> None:
+    """Python 3.11's Path.exists/is_file raise on a name past NAME_MAX: it must read as 'not a
+    file' (an unknown preset, exit 2), not as an output error."""
+    name = "1" * 400
+    with pytest.raises(paraplan.InputError, match="unknown"):
+        if kind == "model":
+            paraplan.load_model(name)
+        else:
+            paraplan.load_hardware(name)
