@@ -8,7 +8,7 @@ layout is a matrix of one row.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -79,6 +79,13 @@ class Layouts:
         return Layouts(data)
 
     # --- derived quantities used by several cost models ------------------------------------
+
+    def memo(self, key: object, compute: Callable[[], npt.NDArray[np.generic]]) -> npt.NDArray[np.generic]:
+        """`compute()` the first time `key` is asked of this table, the stored array after (a
+        table never changes; cost models ask some derived arrays several times)."""
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return self._derived[key]
 
     @property
     def gpus(self) -> IntArray:

@@ -32,7 +32,13 @@ MAX_LIGHTER = 3  # first/last stages at most this many layers lighter than ceil(
 
 def stage_layers(model: ModelSpec, lay: Layouts) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(first, middle, last): layers on a GPU of the first stage, of a middle stage (the most
-    loaded; 0 without one) and of the last stage."""
+    loaded; 0 without one) and of the last stage. Computed once per table and layer count (an
+    evaluation asks three times)."""
+    first, middle, last = lay.memo(("stage_layers", model.num_layers), lambda: np.stack(_stage_layers(model, lay)))
+    return np.asarray(first, dtype=np.float64), np.asarray(middle, dtype=np.float64), np.asarray(last, dtype=np.float64)
+
+
+def _stage_layers(model: ModelSpec, lay: Layouts) -> tuple[FloatArray, FloatArray, FloatArray]:
     p = lay.pp.astype(np.float64)
     v = lay.virtual_stages.astype(np.float64)
     even = np.ceil(model.num_layers / (p * v)) * v
