@@ -156,6 +156,12 @@ def _per_framework(lay: Layouts, attribute: str) -> FloatArray:
     return per_framework_value(lay, lambda fs: float(getattr(fs, attribute)))
 
 
+def optimizer_state_bytes(lay: Layouts, stack: Stack) -> FloatArray:
+    """Optimizer state per parameter: the framework's (fp32 master and moments) less what bf16
+    moments save (`Stack.adam_moments`)."""
+    return np.asarray(_per_framework(lay, "optimizer_bytes") - stack.moment_bytes_saved)
+
+
 def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(weights, gradients, optimizer states) in bytes on the GPU under the ZeRO stage."""
     dp_dense = (lay.dp * lay.cp).astype(np.float64)
@@ -184,9 +190,7 @@ def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[
     sharded_grads = stack.grad_bytes * count(lay.zero >= 2)
     grads = np.where(on_host_all, 0.0, np.where(deferred, whole + np.where(lay.zero >= 2, sharded_grads, 0.0),
                                                  sharded_grads))  # fmt: skip
-    optimizer = np.where(
-        lay.offload != Offload.NONE, 0.0, _per_framework(lay, "optimizer_bytes") * count(lay.zero >= 1)
-    )
+    optimizer = np.where(lay.offload != Offload.NONE, 0.0, optimizer_state_bytes(lay, stack) * count(lay.zero >= 1))
     return np.asarray(weights), np.asarray(grads), np.asarray(optimizer)
 
 
@@ -195,7 +199,7 @@ def host_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> FloatAr
     copy), plus the sharded parameters and gradients when everything is offloaded."""
     dp_dense = (lay.dp * lay.cp).astype(np.float64)
     local = params.dense / dp_dense + params.expert / lay.expert_dp
-    optimizer = np.where(lay.offload != Offload.NONE, (_per_framework(lay, "optimizer_bytes")) * local, 0.0)
+    optimizer = np.where(lay.offload != Offload.NONE, optimizer_state_bytes(lay, stack) * local, 0.0)
     rest = np.where(lay.offload == Offload.ALL, (_per_framework(lay, "param_bytes") + stack.grad_bytes) * local, 0.0)
     return np.asarray(optimizer + rest)
 

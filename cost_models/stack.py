@@ -46,6 +46,12 @@ torchtitan/models/llama/model.py `Attention.forward`: `keys = repeat_kv(xk, self
 `F.scaled_dot_product_attention`), so the attention saves, and context parallelism all-gathers,
 K/V of a heads, not g (`memory.cp_gathered_kv_bytes`, `traffic.cp_per_layer_s`). torchtitan passes
 enable_gqa instead from ff0829c10 (2026-01-27, "GQA without kv repeats").
+`adam_moments`: the precision of Adam's two moments, "fp32" or "bf16" (Megatron-LM's
+precision-aware optimizer: --use-precision-aware-optimizer --exp-avg-dtype bf16
+--exp-avg-sq-dtype bf16, which megatron/core/optimizer/__init__.py at d98e8a64 passes to
+Transformer Engine's FusedAdam and allows with the distributed optimizer only). bf16 moments
+save 2 x 2 B per parameter of optimizer state (`moment_bytes_saved`) and as many bytes of the
+Adam step's reads and writes; the fp32 master weights stay.
 """
 
 from __future__ import annotations
@@ -59,6 +65,8 @@ LossMode = Literal["eager", "compiled", "chunked"]
 LOSS_MODES: tuple[LossMode, ...] = get_args(LossMode)
 Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_with_gw_hp", "mxfp8"]
 FP8_RECIPES: tuple[Fp8Recipe, ...] = get_args(Fp8Recipe)
+AdamMoments = Literal["fp32", "bf16"]
+ADAM_MOMENTS: tuple[AdamMoments, ...] = get_args(AdamMoments)
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,11 @@ class Stack:
         default=False, metadata={"help": "K/V repeated to every query head before attention (torchtitan of 2024)."}
     )
 
+    adam_moments: AdamMoments = field(
+        default="fp32",
+        metadata={"help": "Adam moments' precision: fp32 or bf16 (Megatron's precision-aware optimizer)."},
+    )
+
     def settings(self) -> dict[str, bool | str]:
         """Every setting by name, as the JSON reports them."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -101,6 +114,11 @@ class Stack:
     @property
     def grad_bytes(self) -> int:
         return 4 if self.main_grads == "fp32" else 2
+
+    @property
+    def moment_bytes_saved(self) -> int:
+        """Bytes per parameter the optimizer state saves against fp32 moments (two of 4 B)."""
+        return 2 * (4 - 2) if self.adam_moments == "bf16" else 0
 
     def with_overrides(self, **given: object) -> Stack:
         """This stack with the given fields replaced (None keeps this stack's value)."""
@@ -114,6 +132,11 @@ class Stack:
 
 STACK_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Stack))
 # the stack settings that take one of a few words (the others are true/false)
-STACK_CHOICES: dict[str, tuple[str, ...]] = {"main_grads": MAIN_GRADS, "loss": LOSS_MODES, "fp8_recipe": FP8_RECIPES}
+STACK_CHOICES: dict[str, tuple[str, ...]] = {
+    "main_grads": MAIN_GRADS,
+    "loss": LOSS_MODES,
+    "fp8_recipe": FP8_RECIPES,
+    "adam_moments": ADAM_MOMENTS,
+}
 BF16_BYTES = 2  # bf16/fp16 weights and activations
 FP32_BYTES = 4

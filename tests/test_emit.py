@@ -369,6 +369,14 @@ def test_torchtitan_mappings() -> None:
         ("megatron", "llama2-7b", {"pp": 2}, Stack(pp_outputs_kept=True), "pp_outputs_kept"),
         ("megatron", "llama3-8b", {}, Stack(kv_repeated=True), "kv_repeated"),
         ("deepspeed", "llama3-8b", {}, Stack(main_grads="bf16", p2p_overlap=False, kv_repeated=True), "kv_repeated"),
+        # bf16 Adam moments: Megatron's precision-aware optimizer, with its distributed optimizer only
+        ("megatron", "llama2-7b", {"zero": 0}, Stack(adam_moments="bf16"), "adam_moments"),
+        ("megatron", "llama2-7b", {"zero": 2}, Stack(adam_moments="bf16"), "adam_moments"),
+        ("deepspeed", "llama2-7b", {"zero": 1}, Stack(main_grads="bf16", p2p_overlap=False, adam_moments="bf16"),
+         "adam_moments"),
+        ("torchtitan", "llama3-8b", {},
+         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", adam_moments="bf16"),
+         "adam_moments"),
     ],
 )  # fmt: skip
 def test_refusals_name_the_knob(kind: str, model: str, layout: dict[str, object], stack: Stack | None,
@@ -563,3 +571,18 @@ def test_megatron_unfused_attention_repeats_kv_itself() -> None:
     # takes the K/V heads as they are (refused above).
     text = emit_launch("megatron", load_model("llama3-8b"), Layout(), Stack(flash_attention=False, kv_repeated=True))
     assert "--attention-backend unfused" in text
+
+
+def test_bf16_adam_moments_emit_and_read_back() -> None:
+    """Megatron-LM's precision-aware optimizer flags (megatron_lm_arguments.json at d98e8a64) are
+    written for bf16 moments at ZeRO-1 and read back as the same stack setting."""
+    model = load_model("llama2-7b")
+    text = emit_launch("megatron", model, Layout(zero=1, dp=8), Stack(adam_moments="bf16"))
+    for flag in ("--use-distributed-optimizer", "--use-precision-aware-optimizer", "--exp-avg-dtype bf16",
+                 "--exp-avg-sq-dtype bf16"):  # fmt: skip
+        assert flag in text, flag
+    _, stack, _, _ = imported("megatron", text, model)
+    assert stack.adam_moments == "bf16"
+    plain = emit_launch("megatron", model, Layout(zero=1, dp=8), Stack())
+    assert "--exp-avg-dtype" not in plain
+    assert imported("megatron", plain, model)[1].adam_moments == "fp32"

@@ -13,7 +13,7 @@ from conftest import gpt_spec, one
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.evaluate import evaluate
 from paraplan.cost_models.frameworks import default_stack
-from paraplan.cost_models.layout import Framework
+from paraplan.cost_models.layout import Framework, Layout, Recompute
 from paraplan.cost_models.memory import (
     MEMORY_TERMS,
     MemoryBreakdown,
@@ -26,7 +26,7 @@ from paraplan.cost_models.memory import (
     recv_buffer_bytes,
     stage_params,
 )
-from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.models import ModelSpec, load_model
 from paraplan.cost_models.stack import Stack
 from paraplan.hardware_specs.schema import Cluster, Host
 
@@ -548,3 +548,16 @@ def test_full_recompute_never_needs_more_memory_than_selective(models: dict[str,
     selective = _f(peak_memory(model, one(recompute="selective", **knobs), stack, 0.0).total)
     full = _f(peak_memory(model, one(recompute="full", **knobs), stack, 0.0).total)
     assert full <= selective
+
+
+def test_bf16_adam_moments_hold_two_thirds_of_megatrons_optimizer_state() -> None:
+    """Megatron's distributed optimizer keeps fp32 master, m and v: 4 + 4 + 4 = 12 B a parameter;
+    with the precision-aware optimizer's bf16 moments 4 + 2 + 2 = 8 B. The same layout's
+    optimizer term therefore shrinks to exactly 8/12, and nothing else in the breakdown moves."""
+    model = load_model("llama2-70b")
+    lay = Layouts.of([Layout(tp=8, dp=8, zero=1, micro_batch=1, recompute=Recompute.FULL)])
+    full = peak_memory(model, lay, Stack(), 0.0)
+    light = peak_memory(model, lay, Stack(adam_moments="bf16"), 0.0)
+    assert light.optimizer[0] == pytest.approx(full.optimizer[0] * 8.0 / 12.0, rel=1e-12)
+    assert light.params[0] == full.params[0] and light.grads[0] == full.grads[0]
+    assert light.activations[0] == full.activations[0]

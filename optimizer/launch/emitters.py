@@ -171,6 +171,13 @@ def _refuse_older_stack(ctx: _Ctx, release: str, repeats_kv: bool = False) -> No
                 "to every query head before ff0829c10); no flag repeats them")  # fmt: skip
 
 
+def _refuse_bf16_moments(ctx: _Ctx, release: str) -> None:
+    """Adam moments in bf16 (`Stack.adam_moments`) are Megatron-LM's precision-aware optimizer."""
+    if ctx.stack.adam_moments == "bf16":
+        _refuse(ctx, "adam_moments", f"{release} keeps Adam's moments in fp32; bf16 moments are Megatron-LM's "
+                "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16")  # fmt: skip
+
+
 def _kf(name: str, fw: Framework) -> str:
     """The framework's flag for a knob's plain value (`Knob.flags`), as written on a command line."""
     flag = KNOBS[name].flags[fw]
@@ -439,6 +446,13 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     elif lay.offload != Offload.NONE:
         _refuse(ctx, "offload", f"offload {lay.offload}: Megatron-LM {MEGATRON_COMMIT[:8]} offloads the optimizer "
                 "(--optimizer-cpu-offload), never the parameters")  # fmt: skip
+    if stack.adam_moments == "bf16":
+        if fsdp or (lay.zero != 1 and lay.offload != Offload.OPTIMIZER):
+            _refuse(ctx, "adam_moments", f"Megatron-LM {MEGATRON_COMMIT[:8]} keeps Adam's moments in bf16 with "
+                    "--use-precision-aware-optimizer, which it allows with its distributed optimizer (ZeRO-1) only")  # fmt: skip
+        if lay.offload != Offload.OPTIMIZER:
+            flags.append(("--use-precision-aware-optimizer", None))
+        flags += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     if lay.precision == Precision.FP16:
         flags.append(("--fp16", None))
     else:
@@ -570,6 +584,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
         _refuse(ctx, "loss", f"a {stack.loss} loss: the Megatron-style training script computes the whole logits' "
                 "cross entropy in eager mode")  # fmt: skip
     _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
+    _refuse_bf16_moments(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     config = _deepspeed_config(ctx)
     per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)
     lines = _header(ctx, f"DeepSpeed {DEEPSPEED_VERSION}: the JSON keys are checked against it; the training script's "
@@ -726,6 +741,7 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
         _refuse(ctx, "attention_saved", f"torchtitan {TORCHTITAN_VERSION}'s op-level selective recompute saves "
                 "the output of every SDPA backend (op_sac_save_list, since b39377f9f)")  # fmt: skip
     _refuse_older_stack(ctx, f"torchtitan {TORCHTITAN_VERSION}")
+    _refuse_bf16_moments(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     if stack.loss != "chunked":
         _refuse(ctx, "loss", f"a {stack.loss} loss over the whole logits: torchtitan {TORCHTITAN_VERSION} computes "
                 "the loss with ChunkedLossWrapper (loss.num_chunks 8; 1 chunk still keeps its fp32 gradient buffer), "

@@ -580,6 +580,12 @@ def _megatron_stack(meg: _Megatron, fsdp: bool) -> None:
         st.stack["main_grads"] = "bf16" if meg.get("grad_reduce_in_bf16") else "fp32"
     for dest in ("grad_reduce_in_bf16", "accumulate_allreduce_grads_in_fp32", "main_grads_dtype"):
         meg.get(dest)
+    moments = (meg.get("exp_avg_dtype", "fp32"), meg.get("exp_avg_sq_dtype", "fp32"))
+    if meg.get("use_precision_aware_optimizer") and moments == ("bf16", "bf16"):
+        st.stack["adam_moments"] = "bf16"
+    elif meg.get("use_precision_aware_optimizer") and moments != ("fp32", "fp32"):
+        st.note(f"--exp-avg-dtype {moments[0]} --exp-avg-sq-dtype {moments[1]}: only both bf16 (or fp32) is "
+                "modelled; read as fp32 moments")  # fmt: skip
     st.stack["tp_overlap"] = True
     if meg.get("tp_comm_overlap"):
         st.unmodelled.append(meg.flag("tp_comm_overlap"))
