@@ -19,7 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Unpack
+from typing import TYPE_CHECKING, Literal, Unpack
 
 import numpy as np
 
@@ -58,6 +58,9 @@ from paraplan.search import (
     rank_space,
     rows_beside,
 )
+
+if TYPE_CHECKING:
+    from paraplan.pools import Pool
 
 # Layouts per hardware unless `top` is given. A pool answers its proven best plan only by
 # default: each further answer is another proven (DP, micro-batch) optimum, 3-10x the time.
@@ -257,6 +260,20 @@ def names_a_file(value: str) -> bool:
     return os.path.lexists(path.strip())
 
 
+def _hardware_parts(hardware: str | Cluster | Sequence[str | Cluster]) -> list[str | Cluster | Pool]:
+    """The --hardware entries, pools parsed (`pools.split_hardware`). Only a '+' or a '.toml' can
+    make a pool, so without either the pool module (and its solver's code) is never imported."""
+    values = [hardware] if isinstance(hardware, (str, Cluster)) else list(hardware)
+    if any(isinstance(v, str) and ("+" in v or ".toml" in v.lower()) for v in values):
+        from paraplan.pools import split_hardware
+
+        return split_hardware(hardware)
+    out: list[str | Cluster | Pool] = []
+    for value in values:
+        out += [part.strip() for part in hardware_entries(value)] if isinstance(value, str) else [value]
+    return out
+
+
 def hardware_entries(value: str) -> list[str]:
     """The comma-separated entries of one --hardware value (a file named with a comma is one)."""
     return value.split(",") if "," in value and not names_a_file(value) else [value]
@@ -382,11 +399,11 @@ def optimize(
     given: dict[str, object] = dict(knobs)
     _emit_framework(given, emit)
     _fixed_within_bounds(given, cons)
-    from paraplan.pools import Pool, optimize_pool, split_hardware
-
     results: list[HardwareResult] = []
-    for part in split_hardware(hardware):
-        if isinstance(part, Pool):  # A:N+B:M or a pool TOML: one mixed pool, its own counts
+    for part in _hardware_parts(hardware):
+        if not isinstance(part, (str, Cluster)):  # A:N+B:M or a pool TOML: one mixed pool, its own counts
+            from paraplan.pools import optimize_pool
+
             pooled = optimize_pool(spec, part, top=pool_top, objective=objective, tokens=tokens, bounds=bounds,
                                    mem_headroom=mem_headroom, stack=stack, emit=emit, deadline_days=deadline_days,
                                    tp_within_node=tp_within_node, scaling=scaling, knobs=given)  # fmt: skip
