@@ -366,8 +366,11 @@ def local_params(params: StageParams, lay: Layouts, from_stage: int) -> FloatArr
 def optimizer_step_s(params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
     """Once per step, memory-bound over the GPU's share of the parameters:
     - fused Adam on the optimizer's shard: fp32 master, m and v read and written (24 B; bf16
-      moments, `Stack.adam_moments`, read and write 2 x 2 B less each), the gradient read, the
-      bf16 weight written (2 B); FP16 adds the inf/NaN check of the gradients
+      moments, `Stack.adam_moments`, read and write 2 x 2 B less each; a partial or absent master,
+      `Stack.master_weights`, reads and writes what it saves less, and then reads the bf16 weight,
+      2 B, to rebuild the fp32 value: Apex's `_local_step_with_param_remainders` and `_local_step`
+      without stored params), the gradient read, the bf16 weight written (2 B); FP16 adds the
+      inf/NaN check of the gradients
       (dynamic loss scaling, Micikevicius et al. 2018);
     - the gradient-norm for clipping reads the gradient buffer once, and zeroing it for the next
       step writes it once (Megatron's `clip_grad_norm_fp32` and `zero_grad_buffer`; FSDP2 and
@@ -377,7 +380,8 @@ def optimizer_step_s(params: StageParams, lay: Layouts, cluster: Cluster, stack:
     shard = local_params(params, lay, 1)
     grads = local_params(params, lay, 2)
     loss_scale_check = np.where(lay.precision == Precision.FP16, stack.grad_bytes, 0.0)
-    adam = on_gpu * shard * (26.0 - 2.0 * stack.moment_bytes_saved + stack.grad_bytes + loss_scale_check)
+    master = -2.0 * stack.master_bytes_saved + (2.0 if stack.master_bytes_saved else 0.0)
+    adam = on_gpu * shard * (26.0 - 2.0 * stack.moment_bytes_saved + master + stack.grad_bytes + loss_scale_check)
     return _memory_s(np.asarray(adam + 2.0 * stack.grad_bytes * grads), cluster)
 
 

@@ -158,8 +158,9 @@ def _per_framework(lay: Layouts, attribute: str) -> FloatArray:
 
 def optimizer_state_bytes(lay: Layouts, stack: Stack) -> FloatArray:
     """Optimizer state per parameter: the framework's (fp32 master and moments) less what bf16
-    moments save (`Stack.adam_moments`)."""
-    return np.asarray(_per_framework(lay, "optimizer_bytes") - stack.moment_bytes_saved)
+    moments save (`Stack.adam_moments`) and what a partial or absent master copy saves
+    (`Stack.master_weights`)."""
+    return np.asarray(_per_framework(lay, "optimizer_bytes") - stack.moment_bytes_saved - stack.master_bytes_saved)
 
 
 def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray, FloatArray]:

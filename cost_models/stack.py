@@ -52,6 +52,20 @@ precision-aware optimizer: --use-precision-aware-optimizer --exp-avg-dtype bf16
 Transformer Engine's FusedAdam and allows with the distributed optimizer only). bf16 moments
 save 2 x 2 B per parameter of optimizer state (`moment_bytes_saved`) and as many bytes of the
 Adam step's reads and writes; the fp32 master weights stay.
+`master_weights`: what the optimizer keeps of the fp32 master weights beside the bf16 ones
+(`master_bytes_saved`): "fp32" (a whole fp32 copy, 4 B: Megatron-LM's distributed optimizer,
+DeepSpeed), "remainders" (only the 16 low bits of each fp32 master, 2 B, the bf16 weight being its
+high bits) or "none" (the bf16 weights are the master; the optimizer updates them in place).
+The last two are Apex's DistributedFusedAdam (apex/contrib/optimizers/distributed_fused_adam.py
+at 810ffae3, the APEX_TAG of NeMo r2.0.0rc1's Dockerfile.ci), which NeMo's `distributed_fused_adam`
+optimizer runs: its `StateBucket` holds `param_remainders_shard` (torch.int16) under
+store_param_remainders, `params_shard` (the state dtype) under store_params, and
+`exp_avg_shard`/`exp_avg_sq_shard` in the state dtype. NeMo r2.0.0rc1 (24.07)
+`MegatronBaseModel.setup_optimization` sets store_param_remainders when the optimizer's dtype is
+fp32 (its default) and the model bf16 (megatron_amp_O2), and stores no parameters when the two
+dtypes are equal (optim.dtype bf16, with `adam_moments` bf16). Apex also reduce-scatters into a
+separate gradient shard (`sync_grads_shard`, 1/DP of the gradient buffer) that lives from the last
+micro-batch's backward to the next zero_grad, mostly after the activations' peak: not priced.
 """
 
 from __future__ import annotations
@@ -67,6 +81,8 @@ Fp8Recipe = Literal["delayed", "tensorwise", "rowwise", "rowwise_with_gw_hp", "m
 FP8_RECIPES: tuple[Fp8Recipe, ...] = get_args(Fp8Recipe)
 AdamMoments = Literal["fp32", "bf16"]
 ADAM_MOMENTS: tuple[AdamMoments, ...] = get_args(AdamMoments)
+MasterWeights = Literal["fp32", "remainders", "none"]
+MASTER_WEIGHTS: tuple[MasterWeights, ...] = get_args(MasterWeights)
 
 
 @dataclass(frozen=True)
@@ -106,6 +122,10 @@ class Stack:
         default="fp32",
         metadata={"help": "Adam moments' precision: fp32 or bf16 (Megatron's precision-aware optimizer)."},
     )
+    master_weights: MasterWeights = field(
+        default="fp32",
+        metadata={"help": "Master weights beside the bf16 ones: fp32, remainders (16 bits) or none (Apex, NeMo)."},
+    )
 
     def settings(self) -> dict[str, bool | str]:
         """Every setting by name, as the JSON reports them."""
@@ -119,6 +139,12 @@ class Stack:
     def moment_bytes_saved(self) -> int:
         """Bytes per parameter the optimizer state saves against fp32 moments (two of 4 B)."""
         return 2 * (4 - 2) if self.adam_moments == "bf16" else 0
+
+    @property
+    def master_bytes_saved(self) -> int:
+        """Bytes per parameter the optimizer state saves against an fp32 master copy (4 B): its
+        16-bit remainders keep 2, none keeps 0."""
+        return {"fp32": 0, "remainders": 4 - 2, "none": 4}[self.master_weights]
 
     def with_overrides(self, **given: object) -> Stack:
         """This stack with the given fields replaced (None keeps this stack's value)."""
@@ -137,6 +163,7 @@ STACK_CHOICES: dict[str, tuple[str, ...]] = {
     "loss": LOSS_MODES,
     "fp8_recipe": FP8_RECIPES,
     "adam_moments": ADAM_MOMENTS,
+    "master_weights": MASTER_WEIGHTS,
 }
 BF16_BYTES = 2  # bf16/fp16 weights and activations
 FP32_BYTES = 4

@@ -218,6 +218,13 @@ def test_rowwise_with_gw_hp_keeps_the_weight_gradient_gemm_in_bf16(dgx: Cluster)
         ({"zero": 1, "precision": "fp16"}, Stack(), 34 / 8 + 8),
         # Adam offloaded to the host: only the gradient norm and zeroing stay on the GPU: 8
         ({"zero": 1, "offload": "optimizer"}, Stack(), 8.0),
+        # Apex's store_param_remainders (NeMo's default): the 2 B remainders read and written
+        # instead of the 4 B master, plus the bf16 weight read to rebuild it: 2x2 + 2 + m, v 16 +
+        # bf16 write 2 + fp32 gradient 4 = 28 B: 28/8 + 8 = 11.5
+        ({"zero": 1}, Stack(master_weights="remainders"), 11.5),
+        # Apex with dtype bf16 (NeMo's Nemotron-340B): no master, bf16 moments and gradients:
+        # bf16 weight read and written 2 + 2, m and v 2 x (2 + 2) = 8, gradient 2: 14/8 + 2 x 2 = 5.75
+        ({"zero": 1}, Stack(master_weights="none", adam_moments="bf16", main_grads="bf16"), 5.75),
     ],
 )
 def test_optimizer_step_by_hand(dgx: Cluster, knobs: dict[str, Any], stack: Stack, bytes_per_n: float) -> None:

@@ -377,6 +377,13 @@ def test_torchtitan_mappings() -> None:
         ("torchtitan", "llama3-8b", {},
          Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", adam_moments="bf16"),
          "adam_moments"),
+        # master weights as 16-bit remainders or none: Apex's DistributedFusedAdam (NeMo) only
+        ("megatron", "llama2-7b", {"zero": 1}, Stack(master_weights="remainders"), "master_weights"),
+        ("deepspeed", "llama2-7b", {"zero": 1}, Stack(main_grads="bf16", p2p_overlap=False, master_weights="none"),
+         "master_weights"),
+        ("torchtitan", "llama3-8b", {},
+         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", master_weights="remainders"),
+         "master_weights"),
     ],
 )  # fmt: skip
 def test_refusals_name_the_knob(kind: str, model: str, layout: dict[str, object], stack: Stack | None,

@@ -550,6 +550,29 @@ def test_full_recompute_never_needs_more_memory_than_selective(models: dict[str,
     assert full <= selective
 
 
+def test_apex_master_weights_by_hand() -> None:
+    """NeMo's Apex DistributedFusedAdam on Llama 2 70B, TP8/DP8 ZeRO-1. Its optimizer shard holds
+    per parameter, against Megatron's fp32 master + m + v = 12 B:
+    - store_param_remainders (NeMo's default, fp32 state, bf16 model): int16 remainders + m + v =
+      2 + 4 + 4 = 10 B;
+    - optim.dtype bf16 (store_params off): bf16 m + v only, 2 + 2 = 4 B.
+    The GPU's share is 1/(TP x DP) = 1/64 of the parameters (all dense), so the optimizer term is
+    10/64 and 4/64 B per model parameter; weights and gradients do not move."""
+    model = load_model("llama2-70b")
+    lay = Layouts.of([Layout(tp=8, dp=8, zero=1, micro_batch=1, recompute=Recompute.FULL)])
+    megatron = peak_memory(model, lay, Stack(), 0.0)
+    per_param = float(megatron.optimizer[0]) / 12.0  # parameters in this GPU's optimizer shard
+    remainders = peak_memory(model, lay, Stack(master_weights="remainders"), 0.0)
+    assert remainders.optimizer[0] == pytest.approx(10.0 * per_param, rel=1e-12)
+    bf16_state = peak_memory(model, lay, Stack(master_weights="none", adam_moments="bf16"), 0.0)
+    assert bf16_state.optimizer[0] == pytest.approx(4.0 * per_param, rel=1e-12)
+    # the shard is the GPU's 1/64 of Llama 2 70B's 68,976,648,192 parameters (TP8 splits every
+    # matrix; the norms, replicated over TP, are 8192 x (2 x 80 + 1) = 1,318,912 of them)
+    shard = (68_976_648_192 - 1_318_912) / 64 + 1_318_912 / 8
+    assert per_param == pytest.approx(shard, rel=1e-9)
+    assert remainders.params[0] == megatron.params[0] and remainders.grads[0] == megatron.grads[0]
+
+
 def test_bf16_adam_moments_hold_two_thirds_of_megatrons_optimizer_state() -> None:
     """Megatron's distributed optimizer keeps fp32 master, m and v: 4 + 4 + 4 = 12 B a parameter;
     with the precision-aware optimizer's bf16 moments 4 + 2 + 2 = 8 B. The same layout's

@@ -178,6 +178,14 @@ def _refuse_bf16_moments(ctx: _Ctx, release: str) -> None:
                 "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16")  # fmt: skip
 
 
+def _refuse_partial_master(ctx: _Ctx, release: str, keeps: str) -> None:
+    """Master weights kept as 16-bit remainders or not at all (`Stack.master_weights`) are Apex's
+    DistributedFusedAdam, as NeMo runs it; none of the pinned frameworks has a flag for them."""
+    if ctx.stack.master_weights != "fp32":
+        _refuse(ctx, "master_weights", f"{release} {keeps}; master weights kept as {ctx.stack.master_weights} are "
+                "Apex's DistributedFusedAdam (NeMo's distributed_fused_adam optimizer)")  # fmt: skip
+
+
 def _kf(name: str, fw: Framework) -> str:
     """The framework's flag for a knob's plain value (`Knob.flags`), as written on a command line."""
     flag = KNOBS[name].flags[fw]
@@ -446,6 +454,8 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     elif lay.offload != Offload.NONE:
         _refuse(ctx, "offload", f"offload {lay.offload}: Megatron-LM {MEGATRON_COMMIT[:8]} offloads the optimizer "
                 "(--optimizer-cpu-offload), never the parameters")  # fmt: skip
+    _refuse_partial_master(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]}", "keeps a whole master copy (--main-params-dtype "
+                           "takes fp32 or fp16)")  # fmt: skip
     if stack.adam_moments == "bf16":
         if fsdp or (lay.zero != 1 and lay.offload != Offload.OPTIMIZER):
             _refuse(ctx, "adam_moments", f"Megatron-LM {MEGATRON_COMMIT[:8]} keeps Adam's moments in bf16 with "
@@ -585,6 +595,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
                 "cross entropy in eager mode")  # fmt: skip
     _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     _refuse_bf16_moments(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
+    _refuse_partial_master(ctx, f"DeepSpeed {DEEPSPEED_VERSION}", "keeps an fp32 master copy of the bf16 weights")
     config = _deepspeed_config(ctx)
     per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)
     lines = _header(ctx, f"DeepSpeed {DEEPSPEED_VERSION}: the JSON keys are checked against it; the training script's "
@@ -742,6 +753,9 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
                 "the output of every SDPA backend (op_sac_save_list, since b39377f9f)")  # fmt: skip
     _refuse_older_stack(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     _refuse_bf16_moments(ctx, f"torchtitan {TORCHTITAN_VERSION}")
+    _refuse_partial_master(
+        ctx, f"torchtitan {TORCHTITAN_VERSION}", "shards fp32 parameters, which are the master weights"
+    )
     if stack.loss != "chunked":
         _refuse(ctx, "loss", f"a {stack.loss} loss over the whole logits: torchtitan {TORCHTITAN_VERSION} computes "
                 "the loss with ChunkedLossWrapper (loss.num_chunks 8; 1 chunk still keeps its fp32 gradient buffer), "
