@@ -18,6 +18,9 @@ Memory-bound kernels move these bytes per token in the forward pass (backward: t
     two norms and two residual adds 20h (a norm reads and writes 2h, an add reads 4h, writes 2h)
     activation: gated 6f/TP (reads gate and up, writes the product), plain 4f/TP, x top-k (MoE)
     rotary embedding on Q and K 4(a*d + g*d)/TP;  dropout (GPT) 2 x 5h
+    MoE token permutation and unpermutation (`moe_permute_bytes`, per micro-batch, not per token):
+    the R = T k ETP/TP routed copies of h on a GPU gathered into expert order and scatter-added
+    back into O = R/k rows, 10Rh + 6Oh bytes forward and 14Rh + 6Oh backward
 Sequence parallelism splits the norm, residual and dropout work over TP; without it each TP rank
 repeats it on all tokens. FP8 adds the casts of the GEMM operands, which depend on the stack's
 recipe (`fp8_cast_bytes`); torchao's rowwise_with_gw_hp runs the weight-gradient GEMM in BF16.
@@ -196,6 +199,63 @@ def _memory_s(nbytes: FloatArray, cluster: Cluster) -> FloatArray:
     return np.asarray(nbytes / (cluster.gpu.mem_bw_bytes_per_s * cluster.efficiency.memory_bound))
 
 
+# Kernels of one MoE layer's unfused permute and unpermute (`moe_permute_bytes`), forward:
+# index_select; the probability multiply, zeros, scatter_add_. Backward: gather (scatter_add_'s
+# input gradient), two for the multiply (input and probability gradients), zeros and index_add_
+# (index_select's input gradient). Alltoall with several local experts adds one cat per sort in
+# each direction.
+MOE_PERMUTE_KERNELS_FWD = 4
+MOE_PERMUTE_KERNELS_BWD = 5
+MOE_SORT_KERNELS = 2
+
+
+def moe_permute_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Bytes one mean layer's MoE token permutation and unpermutation move per micro-batch on one
+    GPU, (forward, backward); 0 for a dense model.
+
+    Counted from Megatron-LM's default path at d98e8a64 (megatron/core/transformer/moe/
+    moe_utils.py `permute` / `unpermute`, moe_permute_fusion False; token_dispatcher.py), bf16:
+    each GPU permutes the R = T k ETP / TP routed copies its local experts compute (T tokens of
+    the micro-batch; the same rows as the expert GEMMs, `_layer_gemms_fwd_s`) and combines them
+    into O = R / k token rows of h (the tokens of its expert-TP group at EP 1, its own T/TP
+    with the alltoall dispatcher at ETP 1). Each kernel reads and writes its tensors once:
+      forward   index_select of the routed rows (read 2Rh, write 2Rh); the expert output times
+                its routing probability (2Rh + 2Rh); zeros of the output (2Oh); scatter_add_
+                of the R rows into it (read 2Rh, read and write the output 4Oh)
+                => 10 Rh + 6 Oh
+      backward  scatter_add_'s input gradient, a gather (2Rh + 2Rh); the multiply's input
+                gradient (2Rh + 2Rh) and probability gradient (reads the gradient and the
+                expert output, 4Rh); index_select's input gradient, zeros (2Oh) and index_add_
+                (read 2Rh, read and write 4Oh)
+                => 14 Rh + 6 Oh
+    With EP > 1 and several local experts the alltoall dispatcher also sorts the received rows
+    by local expert and back (`sort_chunks_by_idxs`, split + cat, read and write 2Rh each), in
+    the forward and again in the backward: 8 Rh each way. (EP traffic is charged as the
+    alltoall dispatcher's, `traffic.ep_per_layer_s`.) The router's top-k, softmax and
+    auxiliary-loss kernels work on T x E scores, E/h of a token row: left out. torchtitan 0.3.0
+    dispatches and combines the same way (torchtitan/models/common/moe.py at 4f9e9a47:
+    dispatch, experts, combine with scatter_add). TE's fused permute (moe_permute_fusion, off by
+    default) moves about half of these bytes; paraplan has no knob for it."""
+    if not model.is_moe:
+        zero = np.zeros(len(lay))
+        return zero, zero
+    h = float(model.hidden_size)
+    rows = tokens * model.experts_top_k * lay.etp / lay.tp
+    out = rows / model.experts_top_k
+    sort = np.where((lay.ep > 1) & (model.num_experts > lay.ep), 8.0 * rows * h, 0.0)
+    fwd = model.moe_share * (10.0 * rows * h + 6.0 * out * h + sort)
+    bwd = model.moe_share * (14.0 * rows * h + 6.0 * out * h + sort)
+    return np.asarray(fwd), np.asarray(bwd)
+
+
+def _moe_permute_kernels(model: ModelSpec, lay: Layouts, per_direction: int) -> FloatArray:
+    """Launches of one mean layer's permute and unpermute in one direction (forward or backward)."""
+    if not model.is_moe:
+        return np.zeros(len(lay))
+    sort = np.where((lay.ep > 1) & (model.num_experts > lay.ep), MOE_SORT_KERNELS, 0)
+    return np.asarray(model.moe_share * (per_direction + sort), dtype=np.float64)
+
+
 def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
     h = float(model.hidden_size)
     tp = lay.tp.astype(np.float64)
@@ -311,8 +371,16 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     attention = _attention_fwd_s(model, lay, cluster, stack)
     cast_fwd_bytes, cast_bwd_bytes = fp8_cast_bytes(model, lay, stack, tokens)
     memory_bound = _layer_memory_bound_fwd_s(model, lay, cluster, tokens)
-    elementwise = memory_bound + _memory_s(cast_fwd_bytes, cluster)
-    elementwise_bwd = 2.0 * memory_bound + _memory_s(cast_bwd_bytes, cluster)
+    permute_fwd_bytes, permute_bwd_bytes = moe_permute_bytes(model, lay, tokens)
+    launch = cluster.efficiency.kernel_overhead_s
+    permute_fwd = _memory_s(permute_fwd_bytes, cluster) + launch * _moe_permute_kernels(
+        model, lay, MOE_PERMUTE_KERNELS_FWD
+    )
+    permute_bwd = _memory_s(permute_bwd_bytes, cluster) + launch * _moe_permute_kernels(
+        model, lay, MOE_PERMUTE_KERNELS_BWD
+    )
+    elementwise = memory_bound + permute_fwd + _memory_s(cast_fwd_bytes, cluster)
+    elementwise_bwd = 2.0 * memory_bound + permute_bwd + _memory_s(cast_bwd_bytes, cluster)
     attention_bwd = attention * (FLASH_BACKWARD_RATIO if stack.flash_attention else 2.0)
     attention_bwd = attention_bwd + _memory_s(merge_bwd_bytes, cluster)
     attention = attention + _memory_s(merge_fwd_bytes, cluster)

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 from conftest import gpt_spec, one
 
-from paraplan.cost_models.compute import cp_merge_bytes, fp8_cast_bytes, gemm_s, matmul_peak_flops, micro_batch_times
+from paraplan.cost_models.compute import (
+    cp_merge_bytes,
+    fp8_cast_bytes,
+    gemm_s,
+    matmul_peak_flops,
+    micro_batch_times,
+    moe_permute_bytes,
+)
 from paraplan.cost_models.evaluate import Evaluation, evaluate
 from paraplan.cost_models.layout import Framework
 from paraplan.cost_models.models import ModelSpec
@@ -274,3 +281,66 @@ def test_context_parallel_merges_by_hand(models: dict[str, ModelSpec]) -> None:
     assert _f(cp_merge_bytes(model, megatron, Stack())[1]) == 0.0
     alone = one(framework="torchtitan", zero=3, micro_batch=1, seq_len=131072)
     assert _f(cp_merge_bytes(model, alone, Stack())[0]) == 0.0
+
+
+# ------------------------------------------------------------------ MoE token permutation
+
+
+def _tiny_moe(**extra: Any) -> ModelSpec:
+    """gpt_spec (h 1024, 4 layers) with 8 routed experts, top-2."""
+    return gpt_spec(num_experts=8, experts_top_k=2, **extra)
+
+
+def test_moe_permute_bytes_by_hand_ep1() -> None:
+    # TP2 with sequence parallelism, EP1 (expert TP = TP = 2), one micro-batch of T = 2048 tokens.
+    # Each GPU permutes R = T k ETP/TP = 2048 * 2 * 2 / 2 = 4096 routed rows of h = 1024 and
+    # combines them into O = R/k = 2048 rows (Megatron's allgather dispatcher: the whole
+    # micro-batch, gathered over the expert-TP group).
+    #   forward   index_select 2Rh + 2Rh, multiply 2Rh + 2Rh, zeros 2Oh, scatter_add_ 2Rh + 4Oh
+    #             = 10 * 4096 * 1024 + 6 * 2048 * 1024 = 41,943,040 + 12,582,912 = 54,525,952
+    #   backward  gather 2Rh + 2Rh, multiply 2Rh + 2Rh, probability gradient 2Rh + 2Rh,
+    #             zeros 2Oh, index_add_ 2Rh + 4Oh
+    #             = 14 * 4096 * 1024 + 12,582,912 = 58,720,256 + 12,582,912 = 71,303,168
+    lay = one(tp=2, sequence_parallel=True, micro_batch=1, seq_len=2048)
+    fwd, bwd = moe_permute_bytes(_tiny_moe(), lay, _a(2048.0))
+    assert _f(fwd) == 54_525_952
+    assert _f(bwd) == 71_303_168
+
+
+def test_moe_permute_bytes_alltoall_sorts_by_local_expert() -> None:
+    # TP2, DP4, EP4, expert TP 1: R = 2048 * 2 * 1 / 2 = 2048 rows, O = 1024; 8 experts over EP4
+    # leave 2 local experts, so the alltoall dispatcher also sorts the received rows by local
+    # expert and back (read and write 2Rh each, forward and backward): + 8 * 2048 * 1024 = 16,777,216
+    #   forward   10 * 2048 * 1024 + 6 * 1024 * 1024 + 16,777,216 = 20,971,520 + 6,291,456 + 16,777,216
+    #             = 44,040,192
+    #   backward  14 * 2048 * 1024 + 6,291,456 + 16,777,216 = 52,428,800
+    lay = one(tp=2, dp=4, ep=4, expert_tp=1, sequence_parallel=True, micro_batch=1, seq_len=2048)
+    fwd, bwd = moe_permute_bytes(_tiny_moe(), lay, _a(2048.0))
+    assert _f(fwd) == 44_040_192
+    assert _f(bwd) == 52_428_800
+    # EP8: one expert per GPU, nothing to sort: 20,971,520 + 6,291,456 = 27,262,976 forward
+    one_each = one(tp=2, dp=4, ep=8, expert_tp=1, sequence_parallel=True, micro_batch=1, seq_len=2048)
+    assert _f(moe_permute_bytes(_tiny_moe(), one_each, _a(2048.0))[0]) == 27_262_976
+
+
+def test_moe_permute_bytes_weighted_by_moe_layers_and_zero_for_dense() -> None:
+    # a dense first layer: 3 of the 4 layers route, so the mean layer moves 3/4 of the bytes
+    lay = one(tp=2, sequence_parallel=True, micro_batch=1, seq_len=2048)
+    fwd, _ = moe_permute_bytes(_tiny_moe(dense_layer_ids=(0,)), lay, _a(2048.0))
+    assert _f(fwd) == pytest.approx(0.75 * 54_525_952, rel=1e-12)
+    dense_fwd, dense_bwd = moe_permute_bytes(gpt_spec(), lay, _a(2048.0))
+    assert _f(dense_fwd) == 0.0 and _f(dense_bwd) == 0.0
+
+
+def test_moe_permute_time_is_in_the_layer_forward_and_backward(dgx: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The permutation is memory-bound: 54,525,952 B forward and 71,303,168 B backward at 2e12 B/s
+    # (`dgx`, memory_bound 1, no launch cost) add 2.7262976e-5 s and 3.5651584e-5 s.
+    import paraplan.cost_models.compute as compute
+
+    lay = one(tp=2, sequence_parallel=True, micro_batch=1, seq_len=2048)
+    model = _tiny_moe()
+    with_permute = micro_batch_times(model, lay, dgx, Stack())
+    monkeypatch.setattr(compute, "moe_permute_bytes", lambda *_: (np.zeros(1), np.zeros(1)))
+    without = micro_batch_times(model, lay, dgx, Stack())
+    assert _f(with_permute.layer_fwd_s - without.layer_fwd_s) == pytest.approx(2.7262976e-5, rel=1e-9)
+    assert _f(with_permute.layer_bwd_s - without.layer_bwd_s) == pytest.approx(3.5651584e-5, rel=1e-9)
