@@ -145,7 +145,9 @@ def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArr
     bw, lat = links(cluster, lay.ep, lay.etp, all_to_all=True)
     tokens = np.where(lay.seq_parallel_active, _tokens(lay) / lay.tp, _tokens(lay))
     nbytes = tokens * model.experts_top_k * model.hidden_size * ACTIVATION_BYTES
-    return np.asarray(2.0 * (_forward_passes(model, lay) + 1.0) * all_to_all_s(nbytes, lay.ep, bw, lat))
+    # per mean layer, like the compute terms: the dense layers of an MoE model exchange nothing
+    exchanges = 2.0 * (_forward_passes(model, lay) + 1.0) * model.moe_share
+    return np.asarray(exchanges * all_to_all_s(nbytes, lay.ep, bw, lat))
 
 
 def pp_per_micro_batch_s(

@@ -296,6 +296,9 @@ def test_ep_all_to_all_by_hand(dgx: Cluster, models: dict[str, ModelSpec]) -> No
     assert _f(ep_per_layer_s(models["mixtral-8x7b"], lay, dgx)) == pytest.approx(2.40481024e-3, rel=1e-12)
     # a dense model has no experts to exchange tokens with
     assert _f(ep_per_layer_s(models["llama2-70b"], lay, dgx)) == 0.0
+    # the mean layer of a model whose first of 32 layers is dense: 31/32 of that, 2.32965992e-3 s
+    first_dense = models["mixtral-8x7b"].model_copy(update={"dense_layer_ids": (0,)})
+    assert _f(ep_per_layer_s(first_dense, lay, dgx)) == pytest.approx(2.40481024e-3 * 31 / 32, rel=1e-12)
 
 
 # ------------------------------------------------------------------ DP
