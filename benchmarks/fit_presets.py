@@ -43,6 +43,7 @@ PRESETS = REPO / "hardware_specs" / "presets"
 SAME_DIE = {
     "h100-sxm": ("h200", "h800", "h100-96g", "h100-pcie"),
     "a100-80g": ("a100-40g", "a800-80g", "a100-80g-pcie"),
+    "b200": ("b200-750w",),
 }
 MIN_RUNS = 4
 # Before any fit: the MAMF share of each die's BF16 peak (stas00/ml-engineering

@@ -95,6 +95,22 @@ def test_datasheet_figures(presets: dict[str, Cluster], name: str, bf16: float, 
     assert (gpu.peak_bf16_flops, gpu.peak_fp8_flops, gpu.memory_bytes) == (bf16, fp8, memory)
 
 
+def test_a_power_limited_b200_has_the_rated_peaks_of_its_limit(presets: dict[str, Cluster]) -> None:
+    # NVIDIA Blackwell Architecture Technical Brief, per GPU with sparsity: HGX B100 (700 W) 3.5 PF
+    # BF16 / 7 PF FP8, HGX B200 (1,000 W) 4.5 / 9; dense half. At 750 W, linear in the limit:
+    # BF16 1,750 + 50/300 x 500 = 1,833.3 TFLOP/s, FP8 3,500 + 50/300 x 1,000 = 3,666.7
+    capped, full = presets["b200-750w"], presets["b200"]
+    assert capped.gpu.peak_bf16_flops == pytest.approx(1833.33e12, rel=1e-4)
+    assert capped.gpu.peak_fp8_flops == pytest.approx(3666.67e12, rel=1e-4)
+    assert capped.gpu.tdp_w == 750
+    # the same memory and links (both ratings: 192 GB HBM3e at 8 TB/s, NVLink 1.8 TB/s), the
+    # same die's fitted efficiencies
+    assert capped.gpu.memory_bytes == full.gpu.memory_bytes
+    assert capped.gpu.mem_bw_bytes_per_s == full.gpu.mem_bw_bytes_per_s
+    assert capped.intra_node == full.intra_node and capped.inter_node == full.inter_node
+    assert capped.efficiency.model_dump(exclude={"sources"}) == full.efficiency.model_dump(exclude={"sources"})
+
+
 # ---------------------------------------------------------------------------- topology
 
 
