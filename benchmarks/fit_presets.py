@@ -10,7 +10,8 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
      grouped-GEMM costs are not kernel efficiencies of the hardware, and fitting them in would
      bend every dense prediction (they remain validation runs, with their own error bars).
      Hardware of the same die without such runs (H200, H800, the 96 GB H100) takes the fitted
-     H100 fractions.
+     H100 fractions; a die with a published MAMF but no such runs (MI300X) takes its MAMF share
+     times the fitted dies' mean ratio of constant to MAMF share (`prior`).
   2. Per stack, on the runs of every other framework over all hardware: the kernel throughput
      relative to Megatron's (`cost_models.frameworks.KERNEL_EFFICIENCY`), by a one-dimensional
      search minimizing the mean absolute log error.
@@ -46,15 +47,40 @@ SAME_DIE = {
     "b200": ("b200-750w",),
 }
 MIN_RUNS = 4
-# Before any fit: the MAMF share of each die's BF16 peak (stas00/ml-engineering
-# compute/accelerator/README.md @744d01e1) and attention at 0.6 of it (FlashAttention-2 reaches
-# 50-73% of A100 peak, Dao 2023). A die without enough runs in a fold keeps these, so that a
-# held-out source never predicts itself through constants fitted on it.
-PRIORS: dict[str, dict[str, float]] = {
-    "a100-80g": {"gemm_max": 0.869, "attention": 0.52},
-    "h100-sxm": {"gemm_max": 0.803, "attention": 0.48},
-    "b200": {"gemm_max": 0.776, "attention": 0.466},
+# The MAMF share of each die's BF16 peak: stas00/ml-engineering compute/accelerator/README.md
+# @744d01e1, 'Maximum Achievable Matmul FLOPS' BF16 table, over the preset's peak.
+MAMF_SHARE: dict[str, float] = {
+    "a100-80g": 0.869,  # 271.2 / 312
+    "h100-sxm": 0.803,  # 794.5 / 989
+    "b200": 0.776,  # 1745.0 / 2250
+    "mi300x": 0.511,  # 668.4 / 1307.4 (ROCm 6.3, PYTORCH_TUNABLEOP_ENABLED=1)
 }
+# Attention at 0.6 of the GEMM share where no die has been fitted at all: FlashAttention-2 reaches
+# 50-73% of A100 peak (Dao 2023, arXiv:2307.08691).
+ATTENTION_PER_GEMM = 0.6
+
+
+def prior(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float] | None:
+    """The constants of a die without enough Megatron-family runs (in a fold, or at all): its MAMF
+    share times the mean ratio (fitted constant / MAMF share) over the dies that were fitted.
+
+    MAMF is the best single-shape matmul of a short benchmark; in training no fitted die reaches
+    it (the fits land at 0.70-0.89 of it: model shapes, sustained power-limited clocks, kernels
+    sharing the GPU with collectives). Taking the MAMF share itself would make a die without runs
+    look faster, relative to its peak, than every die with runs. So that a held-out source never
+    predicts itself, a fold only uses what it fitted; with nothing fitted, the MAMF share and
+    attention at ATTENTION_PER_GEMM of it."""
+    if die not in MAMF_SHARE:
+        return None
+    known = [d for d in fitted if d in MAMF_SHARE and d != die]
+    if not known:
+        return {"gemm_max": MAMF_SHARE[die], "attention": ATTENTION_PER_GEMM * MAMF_SHARE[die]}
+    return {
+        name: round(MAMF_SHARE[die] * statistics.fmean(fitted[d][name] / MAMF_SHARE[d] for d in known), 3)
+        for name in ("gemm_max", "attention")
+    }
+
+
 MIN_STACK_RUNS = 3  # DeepSpeed's figure rests on MT-NLG's three runs: say so wherever it is quoted
 
 
@@ -129,7 +155,7 @@ def fit_stack(runs: list[Run], clusters: dict[str, Cluster], framework: Framewor
     return round((a + b) / 2, 3)
 
 
-def write_preset(name: str, values: dict[str, float], basis: str) -> None:
+def write_preset(name: str, values: dict[str, float], basis: str, label: str = "fitted") -> None:
     path = PRESETS / f"{name}.toml"
     text = path.read_text()
     section = text.index("[efficiency]")
@@ -141,14 +167,24 @@ def write_preset(name: str, values: dict[str, float], basis: str) -> None:
             block = re.sub(rf"^{key} = .*$", line, block, count=1, flags=re.M)
         else:
             block = block.replace("[efficiency]\n", f"[efficiency]\n{line}\n", 1)
-    block = re.sub(r'\n    "fitted: [^\n]*",', "", block)
+    block = re.sub(r'\n    "(fitted|transferred): [^\n]*",', "", block)
     for key in values:  # an older note about a fitted value would contradict the new one
         block = re.sub(rf'\n    "{key} [0-9][^\n]*",', "", block)
-    note = f'\n    "fitted: {", ".join(f"{k} {v:.3f}" for k, v in values.items())} {basis}",'
+    note = f'\n    "{label}: {", ".join(f"{k} {v:.3f}" for k, v in values.items())} {basis}",'
     block = block.replace("sources = [", "sources = [" + note, 1)
     text = text[:section] + block + text[end:]
     tomllib.loads(text)
     path.write_text(text)
+
+
+def fold_cluster(hardware: str, fitted: dict[str, dict[str, float]]) -> Cluster:
+    """The preset with the constants of its die from this fit (or the die's `prior`); a preset
+    without either is used as it is."""
+    base = load_cluster(hardware)
+    variants = {o: h for h, same in SAME_DIE.items() for o in same}
+    die = variants.get(hardware, hardware)
+    values = fitted.get(die) or prior(die, fitted)
+    return with_values(base, values) if values else base
 
 
 def fit_all(
@@ -158,17 +194,7 @@ def fit_all(
     clusters by preset name). The stack figures are left in `frameworks.FRAMEWORKS` afterwards
     only by `apply_stacks`."""
     fitted = fit_hardware(runs, quiet)
-    clusters: dict[str, Cluster] = {}
-    for run in runs:
-        if run.hardware and run.hardware not in clusters:
-            base = load_cluster(run.hardware)
-            die = (
-                run.hardware
-                if run.hardware not in {o for same in SAME_DIE.values() for o in same}
-                else next(h for h, same in SAME_DIE.items() if run.hardware in same)
-            )
-            values = fitted.get(die) or PRIORS.get(die)
-            clusters[run.hardware] = with_values(base, values) if values else base
+    clusters = {hardware: fold_cluster(hardware, fitted) for hardware in {r.hardware for r in runs if r.hardware}}
     stacks: dict[Framework, float] = {fw: 1.0 for fw in (Framework.DEEPSPEED, Framework.TORCHTITAN)}
     for framework in (Framework.DEEPSPEED, Framework.TORCHTITAN):
         mine = [r for r in runs if framework_of(r) == framework and r.hardware in clusters]
@@ -207,6 +233,12 @@ def main() -> int:
             for other in [o for o in SAME_DIE.get(hardware, ()) if o not in fitted]:
                 write_preset(other, values, f"taken from {hardware} (the same die: its variants share the main preset's "
                                             f"fit) {basis}")  # fmt: skip
+        shares = ", ".join(f"{d} {MAMF_SHARE[d]}" for d in sorted(fitted) if d in MAMF_SHARE)
+        for die in sorted(set(MAMF_SHARE) - set(fitted)):
+            values = prior(die, fitted) or {}
+            write_preset(die, values, f"= its MAMF share {MAMF_SHARE[die]} x the mean over the fitted dies of fitted "
+                                      f"constant / MAMF share ({shares}), by `python benchmarks/fit_presets.py` (`prior`): "
+                                      f"{die} has no Megatron-family runs to fit", label="transferred")  # fmt: skip
         print("KERNEL_EFFICIENCY for cost_models/frameworks.py:", {str(k): v for k, v in stacks.items()})
     return 0
 
