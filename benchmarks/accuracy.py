@@ -124,16 +124,19 @@ def cross_validate(runs: list[Run], results: list[RunResult]) -> dict[str, dict[
     constants on Megatron-family runs, per-stack kernel efficiencies) without that source, and
     predict it with the refitted constants."""
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from fit_presets import apply_stacks, fit_all
+    from fit_presets import apply_stacks, fit_all, fold_cluster
 
     out: dict[str, dict[str, float]] = {}
     for source, held in by_source(results).items():
         train = [r for r in runs if r.group != source]
         test = [r for r in runs if r.group == source]
-        _, stacks, clusters = fit_all(train, quiet=True)
+        fitted, stacks, clusters = fit_all(train, quiet=True)
         saved = apply_stacks(stacks)
         try:
-            cache = {r.hardware: clusters.get(r.hardware) or load_cluster(r.hardware) for r in test if r.hardware}
+            # hardware only the held-out source ran on: its die's constants from this fold too
+            cache = {
+                r.hardware: clusters.get(r.hardware) or fold_cluster(r.hardware, fitted) for r in test if r.hardware
+            }
             after = assess(test, {k: v for k, v in cache.items() if v is not None})
         finally:
             frameworks.FRAMEWORKS.update(saved)
