@@ -24,7 +24,14 @@ from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.compute import matmul_peak_flops, micro_batch_times, offload_s, optimizer_step_s
 from paraplan.cost_models.flops import model_flops_per_step, recompute_flops_per_step
 from paraplan.cost_models.limits import Target, limit_checks
-from paraplan.cost_models.memory import MemoryBreakdown, StageParams, host_state_bytes, peak_memory, stage_params
+from paraplan.cost_models.memory import (
+    MemoryBreakdown,
+    StageParams,
+    device_reserve_bytes,
+    host_state_bytes,
+    peak_memory,
+    stage_params,
+)
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.pipeline import bubble_s
 from paraplan.cost_models.stack import Stack
@@ -188,7 +195,7 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
         "offload": offload_s(params, lay, cluster, stack),
     }
     step = np.asarray(np.sum([breakdown[t] for t in TIME_TERMS], axis=0))
-    memory = peak_memory(model, lay, stack, cluster.memory_reserve_bytes)
+    memory = peak_memory(model, lay, stack, device_reserve_bytes(lay, cluster, stack))
     usable = usable_memory_bytes(cluster, mem_headroom)
     checks = limit_checks(Target(model, cluster), lay)
     checks["memory"] = np.asarray(memory.total > usable)

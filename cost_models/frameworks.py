@@ -113,6 +113,7 @@ class FrameworkSpec:
     head_gathered: bool  # ZeRO-3 keeps the LM head gathered from its forward to its backward (see HEAD_GATHERED)
     head_input_gathered: bool  # the LM head saves its TP-gathered input, not the SP shard (HEAD_INPUT_GATHERED)
     fp8_saves_quantized_inputs: bool  # FP8 GEMMs keep their FP8 input for the backward (see FP8_SAVES below)
+    model_parallel_comms: bool  # communicators over TP x PP and, with FP8, TP x DP x CP (see MODEL_PARALLEL_COMMS)
 
 
 # The hardware presets' efficiency constants are fitted on Megatron-family runs (NeMo,
@@ -227,6 +228,16 @@ FP8_SAVES: dict[Framework, bool] = {Framework.MEGATRON: True, Framework.DEEPSPEE
 # quantize.linear.float8.recipe_name None) ran torchao's default Float8LinearConfig, tensorwise.
 TORCHTITAN_FP8_RECIPE: Fp8Recipe = "rowwise"
 
+# Communicators beyond the world, TP, DP x CP, CP and EP groups every framework runs collectives on
+# (memory.nvls_buffer_bytes): Megatron-LM reduces its gradient statistics (norm, zeros) over the
+# model-parallel group, TP x PP (`model_parallel_group = pg_collection.mp`, megatron/core/optimizer/
+# __init__.py at d98e8a64; the distributed optimizer of core_v0.6.0 used the world instead), and
+# Transformer Engine reduces FP8 amaxes over `get_amax_reduction_group(with_context_parallel=True)`,
+# TP x DP x CP (megatron/core/fp8_utils.py at d98e8a64; transformer_block.py at core_v0.6.0).
+MODEL_PARALLEL_COMMS: dict[Framework, bool] = {
+    Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
+}  # fmt: skip
+
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
@@ -239,6 +250,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
+        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -252,6 +264,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
+        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
@@ -265,6 +278,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
+        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # The member for the integer a layout column holds, so that no enum is built per candidate table.

@@ -77,7 +77,8 @@ of the step (`Stack.pp_outputs_kept`), the last stage also holds the bf16 logits
 micro-batches (`kept_outputs_bytes`).
 
 `other` is the cluster's reserve (CUDA context, cuBLAS workspace, NCCL buffers, allocator
-fragmentation), see `memory_reserve_bytes` in the hardware presets.
+fragmentation), see `memory_reserve_bytes` in the hardware presets, plus NCCL's NVLink SHARP
+buffers where the node has them (`nvls_buffer_bytes`), which depend on the layout.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ from paraplan.cost_models.layout import CpComm, Framework, Offload, Precision, R
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
 from paraplan.cost_models.stages import stage_layers
+from paraplan.hardware_specs.schema import Cluster
 
 MEMORY_TERMS = ("params", "grads", "optimizer", "activations", "other")
 ZERO3_PREFETCH_LAYERS = 2  # the layer being computed and the next one, gathered ahead
@@ -379,7 +381,55 @@ def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatA
     return np.asarray(whole * vocab_shard + head_input)
 
 
-def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float, layers: FloatArray,
+def _node_ranks(size: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> FloatArray:
+    """GPUs of one node in a group of `size` ranks `stride` apart (Megatron's rank order, see
+    `layout`): all of them while they fit in the node, one per node once the stride spans it."""
+    per_node = np.maximum(gpus_per_node // np.maximum(stride, 1), 1)
+    return np.asarray(np.minimum(size, per_node), dtype=np.float64)
+
+
+def nvls_buffer_bytes(lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
+    """NCCL's NVLink SHARP buffers on one GPU where the stack has NVLS on (`Stack.nvls`):
+    `cluster.nvls_bytes_per_rank` for each GPU of the
+    node that a communicator spans, for every communicator that spans more than two of them (NCCL
+    sets NVLS up for such communicators on NVSwitch nodes that support it; NVLS is not used for
+    two GPUs, vllm-project/vllm#9699). PyTorch creates a group's NCCL communicator at its first
+    collective, so only groups that run one count: the world (barriers; Megatron-LM's
+    `initialize.py` at d98e8a64 calls `torch.distributed.barrier()`), TP, the gradients' DP x CP
+    group, CP and EP where > 1, and per framework (`frameworks.MODEL_PARALLEL_COMMS`) TP x PP and,
+    with FP8, TP x DP x CP. A group with the same ranks as another is its own communicator (TP x
+    PP at PP 1 beside TP). Pipeline sends pair two ranks (no NVLS). Not counted, so a lower bound:
+    Megatron's DP group without CP, with which core_v0.6.0 averaged the logged loss
+    (`average_losses_across_data_parallel_group`) beside the gradients' DP x CP group, and the
+    tokens' TP x EP group of its MoE dispatchers."""
+    if not stack.nvls or cluster.nvls_bytes_per_rank <= 0:
+        return np.zeros(len(lay))
+    g = cluster.gpus_per_node
+    tp, cp, dp, pp = lay.tp, lay.cp, lay.dp, lay.pp
+    one = np.ones(len(lay), dtype=np.int64)
+    groups = [
+        _node_ranks(tp * cp * dp * pp, one, g),  # the world
+        _node_ranks(tp, one, g),
+        _node_ranks(dp * cp, tp, g),
+        _node_ranks(cp, tp, g),
+        _node_ranks(lay.ep, lay.etp, g),
+    ]
+    extra = _per_framework(lay, "model_parallel_comms") > 0
+    # TP x PP: the node's TP ranks times the stages it holds (stages are TP x CP x DP ranks apart)
+    model_parallel = _node_ranks(tp, one, g) * _node_ranks(pp, tp * cp * dp, g)
+    amax = _node_ranks(tp * dp * cp, one, g)
+    groups.append(np.where(extra, model_parallel, 0.0))
+    groups.append(np.where(extra & (lay.precision == Precision.FP8), amax, 0.0))
+    node_ranks = np.sum([np.where(n > 2, n, 0.0) for n in groups], axis=0)
+    return np.asarray(cluster.nvls_bytes_per_rank * node_ranks)
+
+
+def device_reserve_bytes(lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
+    """The memory term `other`: the preset's reserve plus the layout's NVLS buffers."""
+    return np.asarray(cluster.memory_reserve_bytes + nvls_buffer_bytes(lay, cluster, stack))
+
+
+def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float | FloatArray, layers: FloatArray,
                  stage: FloatArray | float, first: Stage, last: Stage,
                  per_token: LayerActivations | None = None) -> MemoryBreakdown:  # fmt: skip
     """Whole bytes (rounded up), so that every consumer compares the same integers."""
@@ -389,11 +439,11 @@ def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: fl
         grads=np.ceil(grads),
         optimizer=np.ceil(optimizer),
         activations=np.ceil(activation_bytes(model, lay, stack, layers, stage, first, last, per_token)),
-        other=np.full(len(lay), float(np.ceil(reserve_bytes))),
+        other=np.ceil(np.broadcast_to(np.asarray(reserve_bytes, dtype=np.float64), (len(lay),))),
     )
 
 
-def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float) -> MemoryBreakdown:
+def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float | FloatArray) -> MemoryBreakdown:
     """The breakdown of whichever stage holds most: the first (the most micro-batches in flight and
     the embedding), the second (the most loaded middle stage under an uneven split: nearly as many
     in flight, more layers) or the last (the LM head and the logits). With one stage, all alike."""
@@ -412,7 +462,7 @@ def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: flo
     k, j = len(piped), len(mid)
     rows = np.concatenate([np.arange(n), piped, mid])
     stages = stage_memory(
-        model, Layouts(lay.data[rows]), stack, reserve_bytes,
+        model, Layouts(lay.data[rows]), stack, np.broadcast_to(np.asarray(reserve_bytes, dtype=np.float64), (n,))[rows],
         layers=np.concatenate([first_l, last_l[piped], middle_l[mid]]),
         stage=np.concatenate([np.zeros(n), lay.pp[piped] - 1.0, np.ones(j)]),
         first=np.concatenate([np.ones(n, dtype=bool), np.zeros(k + j, dtype=bool)]),

@@ -66,6 +66,13 @@ fp32 (its default) and the model bf16 (megatron_amp_O2), and stores no parameter
 dtypes are equal (optim.dtype bf16, with `adam_moments` bf16). Apex also reduce-scatters into a
 separate gradient shard (`sync_grads_shard`, 1/DP of the gradient buffer) that lives from the last
 micro-batch's backward to the next zero_grad, mostly after the activations' peak: not priced.
+`nvls`: NCCL's NVLink SHARP (NVLS) is on, so every communicator over more than two GPUs of an
+NVSwitch node that supports it holds NVLS buffers (`memory.nvls_buffer_bytes`, the hardware's
+`nvls_bytes_per_rank`). NCCL turns NVLS on by default where the node supports it
+(NCCL_NVLS_ENABLE); NVIDIA's training recipes turn it off to save that memory
+(NVIDIA/NeMo-Framework-Launcher PR #127 "set NCCL_NVLS_ENABLE=0 for memory saving"; NeMo 2.0's
+quick-start executor sets "NCCL_NVLS_ENABLE": "0"), which the default here follows; a launch
+with NCCL's defaults (a bare torchrun) has it on.
 """
 
 from __future__ import annotations
@@ -125,6 +132,10 @@ class Stack:
     master_weights: MasterWeights = field(
         default="fp32",
         metadata={"help": "Master weights beside the bf16 ones: fp32, remainders (16 bits) or none (Apex, NeMo)."},
+    )
+    nvls: bool = field(
+        default=False,
+        metadata={"help": "NCCL's NVLink SHARP is on (NCCL's default): its buffers take GPU memory."},
     )
 
     def settings(self) -> dict[str, bool | str]:

@@ -3,7 +3,8 @@
 Each row is a training run with its exact layout and the peak memory its source reported (the
 `memory_kind` column says which figure: `allocated`, `reserved`, `nvidia_smi`, ... ; see
 benchmarks/data/README.md). The prediction is the most loaded GPU's total, the hardware's
-reserve included, with the knobs a row leaves open chosen as `validate` chooses them. Used by
+reserve and NCCL's NVLS buffers (where the row's stack has NVLS on) included, with the knobs a
+row leaves open chosen as `validate` chooses them. Used by
 `benchmarks/accuracy.py --memory` and by the tests (a run that trained must be predicted to fit).
 """
 
@@ -17,6 +18,7 @@ from paraplan.calibration import chosen_layouts, run_from_row
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import layout_short
+from paraplan.cost_models.memory import nvls_buffer_bytes
 from paraplan.hardware_specs.loader import load_cluster
 from paraplan.hardware_specs.schema import Cluster
 
@@ -27,6 +29,7 @@ GIB = 2**30
 # the itemised reserve in the hardware presets (hardware_specs/presets/*.toml, memory_reserve_bytes).
 OUTSIDE_ALLOCATOR_BYTES = 1.0e9
 RESERVED_KINDS = ("reserved", "reserved_inferred")
+ALLOCATED_KINDS = ("allocated", "allocated_inferred")
 
 
 @dataclass(frozen=True)
@@ -39,13 +42,14 @@ class MemoryRun:
     measured_bytes: float
     predicted_bytes: float  # what the GPU holds, the preset's reserve included
     reserve_bytes: float  # the preset's memory_reserve_bytes
+    nvls_bytes: float  # NCCL's NVLS buffers (memory.nvls_buffer_bytes): outside the allocator too
     fits: bool  # predicted feasible (memory and every other limit)
     layout: str
 
     @property
     def visible_bytes(self) -> float:
         """The part of the prediction the source's instrument sees (module docstring)."""
-        return visible_bytes(self.predicted_bytes, self.reserve_bytes, self.kind)
+        return visible_bytes(self.predicted_bytes, self.reserve_bytes, self.nvls_bytes, self.kind)
 
     @property
     def error(self) -> float:
@@ -53,12 +57,13 @@ class MemoryRun:
         return self.visible_bytes / self.measured_bytes - 1.0
 
 
-def visible_bytes(predicted: float, reserve: float, kind: str) -> float:
-    """What an instrument of `kind` reports of a predicted total that includes `reserve`."""
-    if kind == "allocated":
-        return predicted - reserve
+def visible_bytes(predicted: float, reserve: float, nvls: float, kind: str) -> float:
+    """What an instrument of `kind` reports of a predicted total that includes `reserve` and
+    `nvls` (NCCL's NVLS buffers, which NCCL allocates itself, out of the allocator's sight)."""
+    if kind in ALLOCATED_KINDS:
+        return predicted - reserve - nvls
     if kind in RESERVED_KINDS:
-        return predicted - min(OUTSIDE_ALLOCATOR_BYTES, reserve)
+        return predicted - min(OUTSIDE_ALLOCATOR_BYTES, reserve) - nvls
     return predicted
 
 
@@ -85,6 +90,7 @@ def memory_runs(path: Path) -> tuple[list[MemoryRun], list[str]]:
             run=run.label, source=run.group, hardware=cluster.name, kind=row.get("memory_kind", ""),
             oom=(row.get("oom") or "").strip().lower() == "true",
             measured_bytes=float(row["measured_peak_memory_gib"]) * GIB,
-            predicted_bytes=float(ev.memory.total[0]), reserve_bytes=cluster.memory_reserve_bytes, fits=bool(ev.feasible[0]), layout=layout_short(layout),
+            predicted_bytes=float(ev.memory.total[0]), reserve_bytes=cluster.memory_reserve_bytes,
+            nvls_bytes=float(nvls_buffer_bytes(Layouts.of([layout]), cluster, ev.stack)[0]), fits=bool(ev.feasible[0]), layout=layout_short(layout),
         ))  # fmt: skip
     return out, skipped

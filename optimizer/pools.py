@@ -576,7 +576,7 @@ def plan_figures(tables: StageTables, plan: StagePlan) -> PlanFigures:
     """The plan priced in seconds and bytes: the stage model's figures from the cost model's tables,
     and each stage's memory by term from `memory.stage_memory`."""
     from paraplan.cost_models.flops import model_flops_per_step, recompute_flops_per_step
-    from paraplan.cost_models.memory import MEMORY_TERMS, stage_memory
+    from paraplan.cost_models.memory import MEMORY_TERMS, device_reserve_bytes, stage_memory
     from paraplan.stage_model import FIRST, LAST, SINGLE, roles
 
     model, p = tables.model, plan.depth
@@ -602,7 +602,7 @@ def plan_figures(tables: StageTables, plan: StagePlan) -> PlanFigures:
         member = tables.pool.members[tables.options[o].member]
         row = tables.rows.take(np.array([o])).replace(pp=p)
         first, last = rl in (FIRST, SINGLE), rl in (LAST, SINGLE)
-        mem = stage_memory(model, row, tables.settings.stack, member.cluster.memory_reserve_bytes,
+        mem = stage_memory(model, row, tables.settings.stack, device_reserve_bytes(row, member.cluster, tables.settings.stack),
                            np.array([float(n)]), float(r), first, last)  # fmt: skip
         col = min(s, tables.stages - 1)
         lin_role_first = rl in (FIRST, SINGLE)

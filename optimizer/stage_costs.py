@@ -51,7 +51,7 @@ from paraplan.cost_models.compute import matmul_peak_flops, micro_batch_times, o
 from paraplan.cost_models.evaluate import usable_memory_bytes
 from paraplan.cost_models.layout import MAX_MICRO_BATCH_TOKENS, Layout, Recompute
 from paraplan.cost_models.limits import Target, limit_checks
-from paraplan.cost_models.memory import activation_bytes, model_state_bytes, stage_params
+from paraplan.cost_models.memory import activation_bytes, device_reserve_bytes, model_state_bytes, stage_params
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.traffic import dp_exposed_s, overlap_windows, pp_per_micro_batch_s, tp_per_layer_s
@@ -349,7 +349,7 @@ def _linear_quantities(model: ModelSpec, rows: Layouts, cluster: Cluster, stack:
             params = stage_params(model, lay, count, first, last)
             weights, grads, optimizer = model_state_bytes(params, lay, stack)
             acts = activation_bytes(model, lay, stack, count, stage, first, last)
-            memory = weights + grads + optimizer + acts + cluster.memory_reserve_bytes
+            memory = weights + grads + optimizer + acts + device_reserve_bytes(lay, cluster, stack)
             step = optimizer_step_s(params, lay, cluster, stack)
             zeros, hidden = np.zeros(count_rows), np.full(count_rows, _HIDDEN)
             if overlap > 0:

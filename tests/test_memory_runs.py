@@ -52,12 +52,35 @@ def test_clearest_runs_within_their_band(runs: list[MemoryRun], run: str, low_gi
         ("reserved", 41_949_672_960.0),  # less the CUDA context and NCCL buffers, 1e9 B
         ("reserved_inferred", 41_949_672_960.0),
         ("allocated", 40_449_672_960.0),  # less the whole reserve
+        ("allocated_inferred", 40_449_672_960.0),
     ],
 )
 def test_what_each_instrument_sees(kind: str, visible: float) -> None:
-    assert visible_bytes(40 * GIB, 2.5e9, kind) == visible
+    assert visible_bytes(40 * GIB, 2.5e9, 0.0, kind) == visible
+
+
+@pytest.mark.parametrize(
+    ("kind", "visible"),
+    [
+        # The same 40 GiB holding NVLS buffers of one 8-GPU communicator, 8 x 301,989,888 =
+        # 2,415,919,104 B, which NCCL allocates itself: only the device-level figure sees them.
+        ("nvidia_smi", 42_949_672_960.0),
+        ("reserved", 39_533_753_856.0),  # 42,949,672,960 - 1e9 - 2,415,919,104
+        ("allocated", 38_033_753_856.0),  # 42,949,672,960 - 2.5e9 - 2,415,919,104
+    ],
+)
+def test_nvls_buffers_are_outside_the_allocator(kind: str, visible: float) -> None:
+    assert visible_bytes(40 * GIB, 2.5e9, 2_415_919_104.0, kind) == visible
 
 
 def test_reserved_never_goes_below_the_model() -> None:
     # A preset reserve smaller than the context-and-NCCL share: only the reserve is taken off.
-    assert visible_bytes(10 * GIB, 0.4e9, "reserved") == 10 * GIB - 0.4e9
+    assert visible_bytes(10 * GIB, 0.4e9, 0.0, "reserved") == 10 * GIB - 0.4e9
+
+
+def test_flagperf_h100_runs_hold_nvls_buffers(runs: list[MemoryRun]) -> None:
+    # FlagPerf Llama 3 70B, TP8/PP4/DP2 on 64 H100s with NCCL's default NVLS: the world, TP and
+    # TP x PP communicators each span the node's 8 GPUs, 24 x 301,989,888 B; the A800 runs none.
+    found = {r.run: r for r in runs}
+    assert found["fp_l70b_h100_64gpu_pp4dp2tp8"].nvls_bytes == 7_247_757_312
+    assert found["fp_l8b_a800_pp1dp1tp8"].nvls_bytes == 0.0
