@@ -42,7 +42,10 @@ expert output it scales by the router probabilities in `token_unpermutation`).
 Selective recompute: Megatron's (core attention) drops the a*s score terms, which flash attention
 never stores anyway; torchtitan's op-level policy (`_apply_op_sac`: save every other matmul's
 output and the attention output, recompute the rest) keeps the layer input 2h, Q 2ad, V 2gd, the
-MLP's first projection 2f, the second's output 2h and the attention output 2ad. Full recompute
+MLP's first projection 2f, the second's output 2h and the attention output 2ad; where the policy
+does not name the attention kernel the stack runs (`Stack.attention_saved` false: cuDNN attention
+on B200 in torchtitan of May to November 2025, whose save list names only the flash and
+memory-efficient SDPA ops) that output is recomputed, not kept: 2ad less. Full recompute
 keeps only each layer's 2h input (split over TP with sequence parallelism) plus one layer's full
 activations while it is recomputed; block recompute of N layers per chunk does so for N of them.
 Context parallelism divides the tokens per GPU by CP; all-gather CP also holds one layer's
@@ -242,9 +245,11 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     replicated_share = np.where(lay.seq_parallel_active, replicated_kept / tp, replicated_kept)
     full_layer = replicated_share + split / tp
     layer_input = np.where(lay.seq_parallel_active, 2.0 * h / tp, 2.0 * h)
+    # Q, and the attention output unless the policy misses the attention kernel (module docstring)
+    attention_kept = (4.0 if stack.attention_saved else 2.0) * model.q_dim
     op_policy = (
         np.where(lay.seq_parallel_active, 4.0 * h / tp, 4.0 * h)
-        + (4.0 * model.q_dim + 2.0 * model.v_dim + 2.0 * model.mean_mlp_inner_active) / tp
+        + (attention_kept + 2.0 * model.v_dim + 2.0 * model.mean_mlp_inner_active) / tp
     )
     share = lay.full_recompute_share(model.num_layers)
     stored = share * layer_input + (1.0 - share) * full_layer

@@ -4,6 +4,7 @@ offload, and the micro-batches in flight under 1F1B and Megatron's interleaved s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -548,6 +549,20 @@ def test_full_recompute_never_needs_more_memory_than_selective(models: dict[str,
     selective = _f(peak_memory(model, one(recompute="selective", **knobs), stack, 0.0).total)
     full = _f(peak_memory(model, one(recompute="full", **knobs), stack, 0.0).total)
     assert full <= selective
+
+
+def test_attention_not_saved_by_the_op_policy_frees_its_output(models: dict[str, ModelSpec]) -> None:
+    # Llama 3 8B on torchtitan, FSDP over 8 GPUs, one 8192-token micro-batch, op-level selective
+    # recompute. When the policy's save list misses the attention kernel (Stack.attention_saved
+    # false), each layer's attention output, T x a x d bf16 = 8192 x 32 x 128 x 2 B = 64 MiB, is
+    # recomputed instead of kept. At the peak the layer whose backward runs holds its rebuilt
+    # output again, so 31 of the 32 layers' outputs are gone: 31 x 64 MiB = 2,080,374,784 B.
+    model = models["llama3-8b"]
+    lay = one(dp=8, zero=3, seq_len=8192, global_batch=8, recompute="selective", framework=Framework.TORCHTITAN)
+    stack = default_stack(Framework.TORCHTITAN)
+    saved = _f(peak_memory(model, lay, stack, 0.0).activations)
+    dropped = _f(peak_memory(model, lay, replace(stack, attention_saved=False), 0.0).activations)
+    assert saved - dropped == 31 * 67_108_864
 
 
 def test_apex_master_weights_by_hand() -> None:
