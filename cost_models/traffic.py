@@ -16,6 +16,22 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       `gather_along_first_dim(ln_out, ..., async_op=True)`), and the row-parallel linears'
       output gradients are all-gathered before their GEMMs start: 6 collectives in the backward,
       2 of them exposed whatever the GEMMs (`FrameworkSpec.sp_regathers_input`).
+      An MoE layer under Megatron-LM (which runs MoE with TP > 1 only with sequence parallelism,
+      megatron/core/transformer/moe/moe_layer.py `MoELayer.forward` at d98e8a64) has no
+      column- and row-parallel MLP of its own: the routed experts' grouped linears leave their
+      TP communication to the token dispatcher (transformer_engine.py `TEGroupedLinear`:
+      explicit_expert_comm, parallel_mode None), which all-gathers the tokens over the expert-TP
+      group before the experts and reduce-scatters their output after (token_dispatcher.py:
+      `MoEAllGatherTokenDispatcher`, Megatron's default, gathers the T*ETP/TP tokens of its
+      expert-TP group). These are plain autograd collectives
+      (tensor_parallel/mappings.py `_GatherFromSequenceParallelRegion.backward` reduce-scatters,
+      synchronously): in the backward the output gradient is all-gathered before the experts'
+      GEMMs, and the input gradient reduce-scattered after both of the first expert GEMM's
+      backward GEMMs, so all four are exposed and the routed experts' GEMMs are no window.
+      Shared experts are a separate TP MLP over the dense TP group (shared_experts.py
+      `SharedExpertMLP(MLP)`, tp_group pg_collection.tp; moe_shared_expert_overlap off by
+      default) with a dense MLP's collectives. The router's probabilities and routing map that
+      the dispatchers gather too are E/h of a token row or less: left out.
   CP  ring (Liu et al. 2023; Megatron --cp-comm-type p2p): CP-1 steps that pass the local K and
       V chunk (2*T*g*d/TP*2 bytes; a heads instead of g when repeated first, `Stack.kv_repeated`) in the forward, K, V, dK, dV in the backward; each overlaps
       the attention compute of the same layer, so only the excess is exposed. All-gather (Llama 3,
@@ -57,7 +73,7 @@ from paraplan.cost_models.comm import (
 )
 from paraplan.cost_models.compute import MicroBatchTimes
 from paraplan.cost_models.frameworks import deferred_grad_sync, sp_regathers_input
-from paraplan.cost_models.layout import CpComm
+from paraplan.cost_models.layout import CpComm, Framework
 from paraplan.cost_models.memory import StageParams, kv_repeats
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, Stack
@@ -88,12 +104,29 @@ def _forward_passes(model: ModelSpec, lay: Layouts) -> FloatArray:
 
 
 def column_parallel_share(model: ModelSpec) -> float:
-    """Share of a layer's GEMM FLOPs in its column-parallel linears (QKV, the MLP's first
-    projection): their weight-gradient GEMMs are the window for the backward TP collectives."""
-    up = (2.0 if model.mlp == "gated" else 1.0) * model.ffn_hidden_size * model.experts_top_k
-    column = model.q_dim + 2.0 * model.kv_dim + up
-    row = model.q_dim + model.ffn_hidden_size * model.experts_top_k
-    return column / (column + row)
+    """Share of a mean layer's GEMM FLOPs in the column-parallel linears whose backward
+    collectives overlap their GEMMs (QKV, a dense layer's first MLP projection, an MoE layer's
+    shared experts' first projection): their weight-gradient GEMMs are the window for the
+    backward TP collectives. The routed experts' first projection is in the denominator only:
+    its input gradient goes through the token dispatcher's plain autograd collectives (see the
+    module docstring). Layers are weighted by kind like the compute terms (`moe_share`)."""
+    up = 2.0 if model.mlp == "gated" else 1.0
+    share = model.moe_share
+    dense = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
+    shared = float(model.num_shared_experts * (model.shared_expert_ffn or model.ffn_hidden_size))
+    routed = float(model.experts_top_k * model.ffn_hidden_size) if model.is_moe else 0.0
+    hidden = model.q_dim + 2.0 * model.kv_dim + (1.0 - share) * up * dense + share * up * shared
+    column = hidden + share * up * routed
+    row = model.q_dim + (1.0 - share) * dense + share * (shared + routed)
+    return hidden / (column + row)
+
+
+def moe_dispatch_tp_bytes(model: ModelSpec, lay: Layouts) -> FloatArray:
+    """Bytes of the buffer Megatron's token dispatcher all-gathers over expert TP (and
+    reduce-scatters back) per MoE layer and micro-batch: the T*ETP/TP tokens of the expert-TP
+    group, h wide in bf16 (see the module docstring)."""
+    gathered = _tokens(lay) * lay.etp / lay.tp
+    return np.asarray(gathered * model.hidden_size * ACTIVATION_BYTES)
 
 
 def tp_per_layer_s(
@@ -106,7 +139,21 @@ def tp_per_layer_s(
     gather = all_gather_s(nbytes, lay.tp, bw, lat)
     all_reduce = all_reduce_s(nbytes, lay.tp, bw, lat)
     sp = lay.seq_parallel_active
-    forward = 2.0 * _forward_passes(model, lay) * np.where(sp, scatter + gather, all_reduce)
+    # Blocks of column- then row-parallel linears per mean layer: attention and the MLP (2); in a
+    # Megatron MoE layer the attention and the shared experts, if any, while the routed experts'
+    # collectives are the dispatcher's, over expert TP (`moe_dispatch_tp_bytes`), all exposed.
+    dispatcher = np.asarray(sp & (lay.framework == Framework.MEGATRON)) if model.is_moe else np.zeros(len(lay), bool)
+    share = model.moe_share
+    moe_blocks = 1.0 + (1.0 - share) + share * (1.0 if model.num_shared_experts else 0.0)
+    blocks = np.where(dispatcher, moe_blocks, 2.0)
+    dispatch = np.zeros(len(lay))
+    if model.is_moe:
+        e_bytes = moe_dispatch_tp_bytes(model, lay)
+        e_bw, e_lat = links(cluster, lay.etp, np.ones_like(lay.etp))
+        e_pair = reduce_scatter_s(e_bytes, lay.etp, e_bw, e_lat) + all_gather_s(e_bytes, lay.etp, e_bw, e_lat)
+        dispatch = np.where(dispatcher, share * e_pair, 0.0)
+    passes = _forward_passes(model, lay)
+    forward = passes * (blocks * np.where(sp, scatter + gather, all_reduce) + dispatch)
     # The column-parallel linears' weight-gradient GEMMs, and their input-gradient GEMMs, each
     # last as long as their forward GEMMs.
     window = column_parallel_share(model) * layer_gemm_fwd_s if stack.tp_overlap else 0.0
@@ -117,7 +164,12 @@ def tp_per_layer_s(
     # was saved) under its input-gradient GEMM, and reduce-scatters its input gradient under its
     # weight-gradient GEMM. Otherwise (torchtitan: autograd keeps the gathered input; async TP
     # fuses every collective into a neighbouring matmul) the four share one window.
-    megatron_bwd = 2.0 * gather + np.maximum(2.0 * scatter - window, 0.0) + np.maximum(2.0 * gather - window, 0.0)
+    megatron_bwd = (
+        blocks * gather
+        + np.maximum(blocks * scatter - window, 0.0)
+        + np.maximum(blocks * gather - window, 0.0)
+        + dispatch
+    )
     fused_bwd = np.maximum(2.0 * (scatter + gather) - window, 0.0)
     sp_bwd = np.where(sp_regathers_input(lay) > 0, megatron_bwd, fused_bwd)
     return np.asarray(forward + np.where(sp, sp_bwd, plain_bwd))

@@ -28,9 +28,11 @@ from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.traffic import (
+    column_parallel_share,
     cp_per_layer_s,
     dp_exposed_s,
     ep_per_layer_s,
+    moe_dispatch_tp_bytes,
     overlap_windows,
     pp_per_micro_batch_s,
     tp_per_layer_s,
@@ -193,6 +195,73 @@ def test_tp_backward_hides_under_the_weight_gradient_gemms(dgx: Cluster, models:
     assert got == pytest.approx(8 * TP_HALF - 1e-3, rel=1e-9)
     # TP1 sends nothing
     assert _f(tp_per_layer_s(model, one(tp=1), dgx, Stack(), _a(1.0))) == 0.0
+
+
+# ------------------------------------------------------------------ TP in MoE layers (Megatron)
+
+# A tiny MoE: h 1024, 8 heads of 128 (q = k = v = 1024 wide), 4 gated experts of f 512, top-2,
+# every layer MoE. One micro-batch of T = 1024 tokens: T h 2 = 2,097,152 bytes per TP collective;
+# over TP4 on NVLink a reduce-scatter or all-gather takes 3 * 2e-6 + (3/4) * 2,097,152 / 1e11 s.
+MOE_H = 3 * 2e-6 + 0.75 * 2_097_152 / 1e11  # 2.172864e-5 s
+
+
+def _tiny_moe(**update: object) -> ModelSpec:
+    spec = ModelSpec(name="tiny-moe", hidden_size=1024, num_layers=4, num_heads=8, num_kv_heads=8, head_dim=128,
+                     ffn_hidden_size=512, vocab_size=1000, max_seq_len=4096, mlp="gated", tied_embeddings=False,
+                     num_experts=4, experts_top_k=2)  # fmt: skip
+    return spec.model_copy(update=update)
+
+
+def _moe_tp(model: ModelSpec, cluster: Cluster, stack: Stack, gemm_s: float, **knobs: object) -> float:
+    lay = one(micro_batch=1, seq_len=1024, sequence_parallel=True, **knobs)
+    return _f(tp_per_layer_s(model, lay, cluster, stack, _a(gemm_s)))
+
+
+def test_moe_window_is_attention_dense_and_shared_first_projections() -> None:
+    # per token and h: QKV 1024 + 2 * 1024 = 3072 (column), out 1024 (row); routed experts
+    # top-2 x gated 2 x 512 = 2048 (column, not a window: the dispatcher's collectives) and
+    # 2 x 512 = 1024 (row)  =>  3072 / (3072 + 2048 + 1024 + 1024) = 3/7
+    assert column_parallel_share(_tiny_moe()) == pytest.approx(3 / 7, rel=1e-12)
+    # a shared expert of 512: its first projection, 2 x 512 = 1024, is a window; its second 512
+    #   => (3072 + 1024) / (4096 + 2048 + 1024 + 512 + 1024) = 4096/8704 = 8/17
+    assert column_parallel_share(_tiny_moe(num_shared_experts=1)) == pytest.approx(8 / 17, rel=1e-12)
+    # a dense first layer of 2048 (1 of 4 layers): 1/4 of its first projection 2 x 2048 and
+    # second 2048; 3/4 of the routed experts'
+    #   => (3072 + 1024) / (3072 + 1024 + 1536 + 1024 + 512 + 768) = 4096/7936 = 16/31
+    first_dense = _tiny_moe(dense_layer_ids=(0,), dense_ffn_hidden_size=2048)
+    assert column_parallel_share(first_dense) == pytest.approx(16 / 31, rel=1e-12)
+
+
+def test_moe_dispatcher_bytes_by_hand() -> None:
+    model = _tiny_moe()
+    # EP 1: the allgather dispatcher gathers the T * ETP / TP tokens of its expert-TP group
+    lay = one(tp=4, micro_batch=1, seq_len=1024, sequence_parallel=True)
+    assert _f(moe_dispatch_tp_bytes(model, lay)) == 1024 * 1024 * 2
+    lay = one(tp=4, dp=2, micro_batch=1, seq_len=1024, sequence_parallel=True, expert_tp=2)
+    assert _f(moe_dispatch_tp_bytes(model, lay)) == 512 * 1024 * 2
+
+
+def test_moe_tp_collectives_by_hand(dgx: Cluster) -> None:
+    model = _tiny_moe()
+    plain = Stack(tp_overlap=False)
+    # EP1, expert TP = TP4: attention 2 forward (gather, scatter), the dispatcher's 2 over the
+    # same group with the same bytes; backward: attention's output-gradient gather, its QKV
+    # input-gradient scatter and input re-gather, the dispatcher's 2 (no re-gather: the grouped
+    # linear saved the gathered tokens)  =>  4 + 5 = 9 (a dense layer: 10)
+    assert _moe_tp(model, dgx, plain, 1.0, tp=4) == pytest.approx(9 * MOE_H, rel=1e-12)
+    # a long window hides the QKV scatter and re-gather, not the dispatcher's backward pair: 4 + 3
+    assert _moe_tp(model, dgx, Stack(), 1.0, tp=4) == pytest.approx(7 * MOE_H, rel=1e-12)
+    # a window of 1e-5 s (forward GEMMs of 7/3 * 1e-5 s, share 3/7) hides 1e-5 of each
+    got = _moe_tp(model, dgx, Stack(), 7 / 3 * 1e-5, tp=4)
+    assert got == pytest.approx(9 * MOE_H - 2e-5, rel=1e-9)
+    # EP4 x expert TP1: no gather over expert TP, only attention's 5
+    assert _moe_tp(model, dgx, plain, 1.0, tp=4, ep=4, expert_tp=1) == pytest.approx(5 * MOE_H, rel=1e-12)
+    # ... and a shared expert brings a dense MLP's 5 over TP4
+    shared = _tiny_moe(num_shared_experts=1)
+    assert _moe_tp(shared, dgx, plain, 1.0, tp=4, ep=4, expert_tp=1) == pytest.approx(10 * MOE_H, rel=1e-12)
+    # torchtitan gathers the MoE input once like a dense MLP's; no re-gathers: 4 + 4
+    got = _moe_tp(model, dgx, plain, 1.0, tp=4, framework="torchtitan", zero=3)
+    assert got == pytest.approx(8 * MOE_H, rel=1e-12)
 
 
 # ------------------------------------------------------------------ PP
