@@ -23,7 +23,9 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       explicit_expert_comm, parallel_mode None), which all-gathers the tokens over the expert-TP
       group before the experts and reduce-scatters their output after (token_dispatcher.py:
       `MoEAllGatherTokenDispatcher`, Megatron's default, gathers the T*ETP/TP tokens of its
-      expert-TP group). These are plain autograd collectives
+      expert-TP group at EP 1; `MoEAlltoAllTokenDispatcher`, which paraplan assumes at EP > 1,
+      gathers the T*k*ETP/TP routed copies it received over expert TP, `dispatch_postprocess` /
+      `combine_preprocess`). These are plain autograd collectives
       (tensor_parallel/mappings.py `_GatherFromSequenceParallelRegion.backward` reduce-scatters,
       synchronously): in the backward the output gradient is all-gathered before the experts'
       GEMMs, and the input gradient reduce-scattered after both of the first expert GEMM's
@@ -124,9 +126,12 @@ def column_parallel_share(model: ModelSpec) -> float:
 def moe_dispatch_tp_bytes(model: ModelSpec, lay: Layouts) -> FloatArray:
     """Bytes of the buffer Megatron's token dispatcher all-gathers over expert TP (and
     reduce-scatters back) per MoE layer and micro-batch: the T*ETP/TP tokens of the expert-TP
-    group, h wide in bf16 (see the module docstring)."""
+    group at EP 1 (allgather dispatcher), the T*k*ETP/TP routed copies at EP > 1 (alltoall
+    dispatcher), h wide in bf16 (see the module docstring). The same rows as the expert GEMMs'
+    and the permutation's (`compute.moe_permute_bytes`)."""
     gathered = _tokens(lay) * lay.etp / lay.tp
-    return np.asarray(gathered * model.hidden_size * ACTIVATION_BYTES)
+    rows = np.where(lay.ep > 1, model.experts_top_k * gathered, gathered)
+    return np.asarray(rows * model.hidden_size * ACTIVATION_BYTES)
 
 
 def tp_per_layer_s(

@@ -239,6 +239,9 @@ def test_moe_dispatcher_bytes_by_hand() -> None:
     assert _f(moe_dispatch_tp_bytes(model, lay)) == 1024 * 1024 * 2
     lay = one(tp=4, dp=2, micro_batch=1, seq_len=1024, sequence_parallel=True, expert_tp=2)
     assert _f(moe_dispatch_tp_bytes(model, lay)) == 512 * 1024 * 2
+    # EP > 1: the alltoall dispatcher gathers the T * k * ETP / TP routed copies over expert TP
+    lay = one(tp=4, dp=2, ep=2, micro_batch=1, seq_len=1024, sequence_parallel=True)
+    assert _f(moe_dispatch_tp_bytes(model, lay)) == 1024 * 2 * 1024 * 2
 
 
 def test_moe_tp_collectives_by_hand(dgx: Cluster) -> None:
@@ -254,6 +257,11 @@ def test_moe_tp_collectives_by_hand(dgx: Cluster) -> None:
     # a window of 1e-5 s (forward GEMMs of 7/3 * 1e-5 s, share 3/7) hides 1e-5 of each
     got = _moe_tp(model, dgx, Stack(), 7 / 3 * 1e-5, tp=4)
     assert got == pytest.approx(9 * MOE_H - 2e-5, rel=1e-9)
+    # EP2 x expert TP4 over TP4 x DP2: the routed copies, T k ETP / TP h 2 = 4,194,304 bytes over
+    # expert TP4: 3 * 2e-6 + (3/4) * 4,194,304 / 1e11 each, 2 forward + 2 backward
+    copies = 3 * 2e-6 + 0.75 * 4_194_304 / 1e11
+    got = _moe_tp(model, dgx, plain, 1.0, tp=4, dp=2, ep=2)
+    assert got == pytest.approx(5 * MOE_H + 4 * copies, rel=1e-12)
     # EP4 x expert TP1: no gather over expert TP, only attention's 5
     assert _moe_tp(model, dgx, plain, 1.0, tp=4, ep=4, expert_tp=1) == pytest.approx(5 * MOE_H, rel=1e-12)
     # ... and a shared expert brings a dense MLP's 5 over TP4
