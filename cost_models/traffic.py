@@ -32,8 +32,11 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       backward GEMMs, so all four are exposed and the routed experts' GEMMs are no window.
       Shared experts are a separate TP MLP over the dense TP group (shared_experts.py
       `SharedExpertMLP(MLP)`, tp_group pg_collection.tp; moe_shared_expert_overlap off by
-      default) with a dense MLP's collectives. The router's probabilities and routing map that
-      the dispatchers gather too are E/h of a token row or less: left out.
+      default) with a dense MLP's collectives. Left out: the T x E router probabilities and
+      routing map the allgather dispatcher gathers too (a few E/h of the tokens' bytes, under 1%
+      for Mixtral) and the alltoall dispatcher's probability per routed copy (a few bytes against
+      2h). Other frameworks' MoE layers are priced like a dense MLP's (not checked against
+      their sources).
   CP  ring (Liu et al. 2023; Megatron --cp-comm-type p2p): CP-1 steps that pass the local K and
       V chunk (2*T*g*d/TP*2 bytes; a heads instead of g when repeated first, `Stack.kv_repeated`) in the forward, K, V, dK, dV in the backward; each overlaps
       the attention compute of the same layer, so only the excess is exposed. All-gather (Llama 3,
