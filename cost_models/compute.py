@@ -21,6 +21,8 @@ Memory-bound kernels move these bytes per token in the forward pass (backward: t
     MoE token permutation and unpermutation (`moe_permute_bytes`, per micro-batch, not per token):
     the R = T k ETP/TP routed copies of h on a GPU gathered into expert order and scatter-added
     back into O = R/k rows, 10Rh + 6Oh bytes forward and 14Rh + 6Oh backward
+These are fused kernels (torch.compile, or Megatron-LM's and DeepSpeed's own); torchtitan's model
+run eagerly (`Stack.compiled` false) moves more, counted op by op (`eager_extra_bytes`).
 Sequence parallelism splits the norm, residual and dropout work over TP; without it each TP rank
 repeats it on all tokens. FP8 adds the casts of the GEMM operands, which depend on the stack's
 recipe (`fp8_cast_bytes`); torchao's rowwise_with_gw_hp runs the weight-gradient GEMM in BF16.
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost_models.candidates import FloatArray, Layouts
+from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.flops import causal_keys
 from paraplan.cost_models.frameworks import cp_sdpa_merge, per_framework_value
 from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
@@ -268,6 +270,94 @@ def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, 
 
 
 @dataclass(frozen=True)
+class EagerOp:
+    """What one eager op group moves beyond its fused kernel, per element it works on (bytes),
+    and its extra kernel launches, forward and backward."""
+
+    fwd_bytes: float
+    bwd_bytes: float
+    fwd_kernels: int
+    bwd_kernels: int
+
+
+# torchtitan's Llama modules in PyTorch eager mode (torchtitan/models/llama/model.py and
+# models/norms.py at 9dec370; the same code at 157a12c56 and 9515a140b), bf16 activations (FSDP2
+# param_dtype bf16), counted kernel by kernel (each reads its inputs and writes its output once),
+# less what `_layer_memory_bound_fwd_s` charges for the fused op (forward; the backward is charged
+# twice that). Backward formulas are autograd's (tools/autograd/derivatives.yaml: mul, _to_copy,
+# pow_backward = grad * (2 * self.pow(1)), where pow(1) is a copy, mean_backward = expand / n).
+#  * RMSNorm, per element of h: `output = (x.float() * torch.rsqrt(x.float().pow(2).mean(-1,
+#    keepdim=True) + eps)).type_as(x); output * weight`:
+#      forward  float() 2+4, pow 4+4, mean 4, (+eps, rsqrt: per token), x * r 4+4, type_as 4+2,
+#               * weight 2+2 = 36 B in 8 kernels; fused: read x, write y, 4 B in 1 => +32 B, +7
+#      backward * weight: g*w 2+2, g*y 2+2+2 and its sum over tokens 2 (12); type_as's cast 2+4
+#               (6); x * r: g*r 4+4, g*x 4+4+4 and its sum over h 4 (24); rsqrt's 3 per-token
+#               kernels; mean's expand / n, write 4 (4); pow: copy 4+4, * 2 4+4, * g 4+4+4 (28);
+#               the two gradients of x.float() added 4+4+4 (12); the cast back 4+2 (6)
+#               = 92 B in 16 kernels; charged 2 x 4 B in 2 => +84 B, +14
+#  * SwiGLU `F.silu(w1(x)) * w3(x)`, per element of the MLP width: silu 2+2, mul 2+2+2 = 10 B in
+#    2 kernels, charged 6 in 1 => +4, +1; backward g*v 6, g*silu 6, silu_backward 2+2+2 = 18 B in
+#    3, charged 12 in 2 => +6, +1
+#  * rotary `apply_rotary_emb`, per element of q and of k: float() 2+4, complex mul by freqs_cis
+#    4+4 (freqs_cis, per token and shared by the heads, left out), type_as 4+2 = 20 B in 3 kernels
+#    each for q and k, charged 4 in one for both => +16, +5; backward the same three casts and
+#    mul (grad * conj(freqs_cis)), 20 B in 3 each, charged 8 in 2 => +12, +4
+# The residual adds are one kernel either way; the views (reshape, view_as_complex/_real) move
+# nothing. Under torchtitan's op-level selective recompute all of these run again in the backward
+# (only matmuls and SDPA are saved), as the charged elementwise work does (`micro_batch_times`).
+EAGER_RMSNORM = EagerOp(36.0 - 4.0, 92.0 - 2.0 * 4.0, 8 - 1, 16 - 2)
+EAGER_SWIGLU = EagerOp(10.0 - 6.0, 18.0 - 2.0 * 6.0, 2 - 1, 3 - 2)
+EAGER_ROTARY = EagerOp(20.0 - 4.0, 20.0 - 2.0 * 4.0, 2 * 3 - 1, 2 * 3 - 2)
+
+
+def _eager_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> list[tuple[EagerOp, float, FloatArray]]:
+    """Each eager op group of a mean layer: (op, how many per layer, elements per token each)."""
+    tp = lay.tp.astype(np.float64)
+    ops: list[tuple[EagerOp, float, FloatArray]] = []
+    if not (model.layernorm or stack.fused_norm):
+        width = np.where(lay.seq_parallel_active, model.hidden_size / tp, float(model.hidden_size))
+        ops.append((EAGER_RMSNORM, float(model.norms_per_layer), np.asarray(width)))
+    if model.mlp == "gated":
+        ops.append((EAGER_SWIGLU, 1.0, np.asarray(model.mean_mlp_inner_active / tp)))
+    if not model.learned_positions:
+        ops.append((EAGER_ROTARY, 1.0, np.asarray((model.q_dim + model.kv_dim) / tp)))
+    return ops
+
+
+def _eager(lay: Layouts, stack: Stack) -> BoolArray:
+    """torchtitan's model run eagerly (`Stack.compiled` false); other frameworks fuse their own."""
+    return np.asarray((lay.framework == Framework.TORCHTITAN) & (not stack.compiled))
+
+
+def eager_extra_bytes(
+    model: ModelSpec, lay: Layouts, stack: Stack, tokens: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """Bytes one mean layer's eager elementwise ops move per micro-batch on one GPU beyond the fused
+    kernels charged, (forward, backward); 0 unless the framework is torchtitan and the stack not
+    `compiled` (Megatron-LM and DeepSpeed run their own fused kernels). Per token: each RMSNorm
+    (none for a LayerNorm model, `F.layer_norm` being one kernel, nor with the Triton norm,
+    `Stack.fused_norm`) over h (h/TP with sequence parallelism), SwiGLU over the active MLP width
+    / TP (a plain MLP's activation is one kernel), rotary over q and k / TP (none with learned
+    positions); see `EAGER_RMSNORM`, `EAGER_SWIGLU`, `EAGER_ROTARY`."""
+    fwd = np.zeros(len(lay))
+    bwd = np.zeros(len(lay))
+    for op, count, width in _eager_ops(model, lay, stack):
+        fwd = fwd + count * op.fwd_bytes * width
+        bwd = bwd + count * op.bwd_bytes * width
+    on = _eager(lay, stack)
+    return np.asarray(np.where(on, tokens * fwd, 0.0)), np.asarray(np.where(on, tokens * bwd, 0.0))
+
+
+def eager_extra_kernels(model: ModelSpec, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray]:
+    """Extra kernel launches of one mean layer's eager ops, (forward, backward) (`eager_extra_bytes`)."""
+    ops = _eager_ops(model, lay, stack)
+    fwd = sum(count * op.fwd_kernels for op, count, _ in ops)
+    bwd = sum(count * op.bwd_kernels for op, count, _ in ops)
+    on = _eager(lay, stack)
+    return np.asarray(np.where(on, float(fwd), 0.0)), np.asarray(np.where(on, float(bwd), 0.0))
+
+
+@dataclass(frozen=True)
 class CastBytes:
     """Bytes an FP8 recipe's cast kernels move per element of each GEMM operand of a linear
     layer (forward: input X, weight W; backward: W again and the output gradient dY)."""
@@ -379,8 +469,12 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     permute_bwd = _memory_s(permute_bwd_bytes, cluster) + launch * _moe_permute_kernels(
         model, lay, MOE_PERMUTE_KERNELS_BWD
     )
-    elementwise = memory_bound + permute_fwd + _memory_s(cast_fwd_bytes, cluster)
-    elementwise_bwd = 2.0 * memory_bound + permute_bwd + _memory_s(cast_bwd_bytes, cluster)
+    eager_fwd_bytes, eager_bwd_bytes = eager_extra_bytes(model, lay, stack, tokens)
+    eager_fwd_kernels, eager_bwd_kernels = eager_extra_kernels(model, lay, stack)
+    eager_fwd = _memory_s(eager_fwd_bytes, cluster) + launch * eager_fwd_kernels
+    eager_bwd = _memory_s(eager_bwd_bytes, cluster) + launch * eager_bwd_kernels
+    elementwise = memory_bound + permute_fwd + _memory_s(cast_fwd_bytes, cluster) + eager_fwd
+    elementwise_bwd = 2.0 * memory_bound + permute_bwd + _memory_s(cast_bwd_bytes, cluster) + eager_bwd
     attention_bwd = attention * (FLASH_BACKWARD_RATIO if stack.flash_attention else 2.0)
     attention_bwd = attention_bwd + _memory_s(merge_bwd_bytes, cluster)
     attention = attention + _memory_s(merge_fwd_bytes, cluster)

@@ -46,6 +46,14 @@ torchtitan/models/llama/model.py `Attention.forward`: `keys = repeat_kv(xk, self
 `F.scaled_dot_product_attention`), so the attention saves, and context parallelism all-gathers,
 K/V of a heads, not g (`memory.cp_gathered_kv_bytes`, `traffic.cp_per_layer_s`). torchtitan passes
 enable_gqa instead from ff0829c10 (2026-01-27, "GQA without kv repeats").
+`compiled`: the model's elementwise work runs fused, under torch.compile (torchtitan's
+training.compile / compile.enable, which compiles every TransformerBlock) or in the framework's
+own fused kernels (Megatron-LM's and DeepSpeed's). False: torchtitan's model runs in PyTorch
+eager mode, one kernel per op, with the fp32 upcasts of its RMSNorm and rotary embedding
+(`compute.eager_extra_bytes`); torchtitan 0.3.0's compile.enable defaults to false.
+`fused_norm`: with `compiled` false, torchtitan's norm is the Triton `FusedRMSNorm`
+(norm_type "fused_rmsnorm", torchtitan/models/norms.py at 9dec370; the llama3_8b and llama2_13b
+tomls of April 2024 set it), one kernel each way, instead of the eager `RMSNorm`.
 `adam_moments`: the precision of Adam's two moments, "fp32" or "bf16" (Megatron-LM's
 precision-aware optimizer: --use-precision-aware-optimizer --exp-avg-dtype bf16
 --exp-avg-sq-dtype bf16, which megatron/core/optimizer/__init__.py at d98e8a64 passes to
@@ -123,6 +131,14 @@ class Stack:
     )
     kv_repeated: bool = field(
         default=False, metadata={"help": "K/V repeated to every query head before attention (torchtitan of 2024)."}
+    )
+    compiled: bool = field(
+        default=True,
+        metadata={"help": "Elementwise ops run fused (torch.compile, fused kernels); off: torchtitan eager."},
+    )
+    fused_norm: bool = field(
+        default=False,
+        metadata={"help": "In eager torchtitan, the norm is the Triton fused_rmsnorm (norm_type, 2024)."},
     )
 
     adam_moments: AdamMoments = field(

@@ -13,6 +13,8 @@ from conftest import gpt_spec, one
 
 from paraplan.cost_models.compute import (
     cp_merge_bytes,
+    eager_extra_bytes,
+    eager_extra_kernels,
     fp8_cast_bytes,
     gemm_s,
     matmul_peak_flops,
@@ -344,3 +346,68 @@ def test_moe_permute_time_is_in_the_layer_forward_and_backward(dgx: Cluster, mon
     without = micro_batch_times(model, lay, dgx, Stack())
     assert _f(with_permute.layer_fwd_s - without.layer_fwd_s) == pytest.approx(2.7262976e-5, rel=1e-9)
     assert _f(with_permute.layer_bwd_s - without.layer_bwd_s) == pytest.approx(3.5651584e-5, rel=1e-9)
+
+
+# ------------------------------------------------------------------ torchtitan in eager mode
+
+
+def test_eager_extra_bytes_by_hand(models: dict[str, ModelSpec]) -> None:
+    # Llama 3 8B (h 4096, MLP 14336, q 4096, k 1024), torchtitan eager, TP 1, per token. Beyond the
+    # fused kernels, each eager RMSNorm moves 36 - 4 = 32 B per element of h forward and 92 - 8 = 84
+    # backward; SwiGLU 10 - 6 = 4 and 18 - 12 = 6 per MLP element; rotary 20 - 4 = 16 and
+    # 20 - 8 = 12 per element of q and k:
+    #   forward  2 x 32 x 4096 + 4 x 14336 + 16 x 5120 = 262,144 + 57,344 + 81,920 = 401,408 B
+    #   backward 2 x 84 x 4096 + 6 x 14336 + 12 x 5120 = 688,128 + 86,016 + 61,440 = 835,584 B
+    model = models["llama3-8b"]
+    tokens = _a(16384.0)
+    lay = one(framework="torchtitan", zero=3, dp=8, micro_batch=2, seq_len=8192)
+    fwd, bwd = eager_extra_bytes(model, lay, Stack(compiled=False), tokens)
+    assert (_f(fwd), _f(bwd)) == (16384 * 401_408.0, 16384 * 835_584.0)
+    # launches: 2 norms x 7 + 1 + 5 forward, 2 x 14 + 1 + 4 backward
+    kernels = eager_extra_kernels(model, lay, Stack(compiled=False))
+    assert (_f(kernels[0]), _f(kernels[1])) == (20.0, 33.0)
+    # with the Triton norm (norm_type fused_rmsnorm) only SwiGLU and rotary remain
+    fwd, bwd = eager_extra_bytes(model, lay, Stack(compiled=False, fused_norm=True), tokens)
+    assert (_f(fwd), _f(bwd)) == (16384 * 139_264.0, 16384 * 147_456.0)
+    # compiled, or Megatron-LM's own fused kernels: nothing extra
+    assert _f(eager_extra_bytes(model, lay, Stack(compiled=True), tokens)[1]) == 0.0
+    megatron = one(dp=8, micro_batch=2, seq_len=8192)
+    assert _f(eager_extra_bytes(model, megatron, Stack(compiled=False), tokens)[1]) == 0.0
+    assert _f(eager_extra_kernels(model, megatron, Stack(compiled=False))[0]) == 0.0
+
+
+def test_eager_extra_bytes_split_over_tp(models: dict[str, ModelSpec]) -> None:
+    # TP 8 with sequence parallelism: the norms over h/8, SwiGLU and rotary over their TP shards,
+    # so everything per token is 1/8 of the TP-1 figure: 401,408 / 8 = 50,176 B forward. Without
+    # sequence parallelism every rank repeats the norms on whole tokens: 262,144 + 139,264 / 8
+    # = 279,552 B.
+    model = models["llama3-8b"]
+    tokens = _a(1.0)
+    sp = one(framework="torchtitan", zero=3, tp=8, sequence_parallel=True, micro_batch=1, seq_len=8192)
+    assert _f(eager_extra_bytes(model, sp, Stack(compiled=False), tokens)[0]) == 50_176.0
+    no_sp = one(framework="torchtitan", zero=3, tp=8, sequence_parallel=False, micro_batch=1, seq_len=8192)
+    assert _f(eager_extra_bytes(model, no_sp, Stack(compiled=False), tokens)[0]) == 279_552.0
+
+
+def test_eager_extra_bytes_none_for_layernorm_plain_mlp_learned_positions() -> None:
+    # a GPT (LayerNorm, GELU MLP, learned positions): F.layer_norm and F.gelu are one kernel each
+    lay = one(framework="torchtitan", zero=3, dp=8, micro_batch=1, seq_len=2048)
+    fwd, bwd = eager_extra_bytes(gpt_spec(), lay, Stack(compiled=False), _a(2048.0))
+    assert (_f(fwd), _f(bwd)) == (0.0, 0.0)
+
+
+def test_eager_time_is_in_the_layer_forward_recompute_and_backward(
+    models: dict[str, ModelSpec], dgx: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # on the round cluster (2e12 B/s at memory_bound 1, no launch overhead, kernel efficiency 1):
+    # T = 16384 tokens, 16384 x 401,408 B / 2e12 = 3.288334336 ms more forward, and as much more
+    # in the op-level recompute (it reruns the elementwise ops); 16384 x 835,584 / 2e12 =
+    # 6.845104128 ms more backward
+    monkeypatch.setattr("paraplan.cost_models.compute.kernel_efficiency", lambda lay: np.ones(len(lay)))
+    model = models["llama3-8b"]
+    lay = one(framework="torchtitan", zero=3, dp=8, micro_batch=2, seq_len=8192, recompute="selective")
+    eager = micro_batch_times(model, lay, dgx, Stack(compiled=False))
+    fused = micro_batch_times(model, lay, dgx, Stack(compiled=True))
+    assert _f(eager.layer_fwd_s - fused.layer_fwd_s) == pytest.approx(3.288334336e-3, rel=1e-12)
+    assert _f(eager.layer_recompute_s - fused.layer_recompute_s) == pytest.approx(3.288334336e-3, rel=1e-12)
+    assert _f(eager.layer_bwd_s - fused.layer_bwd_s) == pytest.approx(6.845104128e-3, rel=1e-12)
