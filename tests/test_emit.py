@@ -70,12 +70,15 @@ STACK_CHOICES: dict[str, dict[str, tuple[object, ...]]] = {
     "megatron": {"flash_attention": (True, False), "dp_overlap": (True, False), "main_grads": ("fp32", "bf16"),
                  "p2p_overlap": (True, False)},
     "deepspeed": {"flash_attention": (True, False), "dp_overlap": (True, False), "main_grads": ("fp32", "bf16")},
-    "torchtitan": {"tp_overlap": (True, False)},
+    "torchtitan": {"tp_overlap": (True, False), "compiled": (True, False)},
 }  # fmt: skip
 # What the frameworks' flags cannot express although the search proposes it (see the report):
 # DeepSpeed's PipelineModule picks its own split; torchtitan 0.3.0 has no layer-count AC, no ring
-# CP, always shards over CP, derives the stage count from layers per stage.
-EXPECTED_REFUSALS = {"first_stage_layers/last_stage_layers", "recompute_layers", "cp_comm", "zero", "virtual_stages"}
+# CP, always shards over CP, derives the stage count from layers per stage; its async TP
+# (tp_overlap) needs compile.enable, so the random stacks with tp_overlap but not compiled are refused.
+EXPECTED_REFUSALS = {
+    "first_stage_layers/last_stage_layers", "recompute_layers", "cp_comm", "zero", "virtual_stages", "tp_overlap",
+}  # fmt: skip
 
 
 @dataclass(frozen=True, repr=False)
@@ -327,6 +330,29 @@ def test_torchtitan_mappings() -> None:
     assert "--config llama3_405b" not in bf16 and "--config paraplan_llama3_405b" in bf16
 
 
+def test_torchtitan_compile_flag_round_trips() -> None:
+    # Stack.compiled is compile.enable; 0.3.0's default is off, its llama3_405b registry config on
+    model = load_model("llama3-8b")
+    base = Layout(framework="torchtitan", dp=8, zero=3, micro_batch=1, global_batch=8)
+    eager_stack = default_stack(Framework.TORCHTITAN)
+    assert eager_stack.compiled is False
+    eager = emit_launch("torchtitan", model, base, eager_stack)
+    compiled = emit_launch("torchtitan", model, base, eager_stack.with_overrides(compiled=True))
+    assert "--compile.no-enable \\" in eager and "--compile.enable \\" in compiled
+    assert check_emitted("torchtitan", compiled) == []
+    assert imported("torchtitan", eager, model)[1].compiled is False
+    assert imported("torchtitan", compiled, model)[1].compiled is True
+    big = load_model("llama3-405b")
+    fp8 = emit_launch("torchtitan", big, Layout(framework="torchtitan", tp=2, pp=16, dp=4, micro_batch=1,
+                                                global_batch=64, zero=3, precision="fp8"))  # fmt: skip
+    assert imported("torchtitan", fp8.replace("    --compile.no-enable \\\n", ""), big)[1].compiled is True
+    # v0.2.2's compile.enable (false in the file) compiles the model blocks when "model" is a component
+    titan = load_launch(DATA / "torchtitan_v0.2.2_llama3_8b.toml")
+    assert layout_from_launch(titan, model, gpus=8)[1]["compiled"] is False
+    text = (DATA / "torchtitan_v0.2.2_llama3_8b.toml").read_text().replace("enable=false", "enable=true")
+    assert layout_from_launch(read_launch_text(text, name="x.toml"), model, gpus=8)[1]["compiled"] is True
+
+
 @pytest.mark.parametrize(
     ("kind", "model", "layout", "stack", "knob"),
     [
@@ -359,6 +385,13 @@ def test_torchtitan_mappings() -> None:
         ("torchtitan", "llama3-8b", {},
          Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", attention_saved=False),
          "attention_saved"),
+        # async TP needs torch.compile (0.3.0's CompileConfig); 0.3.0 has no Triton fused RMSNorm
+        ("torchtitan", "llama3-8b", {"tp": 2, "dp": 4},
+         Stack(tp_overlap=True, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", compiled=False),
+         "tp_overlap"),
+        ("torchtitan", "llama3-8b", {},
+         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", compiled=False,
+               fused_norm=True), "fused_norm"),
         # older releases' behaviours no pinned framework's flags bring back
         ("torchtitan", "llama3-8b", {"pp": 2, "dp": 4},
          Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", pp_outputs_kept=True),

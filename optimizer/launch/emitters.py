@@ -84,6 +84,7 @@ class TitanConfig:
     async_tp: bool  # compile.enable_async_tensor_parallel in the config
     local_batch: int  # its training.local_batch_size
     seq_len: int  # its training.seq_len
+    compiled: bool = False  # compile.enable in the config (llama3_405b's CompileConfig(enable=True, ...))
 
 
 # torchtitan 0.3.0 `torchtitan/models/llama3/config_registry.py` and `__init__.py` (model_registry
@@ -113,6 +114,7 @@ TITAN_REGISTRY: dict[str, TitanConfig] = {
         True,
         2,
         8192,
+        compiled=True,
     ),
 }
 
@@ -756,6 +758,12 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
     _refuse_partial_master(
         ctx, f"torchtitan {TORCHTITAN_VERSION}", "shards fp32 parameters, which are the master weights"
     )
+    if stack.tp_overlap and not stack.compiled:
+        _refuse(ctx, "tp_overlap", f"async TP without torch.compile: torchtitan {TORCHTITAN_VERSION}'s CompileConfig "
+                "raises 'Async TP requires 'model' in --compile.components and --compile.enable'")  # fmt: skip
+    if stack.fused_norm:
+        _refuse(ctx, "fused_norm", f"the Triton fused RMSNorm: torchtitan {TORCHTITAN_VERSION} has no norm_type "
+                "fused_rmsnorm (removed in 37c4b8181, 2025-02-06)")  # fmt: skip
     if stack.loss != "chunked":
         _refuse(ctx, "loss", f"a {stack.loss} loss over the whole logits: torchtitan {TORCHTITAN_VERSION} computes "
                 "the loss with ChunkedLossWrapper (loss.num_chunks 8; 1 chunk still keeps its fp32 gradient buffer), "
@@ -788,8 +796,11 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
               (_kf("seq_len", fw), str(lay.seq_len)), ("--training.mixed_precision_param", "bfloat16")]  # fmt: skip
     if lay.offload == Offload.ALL:
         flags.append(("--training.enable_cpu_offload", None))
+    # Stack.compiled: compile.enable (its default components compile the model and the loss);
+    # async TP (tp_overlap) needs it
+    flags.append(("--compile.enable" if stack.compiled else "--compile.no-enable", None))
     if stack.tp_overlap:
-        flags += [("--compile.enable", None), ("--compile.enable_async_tensor_parallel", None)]
+        flags.append(("--compile.enable_async_tensor_parallel", None))
     elif registry is None or registry.async_tp:
         flags.append(("--compile.no-enable-async-tensor-parallel", None))
     per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)

@@ -922,8 +922,11 @@ def _import_torchtitan(st: _State) -> None:
     async_default = registry.async_tp if registry is not None else False
     st.stack.update(flash_attention=True, dp_overlap=True, main_grads="fp32", p2p_overlap=False,
                     tp_overlap=bool(get(async_key, async_default)))  # fmt: skip
-    if get("compile.enable") and not st.stack["tp_overlap"]:
-        st.unmodelled.append("compile.enable")
+    # Stack.compiled: the model's blocks compiled (compile.enable with "model" in compile.components)
+    compile_default = registry.compiled if registry is not None and not old else False
+    st.stack["compiled"] = bool(get("compile.enable", compile_default)) and "model" in (
+        get("compile.components", ["model", "loss"]) or []
+    )
     # the loss (Stack.loss): v0.2.2 computes it whole, compiled with compile.enable and "loss" in
     # compile.components (build_cross_entropy_loss); 0.3.0 chunks it (ChunkedLossWrapper)
     if old:
