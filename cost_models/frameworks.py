@@ -268,8 +268,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
-        Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe=TORCHTITAN_FP8_RECIPE,
-              compiled=False),
+        Stack(main_grads="fp32", tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe=TORCHTITAN_FP8_RECIPE),
         zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
         offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),

@@ -50,7 +50,9 @@ enable_gqa instead from ff0829c10 (2026-01-27, "GQA without kv repeats").
 training.compile / compile.enable, which compiles every TransformerBlock) or in the framework's
 own fused kernels (Megatron-LM's and DeepSpeed's). False: torchtitan's model runs in PyTorch
 eager mode, one kernel per op, with the fp32 upcasts of its RMSNorm and rotary embedding
-(`compute.eager_extra_bytes`); torchtitan 0.3.0's compile.enable defaults to false.
+(`compute.eager_extra_bytes`). torchtitan 0.3.0's compile.enable defaults to false, but paraplan's
+torchtitan stack compiles (its launch config sets --compile.enable): the fast way to run it, and
+what the published torchtitan benchmarks mostly ran; a launch file read without it is eager.
 `fused_norm`: with `compiled` false, torchtitan's norm is the Triton `FusedRMSNorm`
 (norm_type "fused_rmsnorm", torchtitan/models/norms.py at 9dec370; the llama3_8b and llama2_13b
 tomls of April 2024 set it), one kernel each way, instead of the eager `RMSNorm`.

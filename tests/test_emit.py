@@ -331,13 +331,14 @@ def test_torchtitan_mappings() -> None:
 
 
 def test_torchtitan_compile_flag_round_trips() -> None:
-    # Stack.compiled is compile.enable; 0.3.0's default is off, its llama3_405b registry config on
+    # Stack.compiled is compile.enable: paraplan's torchtitan stack compiles; 0.3.0's own default
+    # is off (a file without compile.enable reads back eager), its llama3_405b registry config on
     model = load_model("llama3-8b")
     base = Layout(framework="torchtitan", dp=8, zero=3, micro_batch=1, global_batch=8)
-    eager_stack = default_stack(Framework.TORCHTITAN)
-    assert eager_stack.compiled is False
-    eager = emit_launch("torchtitan", model, base, eager_stack)
-    compiled = emit_launch("torchtitan", model, base, eager_stack.with_overrides(compiled=True))
+    compiled_stack = default_stack(Framework.TORCHTITAN)
+    assert compiled_stack.compiled is True
+    compiled = emit_launch("torchtitan", model, base, compiled_stack)
+    eager = emit_launch("torchtitan", model, base, compiled_stack.with_overrides(compiled=False))
     assert "--compile.no-enable \\" in eager and "--compile.enable \\" in compiled
     assert check_emitted("torchtitan", compiled) == []
     assert imported("torchtitan", eager, model)[1].compiled is False
@@ -345,7 +346,8 @@ def test_torchtitan_compile_flag_round_trips() -> None:
     big = load_model("llama3-405b")
     fp8 = emit_launch("torchtitan", big, Layout(framework="torchtitan", tp=2, pp=16, dp=4, micro_batch=1,
                                                 global_batch=64, zero=3, precision="fp8"))  # fmt: skip
-    assert imported("torchtitan", fp8.replace("    --compile.no-enable \\\n", ""), big)[1].compiled is True
+    without_flag = fp8.replace("    --compile.enable \\\n", "")
+    assert without_flag != fp8 and imported("torchtitan", without_flag, big)[1].compiled is True
     # v0.2.2's compile.enable (false in the file) compiles the model blocks when "model" is a component
     titan = load_launch(DATA / "torchtitan_v0.2.2_llama3_8b.toml")
     assert layout_from_launch(titan, model, gpus=8)[1]["compiled"] is False
