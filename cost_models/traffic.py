@@ -108,22 +108,32 @@ def _forward_passes(model: ModelSpec, lay: Layouts) -> FloatArray:
     return np.asarray(1.0 + lay.full_recompute_share(model.num_layers))
 
 
-def column_parallel_share(model: ModelSpec) -> float:
-    """Share of a mean layer's GEMM FLOPs in the column-parallel linears whose backward
-    collectives overlap their GEMMs (QKV, a dense layer's first MLP projection, an MoE layer's
-    shared experts' first projection): their weight-gradient GEMMs are the window for the
-    backward TP collectives. The routed experts' first projection is in the denominator only:
-    its input gradient goes through the token dispatcher's plain autograd collectives (see the
-    module docstring). Layers are weighted by kind like the compute terms (`moe_share`)."""
+def column_parallel_blocks(model: ModelSpec, dispatcher: bool) -> tuple[tuple[float, float], ...]:
+    """The column- then row-parallel blocks of a mean layer, as (blocks per layer, the share of the
+    layer's GEMM FLOPs in the block's column-parallel linear). That linear's weight-gradient GEMM,
+    and its input-gradient GEMM, are the only window for the block's backward TP collectives: the
+    next operation waits on them (`handle.wait()` in the backward of Megatron's
+    LinearWithGradAccumulationAndAsyncCommunication and Transformer Engine's LayerNormLinear), so
+    one linear's spare GEMM time cannot cover another's collective. The blocks: attention (QKV)
+    and the MLP; where Megatron's token dispatcher runs the MoE layers (`dispatcher`) the MLP
+    blocks are a dense layer's and the shared experts' (weighted by the share of each kind of
+    layer, `moe_share`), and the routed experts' first projection is in the denominator only: its
+    collectives are the dispatcher's plain autograd ones (see the module docstring). Otherwise
+    an MoE layer's MLP is one block over all its experts."""
     up = 2.0 if model.mlp == "gated" else 1.0
     share = model.moe_share
     dense = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
     shared = float(model.num_shared_experts * (model.shared_expert_ffn or model.ffn_hidden_size))
     routed = float(model.experts_top_k * model.ffn_hidden_size) if model.is_moe else 0.0
-    hidden = model.q_dim + 2.0 * model.kv_dim + (1.0 - share) * up * dense + share * up * shared
-    column = hidden + share * up * routed
-    row = model.q_dim + (1.0 - share) * dense + share * (shared + routed)
-    return hidden / (column + row)
+    qkv = model.q_dim + 2.0 * model.kv_dim
+    mlp_up = (1.0 - share) * up * dense + share * up * (shared + routed)
+    total = qkv + mlp_up + model.q_dim + (1.0 - share) * dense + share * (shared + routed)
+    if not dispatcher:
+        return (1.0, qkv / total), (1.0, mlp_up / total)
+    blocks = [(1.0, qkv / total), (1.0 - share, up * dense / total)]
+    if model.num_shared_experts:
+        blocks.append((share, up * shared / total))
+    return tuple((count, part) for count, part in blocks if count > 0.0)
 
 
 def moe_dispatch_tp_bytes(model: ModelSpec, lay: Layouts) -> FloatArray:
@@ -147,37 +157,39 @@ def tp_per_layer_s(
     gather = all_gather_s(nbytes, lay.tp, bw, lat)
     all_reduce = all_reduce_s(nbytes, lay.tp, bw, lat)
     sp = lay.seq_parallel_active
-    # Blocks of column- then row-parallel linears per mean layer: attention and the MLP (2); in a
-    # Megatron MoE layer the attention and the shared experts, if any, while the routed experts'
-    # collectives are the dispatcher's, over expert TP (`moe_dispatch_tp_bytes`), all exposed.
+    # Blocks of column- then row-parallel linears per mean layer (`column_parallel_blocks`): in a
+    # Megatron MoE layer the routed experts' collectives are the dispatcher's, over expert TP
+    # (`moe_dispatch_tp_bytes`), all exposed.
     dispatcher = np.asarray(sp & (lay.framework == Framework.MEGATRON)) if model.is_moe else np.zeros(len(lay), bool)
-    share = model.moe_share
-    moe_blocks = 1.0 + (1.0 - share) + share * (1.0 if model.num_shared_experts else 0.0)
-    blocks = np.where(dispatcher, moe_blocks, 2.0)
+    by_kind = {kind: column_parallel_blocks(model, kind) for kind in (False, True)}
+    blocks = np.where(dispatcher, sum(n for n, _ in by_kind[True]), sum(n for n, _ in by_kind[False]))
     dispatch = np.zeros(len(lay))
     if model.is_moe:
         e_bytes = moe_dispatch_tp_bytes(model, lay)
         e_bw, e_lat = links(cluster, lay.etp, np.ones_like(lay.etp))
         e_pair = reduce_scatter_s(e_bytes, lay.etp, e_bw, e_lat) + all_gather_s(e_bytes, lay.etp, e_bw, e_lat)
-        dispatch = np.where(dispatcher, share * e_pair, 0.0)
+        dispatch = np.where(dispatcher, model.moe_share * e_pair, 0.0)
     passes = _forward_passes(model, lay)
     forward = passes * (blocks * np.where(sp, scatter + gather, all_reduce) + dispatch)
-    # The column-parallel linears' weight-gradient GEMMs, and their input-gradient GEMMs, each
-    # last as long as their forward GEMMs.
-    window = column_parallel_share(model) * layer_gemm_fwd_s if stack.tp_overlap else 0.0
-    plain_bwd = np.maximum(2.0 * all_reduce - window, 0.0)
+    # Each column-parallel linear's weight-gradient GEMM, and its input-gradient GEMM, last as
+    # long as its forward GEMM: its block's window.
+    gemm = layer_gemm_fwd_s if stack.tp_overlap else np.zeros_like(layer_gemm_fwd_s)
+
+    def exposed(comm: FloatArray) -> FloatArray:
+        """A collective per block, each hidden only under its own block's window."""
+        per_kind = {kind: sum(n * np.maximum(comm - part * gemm, 0.0) for n, part in b) for kind, b in by_kind.items()}
+        return np.asarray(np.where(dispatcher, per_kind[True], per_kind[False]))
+
+    plain_bwd = exposed(all_reduce)
     # Sequence parallel backward, Megatron-style (`FrameworkSpec.sp_regathers_input`): the
     # row-parallel linears' output gradients are all-gathered before their GEMMs can start
     # (exposed); each column-parallel linear all-gathers its input again (only the local shard
     # was saved) under its input-gradient GEMM, and reduce-scatters its input gradient under its
     # weight-gradient GEMM. Otherwise (torchtitan: autograd keeps the gathered input; async TP
-    # fuses every collective into a neighbouring matmul) the four share one window.
-    megatron_bwd = (
-        blocks * gather
-        + np.maximum(blocks * scatter - window, 0.0)
-        + np.maximum(blocks * gather - window, 0.0)
-        + dispatch
-    )
+    # fuses every collective into a neighbouring matmul, not necessarily its own linear's) the
+    # four share one window, both linears' GEMMs.
+    megatron_bwd = blocks * gather + exposed(scatter) + exposed(gather) + dispatch
+    window = sum(part for _, part in by_kind[False]) * gemm
     fused_bwd = np.maximum(2.0 * (scatter + gather) - window, 0.0)
     sp_bwd = np.where(sp_regathers_input(lay) > 0, megatron_bwd, fused_bwd)
     return np.asarray(forward + np.where(sp, sp_bwd, plain_bwd))

@@ -28,7 +28,7 @@ from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.traffic import (
-    column_parallel_share,
+    column_parallel_blocks,
     cp_per_layer_s,
     dp_exposed_s,
     ep_per_layer_s,
@@ -172,20 +172,28 @@ def test_tp_without_overlap(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
 
 def test_tp_backward_hides_under_the_weight_gradient_gemms(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
     # The backward collective of each column-parallel linear (QKV, the MLP's first projection)
-    # runs during its weight-gradient GEMM. Their share of a layer's GEMM FLOPs:
-    #   (a d + 2 g d + 2 f) / (a d + 2 g d + 2 f + a d + f) = 67,584 / 104,448 = 11/17
-    # With forward GEMMs of 17/11 ms the window is 1 ms: 2 * 1.20240512e-3 - 1e-3 stays exposed
-    #   => 2 * 1.20240512e-3 + 1.40481024e-3 = 3.80962048e-3 s
+    # runs during its own weight-gradient GEMM. Llama 2 70B, a d = 8192, g d = 1024, f = 28672:
+    #   QKV a d + 2 g d = 10,240; MLP up 2 f = 57,344; row-parallel a d + f = 36,864; sum 104,448
+    #   shares 10,240 / 104,448 = 5/51 and 57,344 / 104,448 = 28/51
+    # With forward GEMMs of 17/11 ms the windows are 5/33 ms (QKV) and 28/33 ms (MLP), both
+    # shorter than an all-reduce: (1.20240512e-3 - 5/33e-3) + (1.20240512e-3 - 28/33e-3)
+    #   = 1.40481024e-3 exposed => 2 * 1.20240512e-3 + 1.40481024e-3 = 3.80962048e-3 s
     model = models["llama2-70b"]
     assert _tp(model, dgx, Stack(tp_overlap=True), 17 / 11 * 1e-3) == pytest.approx(3.80962048e-3, rel=1e-9)
+    # Twice the GEMMs: windows of 10/33 ms and 56/33 ms. The MLP's all-reduce hides entirely, but
+    # its spare GEMM time cannot cover the QKV's (the next op waits on each collective):
+    #   1.20240512e-3 - 10/33e-3 = 8.9937482e-4 exposed (one pooled window would leave 4.0481024e-4)
+    got = _tp(model, dgx, Stack(tp_overlap=True), 34 / 11 * 1e-3)
+    assert got == pytest.approx(2 * TP_ALL_REDUCE + 1.20240512e-3 - 10 / 33 * 1e-3, rel=1e-9)
     # a window longer than both backward collectives hides them: only the forward's two remain
     assert _tp(model, dgx, Stack(tp_overlap=True), 1.0) == pytest.approx(2 * TP_ALL_REDUCE, rel=1e-12)
-    # Sequence parallel, Megatron: with a window of 1 ms the two row-parallel gradient gathers stay
-    # exposed, and the window hides 1 ms of the two reduce-scatters and, separately, of the two
-    # input re-gathers (under the input-gradient GEMMs):
-    #   4 TP_HALF (forward) + 2 TP_HALF + 2 (2 TP_HALF - 1e-3) = 10 * 6.0120256e-4 - 2e-3
+    # Sequence parallel, Megatron: with forward GEMMs of 17/11 ms the two row-parallel gradient
+    # gathers stay exposed; each column-parallel linear's reduce-scatter hides under its
+    # weight-gradient GEMM and its input re-gather under its input-gradient GEMM, each as long as
+    # its forward GEMM. The MLP's (28/33 ms) hide whole; the QKV's (5/33 ms) leave TP_HALF - 5/33 ms
+    # each: 4 TP_HALF (forward) + 2 TP_HALF + 2 (TP_HALF - 5/33e-3) = 8 TP_HALF - 10/33e-3
     got = _tp(model, dgx, Stack(tp_overlap=True), 17 / 11 * 1e-3, sequence_parallel=True)
-    assert got == pytest.approx(10 * TP_HALF - 2e-3, rel=1e-9)
+    assert got == pytest.approx(8 * TP_HALF - 10 / 33 * 1e-3, rel=1e-9)
     # ... and with a long window only the forward's four and the backward's two gathers remain
     got = _tp(model, dgx, Stack(tp_overlap=True), 1.0, sequence_parallel=True)
     assert got == pytest.approx(6 * TP_HALF, rel=1e-12)
@@ -217,19 +225,27 @@ def _moe_tp(model: ModelSpec, cluster: Cluster, stack: Stack, gemm_s: float, **k
     return _f(tp_per_layer_s(model, lay, cluster, stack, _a(gemm_s)))
 
 
-def test_moe_window_is_attention_dense_and_shared_first_projections() -> None:
+def _flat(blocks: tuple[tuple[float, float], ...]) -> list[float]:
+    return [value for block in blocks for value in block]
+
+
+def test_moe_windows_are_attention_dense_and_shared_first_projections() -> None:
     # per token and h: QKV 1024 + 2 * 1024 = 3072 (column), out 1024 (row); routed experts
     # top-2 x gated 2 x 512 = 2048 (column, not a window: the dispatcher's collectives) and
-    # 2 x 512 = 1024 (row)  =>  3072 / (3072 + 2048 + 1024 + 1024) = 3/7
-    assert column_parallel_share(_tiny_moe()) == pytest.approx(3 / 7, rel=1e-12)
-    # a shared expert of 512: its first projection, 2 x 512 = 1024, is a window; its second 512
-    #   => (3072 + 1024) / (4096 + 2048 + 1024 + 512 + 1024) = 4096/8704 = 8/17
-    assert column_parallel_share(_tiny_moe(num_shared_experts=1)) == pytest.approx(8 / 17, rel=1e-12)
+    # 2 x 512 = 1024 (row)  =>  the attention block only, 3072 / (3072 + 2048 + 1024 + 1024) = 3/7
+    assert _flat(column_parallel_blocks(_tiny_moe(), dispatcher=True)) == pytest.approx([1.0, 3 / 7], rel=1e-12)
+    # a shared expert of 512: its first projection, 2 x 512 = 1024, is its block's window; its
+    # second 512: total 3072 + 1024 + 2048 + 1024 + 512 + 1024 = 8704
+    #   => attention 3072/8704 = 6/17, shared expert 1024/8704 = 2/17
+    shared = column_parallel_blocks(_tiny_moe(num_shared_experts=1), dispatcher=True)
+    assert _flat(shared) == pytest.approx([1.0, 6 / 17, 1.0, 2 / 17], rel=1e-12)
     # a dense first layer of 2048 (1 of 4 layers): 1/4 of its first projection 2 x 2048 and
-    # second 2048; 3/4 of the routed experts'
-    #   => (3072 + 1024) / (3072 + 1024 + 1536 + 1024 + 512 + 768) = 4096/7936 = 16/31
+    # second 2048; 3/4 of the routed experts': total 3072 + 1024 + 1536 + 1024 + 512 + 768 = 7936
+    #   => attention 3072/7936 = 12/31; the dense MLP, a quarter of a block a layer, 4096/7936 = 16/31
     first_dense = _tiny_moe(dense_layer_ids=(0,), dense_ffn_hidden_size=2048)
-    assert column_parallel_share(first_dense) == pytest.approx(16 / 31, rel=1e-12)
+    assert _flat(column_parallel_blocks(first_dense, dispatcher=True)) == pytest.approx([1.0, 12 / 31, 0.25, 16 / 31])
+    # without Megatron's dispatcher an MoE MLP is one block over all its experts' first projections
+    assert _flat(column_parallel_blocks(_tiny_moe(), dispatcher=False)) == pytest.approx([1.0, 3 / 7, 1.0, 2 / 7])
 
 
 def test_moe_dispatcher_bytes_by_hand() -> None:
