@@ -94,7 +94,8 @@ sliding-window layouts. It never returns a silently wrong model:
   `no_rope_layers`, `attention_chunk_size`, ...), and any key paraplan
   does not know at all (assumed to change neither parameters nor FLOPs);
 * ignored silently: keys known not to change parameter count or FLOPs (token ids, dtypes, rope
-  settings incl. `rope_scaling`, softcapping, initialisation, dropout rates, router loss
+  settings incl. `rope_scaling`, softcapping, initialisation, dropout rates other than those read
+  below, router loss
   coefficients, quantisation metadata, generation defaults, ...), and keys starting with "_".
 """
 
@@ -860,7 +861,7 @@ HARMLESS_KEYS = frozenset(
         "layernorm_epsilon", "norm_epsilon", "rope_theta", "rope_scaling", "rope_parameters", "rope_interleave",
         "rope_type", "rotary_emb_base", "rotary_pct", "rotary_dim", "partial_rotary_factor",
         "rope_local_base_freq", "original_max_position_embeddings", "use_dynamic_ntk", "use_logn_attn",
-        "no_rope_layers", "attention_dropout", "hidden_dropout", "resid_pdrop", "embd_pdrop", "attn_pdrop",
+        "no_rope_layers", "embd_pdrop",
         "dropout", "activation_dropout", "classifier_dropout", "summary_type", "summary_use_proj",
         "summary_activation", "summary_proj_to_labels", "summary_first_dropout", "hidden_act", "hidden_activation",
         "activation_function", "activation", "mlp_hidden_act", "output_router_logits", "router_aux_loss_coef",
@@ -931,6 +932,28 @@ class _Reader:
     def warn(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
+
+
+# Dropout rates a config may state: Megatron-LM's --attention-dropout / --hidden-dropout (whose
+# defaults, 0.1 each, apply when a launch sets neither: megatron/training/arguments.py at
+# core_v0.6.0) and Hugging Face's names for the same two.
+DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop")
+
+
+def _stated_dropout(r: _Reader) -> bool:
+    """Whether the config states a positive attention or hidden dropout rate. A stated zero does
+    not turn a family's dropout off: Hugging Face configs carry fine-tuning defaults (0.0 in most
+    Llama-style configs, whose family trains without dropout anyway)."""
+    r.used.update(DROPOUT_KEYS)
+    positive = False
+    for key in DROPOUT_KEYS:
+        value = r.raw.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise InputError(f"model config '{key}' = {_short(value)} must be a rate from 0 up to 1")
+        positive = positive or value > 0.0
+    return positive
 
 
 def _checked_int(key: str, value: Any, minimum: int = 1) -> int:
@@ -1531,10 +1554,11 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
         r.used.update(_ALIASES["max_pos"])  # informational only for rotary / ALiBi models
 
     tie = r.flag("tie_word_embeddings", fam.tie)
-    _warn_leftovers(r, fam, model_type)
     # dropout: the families whose reference training recipe uses it (GPT-2-style keys without a
-    # model_type are read as GPT-2, dropout included)
+    # model_type are read as GPT-2, dropout included), or a config that states a positive rate
     dropout = fam.dropout and (model_type in FAMILIES or not model_type)
+    dropout = _stated_dropout(r) or dropout
+    _warn_leftovers(r, fam, model_type)
 
     try:
         return ModelSpec(

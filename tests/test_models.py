@@ -142,6 +142,24 @@ def test_tiny_gpt2_style_by_hand() -> None:
     assert model.total_params == 108_544
 
 
+def test_stated_dropout_rate_turns_dropout_on() -> None:
+    # Llama trains without dropout (family default), and a Hugging Face config's 0.0 keeps it off;
+    # a launch that leaves Megatron's --attention-dropout / --hidden-dropout at their 0.1 default
+    # is stated as those rates, and trains with dropout. A stated 0.0 does not turn GPT-2's off.
+    llama = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "intermediate_size": 128, "vocab_size": 100}  # fmt: skip
+    assert not model_from_config(llama, "l").dropout
+    assert not model_from_config({**llama, "attention_dropout": 0.0}, "l").dropout
+    assert model_from_config({**llama, "attention_dropout": 0.1, "hidden_dropout": 0.1}, "l").dropout
+    assert model_from_config({**llama, "hidden_dropout": 0.1}, "l").dropout
+    gpt2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 32,
+            "resid_pdrop": 0.0}  # fmt: skip
+    assert model_from_config(gpt2, "g").dropout
+    for bad in (1.0, -0.1, "0.1", True):
+        with pytest.raises(InputError, match="hidden_dropout"):
+            model_from_config({**llama, "hidden_dropout": bad}, "l")
+
+
 def test_tiny_moe_by_hand() -> None:
     # The tiny llama with 4 experts, top-2 (mixtral keys).
     # layer: attention 12,288 + router 64*4 = 256 + norms 128 + 4 experts * 30,720 = 135,552
