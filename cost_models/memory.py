@@ -65,7 +65,8 @@ backward (`get_pipeline_model_parallel_warmup_microbatches`, schedules.py), so s
 (2(p - r - 1) + (v - 1)p + 1) chunks of l/(p v) layers at its peak: the first stage
 p(1 + (p - 1)/(p v)) micro-batches' worth (Korthikanti Sec 4.2.3), the last ((v - 1)p + 1)/v.
 PyTorch's pipelining (torchtitan) also keeps a receive buffer per micro-batch for the hidden states
-and for their gradient (`recv_buffer_bytes`, frameworks `pp_recv_buffers`).
+and for their gradient (`recv_buffer_bytes`, frameworks `pp_recv_buffers`), and each forwarded
+micro-batch's stage output until its backward (`stage_output_bytes`).
 The first stage holds the most; the last adds the loss at its peak (`loss_bytes_per_token`): per
 token V/TP logits of the framework's `loss_bytes_per_logit` (Megatron-LM 6: bf16 logits and one
 fp32 copy turned in place into the softmax; torchtitan 12: eager cross entropy's fp32 log-softmax
@@ -341,8 +342,9 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: Float
     recompute_peak = tokens * acts.recompute_extra + cp_gathered_kv_bytes(model, lay, stack)
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
     logits = loss_bytes_per_token(model, lay, stack) * tokens + kept_outputs_bytes(model, lay, stack)
-    recv = recv_buffer_bytes(model, lay, in_flight, first, last)
-    total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0) + recv
+    boundaries = recv_buffer_bytes(model, lay, in_flight, first, last)
+    boundaries = boundaries + stage_output_bytes(model, lay, stack, in_flight, last)
+    total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0) + boundaries
     return np.asarray(np.where(layers > 0, total, 0.0))
 
 
@@ -357,14 +359,43 @@ def recv_buffer_bytes(model: ModelSpec, lay: Layouts, in_flight: FloatArray, fir
     held = (lay.pp > 1) & (_per_framework(lay, "pp_recv_buffers") > 0)
     if not held.any():
         return np.zeros(len(lay))
-    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
-    boundary = BF16_BYTES * model.hidden_size * tokens / np.where(lay.seq_parallel_active, lay.tp, 1.0)
+    boundary = _boundary_bytes(model, lay)
     v = lay.virtual_stages.astype(np.float64)
     m = np.maximum(lay.num_micro_batches, 1.0)
     receiving = v - np.where(first, 1.0, 0.0)
     sending = v - np.where(last, 1.0, 0.0)
     extra = boundary * (m * (receiving + sending) - in_flight * receiving)
     return np.asarray(np.where(held, np.maximum(extra, 0.0), 0.0))
+
+
+def _boundary_bytes(model: ModelSpec, lay: Layouts) -> FloatArray:
+    """One micro-batch's bf16 hidden states at a stage boundary (their sequence shard with SP)."""
+    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    return np.asarray(BF16_BYTES * model.hidden_size * tokens / np.where(lay.seq_parallel_active, lay.tp, 1.0))
+
+
+def stage_output_bytes(model: ModelSpec, lay: Layouts, stack: Stack, in_flight: FloatArray, last: Stage) -> FloatArray:
+    """What PyTorch's pipelining (frameworks `pp_recv_buffers`) holds of the stage boundaries beyond
+    the receive buffers, at the peak (`in_flight`, the last stage at its last micro-batch as in
+    `kept_outputs_bytes`):
+    - each forwarded chunk-micro-batch's output until its backward: `forward_one_chunk` stores it in
+      `fwd_cache` ("stage_output", popped by `backward_one_chunk`), and the stage's last layer output
+      is no stored layer input here: in_flight x v chunk-micro-batches, but for the last stage's
+      current one, whose output is the logits (`loss_bytes_per_token`);
+    - with Stack.pp_outputs_kept (torch before pytorch/pytorch#153383, 2025-05, so also before
+      #164329, 2025-10): `stage_backward` left each received input's gradient in the receive
+      buffer's `.grad` until the next step's `clear_runtime_states` (#164329 "Optimize memory by
+      early releasing stage inputs' gradients" sets `val.grad = None`): the last stage holds those of
+      its m - 1 earlier micro-batches. Other stages peak at their first backward, with none done."""
+    held = (lay.pp > 1) & (_per_framework(lay, "pp_recv_buffers") > 0)
+    if not held.any():
+        return np.zeros(len(lay))
+    boundary = _boundary_bytes(model, lay)
+    v = lay.virtual_stages.astype(np.float64)
+    outputs = np.maximum(in_flight * v - np.where(last, 1.0, 0.0), 0.0)
+    earlier = np.maximum(lay.num_micro_batches - 1.0, 0.0)
+    grads = np.where(last, earlier, 0.0) if stack.pp_outputs_kept else 0.0
+    return np.asarray(np.where(held, boundary * (outputs + grads), 0.0))
 
 
 def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:

@@ -41,6 +41,8 @@ discarded that return value but could not stop the appends until torchtitan e5ef
 pytorch/pytorch#165822). The rows of December 2024 (torchtitan 9dec370, torch 1963fc8) kept them.
 Before pytorch/pytorch#153383 (2025-05) the other stages kept their outputs too, a hidden-state
 shard per micro-batch done; not priced: at a stage's peak no micro-batch is done when m <= PP.
+The same torch (before #164329, 2025-10) kept the received inputs' gradients to the step's end:
+the last stage holds those of its earlier micro-batches (`memory.stage_output_bytes`).
 `kv_repeated`: K and V are repeated to every query head before attention (torchtitan 9dec370
 torchtitan/models/llama/model.py `Attention.forward`: `keys = repeat_kv(xk, self.n_rep)` before
 `F.scaled_dot_product_attention`), so the attention saves, and context parallelism all-gathers,

@@ -25,6 +25,7 @@ from paraplan.cost_models.memory import (
     kept_outputs_bytes,
     peak_memory,
     recv_buffer_bytes,
+    stage_output_bytes,
     stage_params,
 )
 from paraplan.cost_models.models import ModelSpec, load_model
@@ -283,6 +284,34 @@ def test_context_parallel_allgather_holds_the_whole_kv(models: dict[str, ModelSp
     assert _f(_peak(model, gather).activations) == ring + 134_217_728
 
 
+def test_pipeline_stage_outputs_by_hand() -> None:
+    # torchtitan (PyTorch pipelining), TP1, PP4, 4 micro-batches of one 2048-token sequence, h 1,024:
+    # a stage output is the bf16 hidden states 2 x 1,024 x 2,048 = 4,194,304 B, held in fwd_cache
+    # from the micro-batch's forward to its backward.
+    #   1F1B: the first stage at its first backward has forwarded 4: 16,777,216; stage 1, 3:
+    #   12,582,912; the last stage's one in flight is its logits: 0.
+    #   Interleaved, v 2: the first GPU's warm-up is min(2 x 3 + 4, 4 x 2 - 1) = 7 chunk-micro-
+    #   batches, its first backward's the 8th: 8 outputs, 33,554,432; the last GPU's warm-up
+    #   min(0 + 4, 7) = 4, with the 5th forwarded: 5, less the last chunk's logits, 4: 16,777,216.
+    # With Stack.pp_outputs_kept the last stage also keeps the input gradients of its 3 earlier
+    # micro-batches: 3 x 4,194,304 = 12,582,912. Megatron-LM keeps its own outputs: none priced.
+    model = gpt_spec(h=1024, layers=8, vocab=50_000, seq=2048)
+    knobs: dict[str, Any] = {"pp": 4, "seq_len": 2048, "global_batch": 4, "micro_batch": 1, "recompute": "full"}
+    kept = Stack(pp_outputs_kept=True)
+    for v, stage, last, expected, with_grads in (
+        (1, 0.0, False, 16_777_216, 16_777_216), (1, 1.0, False, 12_582_912, 12_582_912), (1, 3.0, True, 0, 12_582_912),
+        (2, 0.0, False, 33_554_432, 33_554_432), (2, 3.0, True, 16_777_216, 29_360_128),
+    ):  # fmt: skip
+        lay = one(framework="torchtitan", zero=0, virtual_stages=v, **knobs)
+        in_flight = in_flight_micro_batches(lay, stage)
+        assert _f(stage_output_bytes(model, lay, FLASH, in_flight, last)) == expected
+        assert _f(stage_output_bytes(model, lay, kept, in_flight, last)) == with_grads
+    megatron = one(**knobs)
+    assert _f(stage_output_bytes(model, megatron, kept, in_flight_micro_batches(megatron, 0.0), False)) == 0.0
+    single = one(framework="torchtitan", zero=0, seq_len=2048, global_batch=4, micro_batch=1)
+    assert _f(stage_output_bytes(model, single, kept, in_flight_micro_batches(single, 0.0), True)) == 0.0
+
+
 def test_pipeline_kept_logits_by_hand() -> None:
     # PyTorch's pipelining before return_outputs=False (Stack.pp_outputs_kept): PP4, 4 micro-batches
     # of one 2,048-token sequence, V 50,000. At the last stage's peak (the loss backward of the
@@ -295,9 +324,11 @@ def test_pipeline_kept_logits_by_hand() -> None:
     assert _f(kept_outputs_bytes(model, lay, kept)) == 614_400_000
     assert _f(kept_outputs_bytes(model, one(framework="torchtitan", zero=0, tp=2, **knobs), kept)) == 307_200_000
     assert _f(kept_outputs_bytes(model, lay, FLASH)) == 0.0
-    # only the last stage holds logits; without a pipeline there is no schedule to keep them
+    # only the last stage holds logits; without a pipeline there is no schedule to keep them. The
+    # same torch left the 3 earlier micro-batches' input gradients in the receive buffers' .grad
+    # (memory.stage_output_bytes): 3 x 2 x 1,024 x 2,048 = 12,582,912 more at the last stage.
     layers = np.array([2.0])
-    for stage, first, last, extra in ((0.0, True, False, 0.0), (3.0, False, True, 614_400_000.0)):
+    for stage, first, last, extra in ((0.0, True, False, 0.0), (3.0, False, True, 614_400_000.0 + 12_582_912)):
         before = _f(activation_bytes(model, lay, FLASH, layers, stage, first, last))
         assert _f(activation_bytes(model, lay, kept, layers, stage, first, last)) == before + extra
     single = one(framework="torchtitan", zero=0, seq_len=2048, global_batch=4, micro_batch=1)
