@@ -49,9 +49,11 @@ memory-efficient SDPA ops) that output is recomputed, not kept: 2ad less. Full r
 keeps only each layer's 2h input (split over TP with sequence parallelism) plus one layer's full
 activations while it is recomputed; block recompute of N layers per chunk does so for N of them.
 Context parallelism divides the tokens per GPU by CP; all-gather CP also holds one layer's
-full-sequence K and V while its attention runs (`cp_gathered_kv_bytes`). With K/V repeated to
-every query head before attention (`Stack.kv_repeated`, torchtitan of 2024) the attention saves,
-and CP gathers, K/V of a heads instead of g.
+full-sequence K and V while its attention runs (`cp_gathered_kv_bytes`); PyTorch's (torchtitan)
+also holds an fp32 dQ and the fp32 dK/dV it passes around the ring during one layer's attention
+backward (`cp_backward_buffer_bytes`). With K/V repeated to every query head before attention
+(`Stack.kv_repeated`, torchtitan of 2024) the attention saves, and CP gathers, K/V of a heads
+instead of g.
 FP8 training with Transformer Engine (Megatron-LM; `frameworks.FP8_SAVES`) keeps each linear layer's
 input in FP8 for the weight gradient, 1 B instead of 2: the QKV and MLP inputs (the norm outputs)
 take 2h instead of 4h, the second MLP GEMM's input (the product, or the GELU output) f instead of
@@ -92,7 +94,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
-from paraplan.cost_models.frameworks import COMPILED_LOSS_BYTES, LOSS_CHUNKS, deferred_grad_sync, per_framework_value
+from paraplan.cost_models.frameworks import (
+    COMPILED_LOSS_BYTES,
+    LOSS_CHUNKS,
+    cp_sdpa_merge,
+    deferred_grad_sync,
+    per_framework_value,
+)
 from paraplan.cost_models.layout import CpComm, Framework, Offload, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
@@ -276,6 +284,25 @@ def cp_gathered_kv_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatA
     return np.asarray(np.where(gathers, gathered, 0.0))
 
 
+def cp_backward_buffer_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
+    """The fp32 gradient buffers of PyTorch's context-parallel attention backward for one layer
+    (`frameworks.cp_sdpa_merge`), beside its gathered K/V. `_templated_ring_attention_backward`
+    (torch/distributed/tensor/experimental/_attention.py, pytorch f2127dbd; the algorithm of late
+    2024 to 2026, see `frameworks`) accumulates dQ, dK and dV in fp32 (convert_to_f32 on by
+    default) and passes dK and dV around the ring (its `dkv_rotater` is always ALL_TO_ALL): each
+    step concatenates them into an fp32 send buffer and receives the neighbour's into another.
+    Counted: the running dQ and the fp32 dK/dV sent and received, 4 B x (q + 2 (k + v)) widths
+    per token of the GPU's sequence shard, of every query head when K/V are repeated
+    (Stack.kv_repeated), over TP; a lower bound (the running dK/dV, where not written into the
+    send buffer, and the bf16 per-step gradients are left out)."""
+    on = cp_sdpa_merge(lay)
+    if not on.any():
+        return np.zeros(len(lay))
+    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    widths = model.q_dim + 2.0 * (model.kv_dim + model.v_dim) * kv_repeats(model, stack)
+    return np.asarray(np.where(on, FP32_BYTES * tokens * widths / lay.tp.astype(np.float64), 0.0))
+
+
 def kept_outputs_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     """The last stage's logits of the micro-batches before the current one, kept until the step
     ends (Stack.pp_outputs_kept): at its peak, the loss backward of the last micro-batch, m - 1
@@ -339,7 +366,8 @@ def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: Float
     per_layer = acts.stored * tokens
     in_flight = in_flight_micro_batches(lay, stage)
     stored = per_layer * layers * in_flight
-    recompute_peak = tokens * acts.recompute_extra + cp_gathered_kv_bytes(model, lay, stack)
+    cp_buffers = cp_gathered_kv_bytes(model, lay, stack) + cp_backward_buffer_bytes(model, lay, stack)
+    recompute_peak = tokens * acts.recompute_extra + cp_buffers
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
     logits = loss_bytes_per_token(model, lay, stack) * tokens + kept_outputs_bytes(model, lay, stack)
     boundaries = recv_buffer_bytes(model, lay, in_flight, first, last)

@@ -20,6 +20,7 @@ from paraplan.cost_models.memory import (
     MemoryBreakdown,
     activation_bytes,
     activation_bytes_per_token_layer,
+    cp_backward_buffer_bytes,
     cp_gathered_kv_bytes,
     in_flight_micro_batches,
     kept_outputs_bytes,
@@ -282,6 +283,29 @@ def test_context_parallel_allgather_holds_the_whole_kv(models: dict[str, ModelSp
     # it adds to the peak's activations, once (one layer's attention at a time)
     ring = _f(_peak(model, one(**knobs)).activations)
     assert _f(_peak(model, gather).activations) == ring + 134_217_728
+
+
+def test_pytorch_context_parallel_backward_buffers_by_hand(models: dict[str, ModelSpec]) -> None:
+    # Llama 3 8B (a d = 4,096, g d = 1,024), TP1, CP4, one 32,768-token sequence: 8,192 local
+    # tokens. PyTorch's ring backward keeps dQ in fp32 and sends/receives dK + dV in fp32:
+    #   4 B x 8,192 x (4,096 + 2 x (1,024 + 1,024)) = 4 x 8,192 x 8,192 = 268,435,456 B;
+    # K/V repeated to the 32 query heads: 4 x 8,192 x (4,096 + 2 x 8,192) = 671,088,640 B;
+    # with TP2 each GPU holds half the heads: 134,217,728 B.
+    model = models["llama3-8b"]
+    knobs: dict[str, Any] = {"cp": 4, "micro_batch": 1, "seq_len": 32_768, "global_batch": 1, "recompute": "full"}
+    titan = one(framework="torchtitan", zero=0, cp_comm="allgather", **knobs)
+    assert _f(cp_backward_buffer_bytes(model, titan, FLASH)) == 268_435_456
+    assert _f(cp_backward_buffer_bytes(model, titan, Stack(kv_repeated=True))) == 671_088_640
+    tp2 = one(framework="torchtitan", zero=0, cp_comm="allgather", tp=2, **knobs)
+    assert _f(cp_backward_buffer_bytes(model, tp2, FLASH)) == 134_217_728
+    # Megatron's CP (Transformer Engine) is another implementation; without CP there is no ring
+    assert _f(cp_backward_buffer_bytes(model, one(cp_comm="allgather", **knobs), FLASH)) == 0.0
+    no_cp = one(framework="torchtitan", zero=0, micro_batch=1, seq_len=8192, global_batch=1)
+    assert _f(cp_backward_buffer_bytes(model, no_cp, FLASH)) == 0.0
+    # the ring rotate method passes dK/dV the same way; the all-gather one adds only its K/V
+    ring = one(framework="torchtitan", zero=0, cp_comm="ring", **knobs)
+    assert _f(cp_backward_buffer_bytes(model, ring, FLASH)) == 268_435_456
+    assert _f(_peak(model, titan).activations) == _f(_peak(model, ring).activations) + 134_217_728
 
 
 def test_pipeline_stage_outputs_by_hand() -> None:
