@@ -386,10 +386,11 @@ def _solve(it: IntTables, cutoff: int | None, time_limit_s: float, workers: int 
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers or solver_workers()
     solver.parameters.max_time_in_seconds = time_limit_s
-    # Measured (benchmarks/pool_speed.py): probing and presolve cost more than they save on these
-    # small models; without presolve the 70B pool takes 5.1 s, not 6.8 s, the 405B pool 4.3 s, not 4.9 s.
+    # Measured (benchmarks/pool_speed.py, whole process): probing costs more than it saves on these
+    # small models; presolve pays on the hardest one. The 70B pool (its winning pair needs 18k
+    # conflicts without presolve) takes 7.5 s with presolve and no probing, 11.4 s with both,
+    # 17.7 s with neither; the 405B pool 7.4, 6.9 and 5.4 s.
     solver.parameters.cp_model_probing_level = 0
-    solver.parameters.cp_model_presolve = False
     solver.parameters.log_search_progress = bool(os.environ.get("PARAPLAN_CPSAT_LOG"))
     status = solver.solve(built.model)
     wall = time.perf_counter() - started
