@@ -87,6 +87,27 @@ class Layouts:
             self._derived[key] = compute()
         return self._derived[key]
 
+    def floats(self, name: str) -> FloatArray:
+        """A column (or an integer derived quantity such as `etp`) as float64, converted once."""
+        key = ("float", name)
+        if key not in self._derived:
+            self._derived[key] = np.asarray(getattr(self, name), dtype=np.float64)
+        return np.asarray(self._derived[key], dtype=np.float64)
+
+    @property
+    def tokens_per_micro_batch(self) -> FloatArray:
+        """Tokens of one micro-batch on one GPU: micro-batch x sequence / CP."""
+        if "tokens" not in self._derived:
+            self._derived["tokens"] = (self.micro_batch * self.seq_len / self.cp).astype(np.float64)
+        return np.asarray(self._derived["tokens"], dtype=np.float64)
+
+    @property
+    def dp_cp(self) -> FloatArray:
+        """The ranks that shard the dense weights' states, DP x CP, as float64."""
+        if "dp_cp" not in self._derived:
+            self._derived["dp_cp"] = (self.dp * self.cp).astype(np.float64)
+        return np.asarray(self._derived["dp_cp"], dtype=np.float64)
+
     @property
     def gpus(self) -> IntArray:
         return np.asarray(self.tp * self.pp * self.dp * self.cp)

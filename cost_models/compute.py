@@ -114,7 +114,7 @@ def _layer_gemms_fwd_s(
     routed experts (top-k tokens spread over the E/EP local experts), weighted by the share of
     each kind of layer. `rate`: the large-GEMM rate, by default the layout precision's."""
     h = float(model.hidden_size)
-    tp = lay.tp.astype(np.float64)
+    tp = lay.floats("tp")
     peak = matmul_rate(cluster, lay) if rate is None else rate
     ones = np.ones_like(tokens)
     up = 2.0 if model.mlp == "gated" else 1.0
@@ -133,7 +133,7 @@ def _layer_gemms_fwd_s(
     if not model.is_moe:
         return np.asarray(total + dense)
     local_experts = model.num_experts / lay.ep
-    etp = lay.etp.astype(np.float64)
+    etp = lay.floats("etp")
     # Each GPU computes tokens x top-k / TP expert-token rows' worth of its experts' work; with
     # expert TP below TP the experts are wider and see proportionally fewer rows each.
     rows = tokens * model.experts_top_k * etp / (tp * local_experts)
@@ -150,9 +150,9 @@ def _layer_gemms_fwd_s(
 
 def _attention_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
     """Core attention of one layer, one micro-batch: Q K^T, softmax, times V."""
-    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    tokens = lay.tokens_per_micro_batch
     heads = model.num_heads / lay.tp
-    seq = lay.seq_len.astype(np.float64)
+    seq = lay.floats("seq_len")
     peak = cluster.gpu.peak_bf16_flops
     if stack.flash_attention:
         keys = causal_keys(model, seq)
@@ -188,8 +188,8 @@ def cp_merge_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> tuple[FloatA
     on = cp_sdpa_merge(lay)
     if not on.any():
         return np.zeros(len(lay)), np.zeros(len(lay))
-    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
-    cp = lay.cp.astype(np.float64)
+    tokens = lay.tokens_per_micro_batch
+    cp = lay.floats("cp")
     out = tokens * model.num_heads * (model.v_head_dim or model.head_dim) / lay.tp
     kv = tokens * (model.kv_dim + model.v_dim) * kv_repeats(model, stack) / lay.tp
     fwd = (6.0 + 10.0 * (cp - 1.0) + 6.0) * out
@@ -260,7 +260,7 @@ def _moe_permute_kernels(model: ModelSpec, lay: Layouts, per_direction: int) -> 
 
 def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
     h = float(model.hidden_size)
-    tp = lay.tp.astype(np.float64)
+    tp = lay.floats("tp")
     per_token_shared = 20.0 * h + (10.0 * h if model.dropout else 0.0)
     shared = np.where(lay.seq_parallel_active, per_token_shared / tp, per_token_shared)
     activation = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active / tp
@@ -312,7 +312,7 @@ EAGER_ROTARY = EagerOp(20.0 - 4.0, 20.0 - 2.0 * 4.0, 2 * 3 - 1, 2 * 3 - 2)
 
 def _eager_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> list[tuple[EagerOp, float, FloatArray]]:
     """Each eager op group of a mean layer: (op, how many per layer, elements per token each)."""
-    tp = lay.tp.astype(np.float64)
+    tp = lay.floats("tp")
     ops: list[tuple[EagerOp, float, FloatArray]] = []
     if not (model.layernorm or stack.fused_norm):
         width = np.where(lay.seq_parallel_active, model.hidden_size / tp, float(model.hidden_size))
@@ -412,7 +412,7 @@ def fp8_cast_bytes(model: ModelSpec, lay: Layouts, stack: Stack, tokens: FloatAr
     gradients are counted like the inputs (a lower bound: separate wq, wk, wv each have one).
     The weights are the layer's active local matrices (for MoE, a lower bound)."""
     h = float(model.hidden_size)
-    tp = lay.tp.astype(np.float64)
+    tp = lay.floats("tp")
     inputs = 2.0 * h + (model.q_dim + model.mean_mlp_inner_active) / tp
     fp8 = lay.precision == Precision.FP8
     if stack.fp8_recipe == "delayed":
@@ -434,7 +434,7 @@ def fp8_cast_bytes(model: ModelSpec, lay: Layouts, stack: Stack, tokens: FloatAr
 
 def head_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
     """LM head GEMM (kept in BF16 under FP8 training) and the fp32 cross entropy, forward."""
-    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    tokens = lay.tokens_per_micro_batch
     vocab = model.vocab_size / lay.tp
     ones = np.ones_like(tokens)
     gemm = gemm_s(tokens, vocab, model.hidden_size * ones, bf16_rate(cluster), cluster)
@@ -450,7 +450,7 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     checkpoints core attention whatever the backend); torchtitan's op-level policy recomputes
     every other matmul and all elementwise work (about half the GEMM time plus the memory-bound
     kernels; the attention output is saved unless `Stack.attention_saved` is false)."""
-    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    tokens = lay.tokens_per_micro_batch
     gemms = _layer_gemms_fwd_s(model, lay, cluster, tokens)
     # rowwise_with_gw_hp keeps the weight-gradient GEMM in BF16
     wgrad = gemms
@@ -516,7 +516,7 @@ def kernel_efficiency(lay: Layouts) -> FloatArray:
 
 def local_params(params: StageParams, lay: Layouts, from_stage: int) -> FloatArray:
     """Parameters of one GPU's shard: divided over DP*CP (experts DP*CP/EP) from that ZeRO stage on."""
-    dp_dense = (lay.dp * lay.cp).astype(np.float64)
+    dp_dense = lay.dp_cp
     dp_expert = lay.expert_dp
     sharded = lay.zero >= from_stage
     return np.asarray(

@@ -59,7 +59,7 @@ def forward_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
 
 
 def model_flops_per_step(model: ModelSpec, lay: Layouts, causal: bool = True) -> FloatArray:
-    seq = lay.seq_len.astype(np.float64)
+    seq = lay.floats("seq_len")
     keys = causal_keys(model, seq) if causal else seq
     return np.asarray(3.0 * lay.global_batch * seq * forward_flops_per_token(model, keys))
 
@@ -67,7 +67,7 @@ def model_flops_per_step(model: ModelSpec, lay: Layouts, causal: bool = True) ->
 def recompute_flops_per_step(model: ModelSpec, lay: Layouts) -> FloatArray:
     """FLOPs spent again by activation recompute (the HFU - MFU numerator), causal-aware."""
     tokens = (lay.global_batch * lay.seq_len).astype(np.float64)
-    attention_core = 2.0 * causal_keys(model, lay.seq_len.astype(np.float64)) * model.attention_core_width
+    attention_core = 2.0 * causal_keys(model, lay.floats("seq_len")) * model.attention_core_width
     attention_core = attention_core * model.num_layers
     matmuls = model.num_layers * 2.0 * layer_matmul_weights_active(model)
     full = matmuls + attention_core

@@ -149,7 +149,7 @@ class MemoryBreakdown:
 def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stage, last: Stage) -> StageParams:
     """A GPU of a stage holding `layers` layers; `first`/`last`: whether it is the first/last stage
     (per candidate, or for all). Layers are priced as the model's mean layer."""
-    tp = lay.tp.astype(np.float64)
+    tp = lay.floats("tp")
     norms = model.layer_norm_params
     dense_layer = (model.mean_layer_dense_params - norms) / tp + norms
     expert_layer = model.mean_layer_expert_params / lay.ep / lay.etp
@@ -179,7 +179,7 @@ def optimizer_state_bytes(lay: Layouts, stack: Stack) -> FloatArray:
 
 def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray, FloatArray]:
     """(weights, gradients, optimizer states) in bytes on the GPU under the ZeRO stage."""
-    dp_dense = (lay.dp * lay.cp).astype(np.float64)
+    dp_dense = lay.dp_cp
     dp_expert = lay.expert_dp
 
     def count(sharded: BoolArray) -> FloatArray:
@@ -212,7 +212,7 @@ def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[
 def host_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> FloatArray:
     """Bytes per GPU that offload keeps in host memory: the optimizer states (and the master
     copy), plus the sharded parameters and gradients when everything is offloaded."""
-    dp_dense = (lay.dp * lay.cp).astype(np.float64)
+    dp_dense = lay.dp_cp
     local = params.dense / dp_dense + params.expert / lay.expert_dp
     optimizer = np.where(lay.offload != Offload.NONE, optimizer_state_bytes(lay, stack) * local, 0.0)
     rest = np.where(lay.offload == Offload.ALL, (_per_framework(lay, "param_bytes") + stack.grad_bytes) * local, 0.0)
@@ -227,7 +227,7 @@ def _selective_op(lay: Layouts) -> BoolArray:
 def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     """Stored activations of one layer per token on one GPU, per the table in the docstring."""
     h = model.hidden_size
-    tp = lay.tp.astype(np.float64)
+    tp = lay.floats("tp")
     dropout = 1.0 if model.dropout else 0.0
     replicated = 8.0 * h + 2.0 * h * dropout
     mlp_inner: float | FloatArray = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active
@@ -278,8 +278,8 @@ def cp_gathered_kv_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatA
     gathers = (lay.cp > 1) & (lay.cp_comm == CpComm.ALLGATHER)
     if not gathers.any():
         return np.zeros(len(lay))
-    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
-    width = (model.kv_dim + model.v_dim) * kv_repeats(model, stack) / lay.tp.astype(np.float64)
+    tokens = lay.tokens_per_micro_batch
+    width = (model.kv_dim + model.v_dim) * kv_repeats(model, stack) / lay.floats("tp")
     gathered = BF16_BYTES * lay.cp * tokens * width
     return np.asarray(np.where(gathers, gathered, 0.0))
 
@@ -298,9 +298,9 @@ def cp_backward_buffer_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> Fl
     on = cp_sdpa_merge(lay)
     if not on.any():
         return np.zeros(len(lay))
-    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    tokens = lay.tokens_per_micro_batch
     widths = model.q_dim + 2.0 * (model.kv_dim + model.v_dim) * kv_repeats(model, stack)
-    return np.asarray(np.where(on, FP32_BYTES * tokens * widths / lay.tp.astype(np.float64), 0.0))
+    return np.asarray(np.where(on, FP32_BYTES * tokens * widths / lay.floats("tp"), 0.0))
 
 
 def kept_outputs_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
@@ -310,9 +310,9 @@ def kept_outputs_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArr
     (the stage's forward cache keeps them until its backward), so they are not part of this."""
     if not stack.pp_outputs_kept:
         return np.zeros(len(lay))
-    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    tokens = lay.tokens_per_micro_batch
     earlier = np.maximum(lay.num_micro_batches - 1.0, 0.0)
-    kept = earlier * tokens * BF16_BYTES * model.vocab_size / lay.tp.astype(np.float64)
+    kept = earlier * tokens * BF16_BYTES * model.vocab_size / lay.floats("tp")
     return np.asarray(np.where(lay.pp > 1, kept, 0.0))
 
 
@@ -327,8 +327,8 @@ def _full_layer_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) ->
 
 def in_flight_micro_batches(lay: Layouts, stage: FloatArray | float) -> FloatArray:
     """Micro-batches' worth of activations stage `stage` (0 = first) holds at its peak."""
-    pp = lay.pp.astype(np.float64)
-    v = lay.virtual_stages.astype(np.float64)
+    pp = lay.floats("pp")
+    v = lay.floats("virtual_stages")
     m = np.maximum(lay.num_micro_batches, 1.0)
     one_f_one_b = np.minimum(pp - stage, m)
     warmup = np.minimum(2.0 * (pp - stage - 1.0) + (v - 1.0) * pp, m * v - 1.0)
@@ -361,7 +361,7 @@ class LayerActivations:
 def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: FloatArray, stage: FloatArray | float,
                      first: Stage, last: Stage, per_token: LayerActivations | None = None) -> FloatArray:  # fmt: skip
     """Activations at the peak of stage `stage` (0 = first) holding `layers` layers."""
-    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    tokens = lay.tokens_per_micro_batch
     acts = per_token or LayerActivations.of(model, lay, stack)
     per_layer = acts.stored * tokens
     in_flight = in_flight_micro_batches(lay, stage)
@@ -388,7 +388,7 @@ def recv_buffer_bytes(model: ModelSpec, lay: Layouts, in_flight: FloatArray, fir
     if not held.any():
         return np.zeros(len(lay))
     boundary = _boundary_bytes(model, lay)
-    v = lay.virtual_stages.astype(np.float64)
+    v = lay.floats("virtual_stages")
     m = np.maximum(lay.num_micro_batches, 1.0)
     receiving = v - np.where(first, 1.0, 0.0)
     sending = v - np.where(last, 1.0, 0.0)
@@ -398,7 +398,7 @@ def recv_buffer_bytes(model: ModelSpec, lay: Layouts, in_flight: FloatArray, fir
 
 def _boundary_bytes(model: ModelSpec, lay: Layouts) -> FloatArray:
     """One micro-batch's bf16 hidden states at a stage boundary (their sequence shard with SP)."""
-    tokens = (lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64)
+    tokens = lay.tokens_per_micro_batch
     return np.asarray(BF16_BYTES * model.hidden_size * tokens / np.where(lay.seq_parallel_active, lay.tp, 1.0))
 
 
@@ -419,7 +419,7 @@ def stage_output_bytes(model: ModelSpec, lay: Layouts, stack: Stack, in_flight: 
     if not held.any():
         return np.zeros(len(lay))
     boundary = _boundary_bytes(model, lay)
-    v = lay.virtual_stages.astype(np.float64)
+    v = lay.floats("virtual_stages")
     outputs = np.maximum(in_flight * v - np.where(last, 1.0, 0.0), 0.0)
     earlier = np.maximum(lay.num_micro_batches - 1.0, 0.0)
     grads = np.where(last, earlier, 0.0) if stack.pp_outputs_kept else 0.0
@@ -428,7 +428,7 @@ def stage_output_bytes(model: ModelSpec, lay: Layouts, stack: Stack, in_flight: 
 
 def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     """What the loss holds at its peak per token of the last stage (module docstring)."""
-    vocab_shard = model.vocab_size / lay.tp.astype(np.float64)
+    vocab_shard = model.vocab_size / lay.floats("tp")
     eager = _per_framework(lay, "loss_bytes_per_logit")
     # A whole loss also holds the LM head's saved input (frameworks.HEAD_INPUT_GATHERED); the
     # chunked loss frees it chunk by chunk (its chunk copies below).

@@ -39,8 +39,8 @@ def stage_layers(model: ModelSpec, lay: Layouts) -> tuple[FloatArray, FloatArray
 
 
 def _stage_layers(model: ModelSpec, lay: Layouts) -> tuple[FloatArray, FloatArray, FloatArray]:
-    p = lay.pp.astype(np.float64)
-    v = lay.virtual_stages.astype(np.float64)
+    p = lay.floats("pp")
+    v = lay.floats("virtual_stages")
     even = np.ceil(model.num_layers / (p * v)) * v
     uneven = (lay.first_stage_layers > 0) | (lay.last_stage_layers > 0)
     f = np.where(uneven, lay.first_stage_layers, even)

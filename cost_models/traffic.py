@@ -99,7 +99,7 @@ class MicroBatchComm:
 
 
 def _tokens(lay: Layouts) -> FloatArray:
-    return np.asarray((lay.micro_batch * lay.seq_len / lay.cp).astype(np.float64))
+    return np.asarray(lay.tokens_per_micro_batch)
 
 
 def _forward_passes(model: ModelSpec, lay: Layouts) -> FloatArray:
@@ -272,7 +272,7 @@ def dp_exposed_s(
     """
     overlap = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
     m = np.maximum(lay.num_micro_batches, 1.0)
-    dense_n = (lay.dp * lay.cp).astype(np.float64)
+    dense_n = lay.dp_cp
     expert_n = lay.expert_dp
     groups = (
         (params.dense, dense_n, links(cluster, dense_n.astype(np.int64), lay.tp)),
