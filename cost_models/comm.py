@@ -33,16 +33,34 @@ def links(cluster: Cluster, size: Numeric, stride: Numeric, all_to_all: bool = F
     `hardware_specs.topology`)."""
     size_i = np.asarray(size, dtype=np.int64).reshape(-1)
     stride_i = np.asarray(stride, dtype=np.int64).reshape(-1)
-    # One int64 key per (size, stride): a 1-D unique is far cheaper than a row-wise one.
-    keys = size_i * _KEY_BASE + stride_i
-    unique, inverse = np.unique(keys, return_inverse=True)
-    bw = np.empty(len(unique))
-    lat = np.empty(len(unique))
-    for i, key in enumerate(unique):
-        link = group_link(cluster, int(key // _KEY_BASE), int(key % _KEY_BASE))
+    unique_size, unique_stride, inverse = _distinct_pairs(size_i, stride_i)
+    bw = np.empty(len(unique_size))
+    lat = np.empty(len(unique_size))
+    for i, (n, gap) in enumerate(zip(unique_size.tolist(), unique_stride.tolist(), strict=True)):
+        link = group_link(cluster, n, gap)
         bw[i] = link.a2a_bw_bytes_per_s if all_to_all else link.bw_bytes_per_s
         lat[i] = link.latency_s
     return bw[inverse], lat[inverse]
+
+
+def _distinct_pairs(
+    size: npt.NDArray[np.int64], stride: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The distinct (size, stride) pairs and each row's index among them. Group sizes and strides
+    are small GPU counts, so where their codes span little more than the rows a count of each
+    code finds the pairs in one pass; otherwise a sort (`np.unique`) of one int64 key per pair."""
+    if len(size) == 0:
+        return size, stride, size
+    span = int(stride.max()) + 1
+    codes = size * span + stride
+    if 0 <= int(codes.min()) and int(codes.max()) < 4 * len(codes) + 1024:
+        present = np.flatnonzero(np.bincount(codes))
+        lookup = np.zeros(int(present[-1]) + 1, dtype=np.int64)
+        lookup[present] = np.arange(len(present))
+        return present // span, present % span, lookup[codes]
+    keys = size * _KEY_BASE + stride  # one int64 key per pair: a 1-D unique, not a row-wise one
+    unique, inverse = np.unique(keys, return_inverse=True)
+    return unique // _KEY_BASE, unique % _KEY_BASE, inverse.reshape(-1)
 
 
 def pair_links(cluster: Cluster, distance: Numeric) -> tuple[FloatArray, FloatArray]:

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from paraplan.cost_models.comm import (
+    _distinct_pairs,
     all_gather_s,
     all_reduce_s,
     all_to_all_s,
@@ -465,3 +466,16 @@ def test_dense_models_run_no_expert_collectives(dgx: Cluster, zero: int, expecte
     lay = one(tp=8, dp=2, micro_batch=1, global_batch=2, zero=zero)
     got = _f(dp_exposed_s(_params(1e9, 0.0, 32), lay, dgx, Stack(), NOTHING_HIDDEN))
     assert got == pytest.approx(expected, rel=1e-12)
+
+
+@given(
+    st.lists(st.tuples(st.integers(1, 70_000), st.integers(1, 70_000)), min_size=1, max_size=60),
+    st.integers(1, 300),
+)
+def test_distinct_pairs_match_a_sort(pairs: list[tuple[int, int]], repeat: int) -> None:
+    # The count-based path (small codes) and the sort-based one both return each row's pair.
+    size = np.array([p[0] for p in pairs] * repeat, dtype=np.int64)
+    stride = np.array([p[1] for p in pairs] * repeat, dtype=np.int64)
+    unique_size, unique_stride, inverse = _distinct_pairs(size, stride)
+    assert (unique_size[inverse] == size).all() and (unique_stride[inverse] == stride).all()
+    assert len(unique_size) == len(set(pairs))
