@@ -8,6 +8,9 @@ implementation (transformers `models/<type>/modeling_<type>.py`) builds from the
                              (+ a*d + 2*g*d biases when qkv_bias, + h when out_bias)
                              (+ 2*d for per-head q_norm/k_norm: Qwen3, Gemma 3;
                               + a*d + g*d for full-width q_norm/k_norm: OLMo 2)
+                             (+ a for GPT-OSS's attention sinks, one learned logit per query head:
+                              transformers gpt_oss GptOssAttention.sinks; their FLOPs, one more
+                              logit per score row, are not counted)
     MLA (DeepSeek-V2/V3)     q_a_proj h*r_q + q_a_layernorm r_q + q_b_proj r_q*a*(d_nope+d_rope)
                              [or q_proj h*a*(d_nope+d_rope) when q_lora_rank is null]
                              + kv_a_proj_with_mqa h*(r_kv+d_rope) + kv_a_layernorm r_kv
@@ -23,6 +26,9 @@ implementation (transformers `models/<type>/modeling_<type>.py`) builds from the
                              N_s shared + N_r routed; V3: 1 shared + 256 routed, 8 active, Sec 4.2)
                              (+ h for Qwen's sigmoid shared_expert_gate Linear(h, 1): Qwen1.5-MoE,
                              https://qwenlm.github.io/blog/qwen-moe/, transformers qwen2_moe)
+                             (GPT-OSS, transformers gpt_oss GptOssMLP: router Linear(h, E) with
+                             bias, E experts of width intermediate_size with gate_up and down
+                             biases, no shared expert)
                              (Llama 4, transformers llama4 Llama4TextMoe: router Linear(h, E) without
                              bias + E experts of width intermediate_size + one shared expert of
                              the same width, no gate)
@@ -51,7 +57,8 @@ RoPE layers, `no_rope_layers` / `layer_types`) change the attention FLOPs only
 
 Published totals reproduced in tests/test_models.py (with the real config.json files under
 tests/data/hf_configs/): DeepSeek-V3 671B total / 37B active, DeepSeek-V2 236B / 21B,
-Qwen1.5-MoE-A2.7B 14.3B / 2.7B, Mixtral 8x7B 46.7B / 12.9B, Llama 3.1 405B, Gemma 2 2B and 9B
+Qwen1.5-MoE-A2.7B 14.3B / 2.7B, Mixtral 8x7B 46.7B / 12.9B, gpt-oss-120b 116.83B / 5.13B
+(arXiv:2508.10925 Table 1; active without the input embedding), Llama 3.1 405B, Gemma 2 2B and 9B
 (paper Table 2 non-embedding counts exactly), OPT-125m, Falcon-7B, Llama 4 Scout (text model
 107.77B; with the vision tower counted by hand in the test, 108.64B against the published 109B;
 17.17B active against "17B") and Maverick (400.71B / 17.18B against 400B / 17B); Llama 2 (Touvron et al. 2023
@@ -118,7 +125,7 @@ LayerKind = Literal["dense", "moe"]
 
 GATED_FAMILIES = frozenset(
     {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
-     "phi3", "deepseek_v2", "deepseek_v3", "olmo", "olmo2", "granite", "llama4_text"}
+     "phi3", "deepseek_v2", "deepseek_v3", "olmo", "olmo2", "granite", "llama4_text", "gpt_oss"}
 )  # fmt: skip
 PLAIN_FAMILIES = frozenset({"gpt2", "gpt_neox", "nemotron", "bloom", "opt", "falcon", "gptj", "starcoder2"})
 # Families whose reference implementations train with dropout on attention and residuals.
@@ -167,6 +174,7 @@ class ModelSpec(BaseModel):
     norms_per_layer: int = Field(default=2, ge=0, le=8)
     norm_affine: bool = True  # False: OLMo's LayerNorm without weight or bias
     qk_norm: QkNorm = "none"  # "head": RMSNorm(head_dim) on q and k; "full": on the whole q and k
+    attention_sinks: bool = False  # GPT-OSS: one learned sink logit per query head and layer
     final_norm: bool = True
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
     embed_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)  # OPT word_embed_proj_dim
@@ -176,7 +184,7 @@ class ModelSpec(BaseModel):
     num_shared_experts: int = Field(default=0, ge=0, le=100_000)
     shared_expert_ffn: int | None = Field(default=None, ge=1, le=10 * MAX_WIDTH)  # width of each
     shared_expert_gate: bool = False  # Qwen-MoE: sigmoid gate Linear(h, 1) on the shared expert
-    router_bias: bool = False  # DeepSeek-V3 e_score_correction_bias (E per MoE layer)
+    router_bias: bool = False  # E per MoE layer: DeepSeek-V3 e_score_correction_bias, GPT-OSS router bias
     dense_layer_ids: tuple[int, ...] = ()  # layers of an MoE model that use the dense MLP
     dense_ffn_hidden_size: int | None = Field(default=None, ge=1, le=10 * MAX_WIDTH)
 
@@ -365,10 +373,14 @@ class ModelSpec(BaseModel):
             kv = h * (r_kv + rope) + r_kv + r_kv * a * (nope + d_v)
             kv += (r_kv + rope) if self.has_qkv_bias else 0  # kv_a_proj_with_mqa bias
             out = a * d_v * h + (h if self.has_out_bias else 0)
-            return q + kv + out + self.qk_norm_params
+            return q + kv + out + self.qk_norm_params + self.sink_params
         weights = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
         biases = (self.q_dim + 2 * self.kv_dim if self.has_qkv_bias else 0) + (h if self.has_out_bias else 0)
-        return weights + biases + self.qk_norm_params
+        return weights + biases + self.qk_norm_params + self.sink_params
+
+    @property
+    def sink_params(self) -> int:
+        return self.num_heads if self.attention_sinks else 0
 
     @property
     def expert_params(self) -> int:
@@ -766,6 +778,14 @@ FAMILIES: dict[str, _Family] = {
     # OLMo: LayerNorm without parameters; OLMo 2: RMSNorm after attention/MLP, q/k norms over all heads
     "olmo": _Family("OlmoConfig", "gated", "none", tie=False, ffn_default=11008),
     "olmo2": _Family("Olmo2Config", "gated", "rms", tie=False, ffn_default=11008, qk_norm="full"),
+    # GptOssConfig: every layer MoE (E experts of width intermediate_size, biased, router with a
+    # bias), q/k/v/o biases (attention_bias), sliding/full layers alternating when layer_types is
+    # absent (layer 0 slides), one sink logit per head
+    "gpt_oss": _Family("GptOssConfig", "gated", "rms", tie=False, kv_default=8, ffn_default=2880,
+                       head_dim_default=64, max_pos_default=131072, qkv_bias=("attention_bias", True),
+                       out_bias=("attention_bias", True), mlp_bias=_BIAS, moe="mixtral",
+                       moe_defaults={"experts": 128, "top_k": 4}, sliding="gemma2", sliding_default=128,
+                       layer_types=True),
     # Llama4TextConfig: routed + one shared expert of width intermediate_size on the MoE layers, a
     # dense MLP of width intermediate_size_mlp elsewhere; chunked attention on the RoPE layers;
     # its q/k norm is an L2 norm without weights (no parameters); attention_bias on q, k, v and o
@@ -865,6 +885,7 @@ HARMLESS_KEYS = frozenset(
         "dropout", "activation_dropout", "classifier_dropout", "summary_type", "summary_use_proj",
         "summary_activation", "summary_proj_to_labels", "summary_first_dropout", "hidden_act", "hidden_activation",
         "activation_function", "activation", "mlp_hidden_act", "output_router_logits", "router_aux_loss_coef",
+        "swiglu_limit", "swiglu_alpha",
         "aux_loss_alpha", "seq_aux", "router_jitter_noise", "router_z_loss_coef", "norm_topk_prob",
         "routed_scaling_factor", "scoring_func", "n_group", "topk_group", "ep_size", "pretraining_tp",
         "attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "cache_implementation",
@@ -1178,7 +1199,7 @@ def _moe(r: _Reader, fam: _Family, layers: int, hidden: int, dense_ffn: int) -> 
         num_shared_experts=shared,
         shared_expert_ffn=shared_width,
         shared_expert_gate=gate,
-        router_bias=fam.cls.startswith("DeepseekV3") or r.raw.get("topk_method") == "noaux_tc",
+        router_bias=fam.cls.startswith(("DeepseekV3", "GptOss")) or r.raw.get("topk_method") == "noaux_tc",
         dense_layer_ids=tuple(dense_ids),
         dense_ffn_hidden_size=dense_width if dense_ids else None,
     )
@@ -1586,6 +1607,7 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             qk_norm=qk_norm,
             final_norm=final_norm,
             embedding_norm=family_name == "bloom",
+            attention_sinks=family_name == "gpt_oss",
             embed_dim=embed_dim,
             dropout=dropout,
             warnings=tuple(r.warnings),

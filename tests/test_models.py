@@ -531,6 +531,45 @@ def test_llama4_maverick_400_7b_total_17_2b_active() -> None:
     assert model.warnings == ()
 
 
+# openai/gpt-oss-120b config.json keys that change the math (transformers GptOssConfig defaults
+# agree: 36 layers, 128 experts, top-4, h = f = 2880, 64 heads x 64, 8 KV heads, V 201088, window 128).
+GPT_OSS_120B: dict[str, Any] = {
+    "model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 128,
+    "num_experts_per_tok": 4, "vocab_size": 201088, "max_position_embeddings": 131072, "sliding_window": 128,
+    "layer_types": ["sliding_attention", "full_attention"] * 18, "attention_bias": True,
+    "tie_word_embeddings": False, "hidden_act": "silu", "swiglu_limit": 7.0,
+}  # fmt: skip
+
+
+def test_gpt_oss_120b_116_83b_total_5_13b_active() -> None:
+    # gpt-oss model card (OpenAI 2025, arXiv:2508.10925) Table 1, gpt-oss-120b: 116.83B total,
+    # 5.13B active per token (embedding excluded); MLP 114.71B, attention 0.96B, (un)embedding 1.16B.
+    # Hand count, h = f = 2880, a = 64, g = 8, d = 64, E = 128, k = 4, V = 201088, 36 layers:
+    #   attention  q 2880*4096 + k, v 2*2880*512 + o 4096*2880 = 26,542,080
+    #              + biases 4096 + 512 + 512 + 2880 = 8,000 + sinks 64            = 26,550,144
+    #   expert     gate_up 2880*5760 + 5760 + down 2880*2880 + 2880               = 24,891,840
+    #   router     2880*128 + 128 = 368,768;  norms 2*2880 = 5,760
+    #   layer      26,550,144 + 128*24,891,840 + 368,768 + 5,760                  = 3,213,080,192
+    #   total      36 * layer + 2 * 201088*2880 (untied) + 2880                   = 116,829,156,672
+    #   active     36 * (26,550,144 + 4*24,891,840 + 368,768 + 5,760) + 2*579,133,440 + 2880
+    #            = 4,553,713,152 + 1,158,269,760                                  = 5,711,982,912
+    model = model_from_config(GPT_OSS_120B, "gpt-oss-120b")
+    assert model.attention_params == 26_550_144
+    assert model.total_params == 116_829_156_672 == pytest.approx(116.83e9, rel=1e-4)
+    assert model.active_params == 5_711_982_912
+    assert model.active_params - 201088 * 2880 == pytest.approx(5.13e9, rel=1e-3)  # card: embedding excluded
+    assert 36 * (model.layer_params - model.attention_params - 5760) == pytest.approx(114.71e9, rel=1e-4)
+    assert model.sliding_window == 128 and model.sliding_layer_ids == tuple(range(0, 36, 2))
+    assert model.warnings == ()
+
+
+def test_gpt_oss_layer_types_default_alternates_from_layer_0() -> None:
+    # GptOssConfig.__post_init__: layer_types None -> "sliding_attention" where (i + 1) % 2, else full
+    config = {k: v for k, v in GPT_OSS_120B.items() if k != "layer_types"}
+    assert model_from_config(config, "m").sliding_layer_ids == tuple(range(0, 36, 2))
+
+
 def test_mamba_codestral_is_refused() -> None:
     # mistralai/Mamba-Codestral-7B-v0.1 (model_type mamba2) was read as a 128-head transformer
     with pytest.raises(InputError, match="mamba2"):
