@@ -58,7 +58,7 @@ RoPE layers, `no_rope_layers` / `layer_types`) change the attention FLOPs only
 Published totals reproduced in tests/test_models.py (with the real config.json files under
 tests/data/hf_configs/): DeepSeek-V3 671B total / 37B active, DeepSeek-V2 236B / 21B,
 Qwen1.5-MoE-A2.7B 14.3B / 2.7B, Mixtral 8x7B 46.7B / 12.9B, gpt-oss-120b 116.83B / 5.13B
-(arXiv:2508.10925 Table 1; active without the input embedding), Llama 3.1 405B, Gemma 2 2B and 9B
+(arXiv:2508.10925 Table 1; active without the input embedding; its config keys inline in the test), Llama 3.1 405B, Gemma 2 2B and 9B
 (paper Table 2 non-embedding counts exactly), OPT-125m, Falcon-7B, Llama 4 Scout (text model
 107.77B; with the vision tower counted by hand in the test, 108.64B against the published 109B;
 17.17B active against "17B") and Maverick (400.71B / 17.18B against 400B / 17B); Llama 2 (Touvron et al. 2023
