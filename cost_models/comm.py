@@ -53,7 +53,7 @@ def _distinct_pairs(
         return size, stride, size
     span = int(stride.max()) + 1
     codes = size * span + stride
-    if 0 <= int(codes.min()) and int(codes.max()) < 4 * len(codes) + 1024:
+    if int(codes.min()) >= 0 and int(codes.max()) < 4 * len(codes) + 1024:
         present = np.flatnonzero(np.bincount(codes))
         lookup = np.zeros(int(present[-1]) + 1, dtype=np.int64)
         lookup[present] = np.arange(len(present))

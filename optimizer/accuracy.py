@@ -10,8 +10,9 @@ permutation and all-to-all costs that dense runs never show):
   1. same hardware family, precision, framework and kind (dense/MoE), GPU counts within 8x;
   2. else the same family, precision, framework and kind at any scale;
   3. else the same family, precision and kind, any framework;
-  4. else the same family and precision, any framework or kind;
-  5. else the same family at any precision;
+  4. else the same family and kind at any precision (an MoE run's error says more about another
+     MoE run than a run of the other kind at the same precision does);
+  5. else the same family, any precision or kind;
   6. else none: the hardware was never checked against a measurement, which the basis says,
      and the bar is the widest error of all runs.
 At least 3 runs make a regime (fewer: the next, wider one).
@@ -82,8 +83,11 @@ def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, framew
         (near(stack), f"{what} {framework} runs within 8x of {gpus} GPUs"),
         (stack, f"{what} {framework} runs"),
         (kind, f"{what} runs of any framework"),
-        (same, f"{family} {precision} runs of any framework, dense or MoE"),
-        ([r for r in runs if r.family == family], f"{family} runs at any precision"),
+        (
+            [r for r in runs if r.family == family and r.moe == moe],
+            f"{family} {'MoE' if moe else 'dense'} runs at any precision",
+        ),
+        ([r for r in runs if r.family == family], f"{family} runs at any precision, dense or MoE"),
     )
     for chosen, words in tiers:
         if len(chosen) >= MIN_REGIME:

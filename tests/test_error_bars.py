@@ -1,0 +1,49 @@
+"""The error bar's regime ladder (optimizer/accuracy.py), on hand-made validation runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from paraplan import accuracy
+from paraplan.accuracy import ValidationRun, error_bar
+
+
+def _run(
+    name: str, precision: str, moe: bool, error: float, gpus: int = 64, framework: str = "megatron"
+) -> ValidationRun:
+    return ValidationRun(name, "src-" + name, "b200", precision, framework, gpus, error, moe)
+
+
+@pytest.fixture
+def runs(monkeypatch: pytest.MonkeyPatch) -> list[ValidationRun]:
+    table = [
+        # dense FP8 Megatron runs: -10%, +5%, 0%
+        _run("d1", "fp8", False, -0.10), _run("d2", "fp8", False, 0.05), _run("d3", "fp8", False, 0.0),
+        # MoE BF16 runs: -60%, -40%, +20%
+        _run("m1", "bf16", True, -0.60), _run("m2", "bf16", True, -0.40), _run("m3", "bf16", True, 0.20),
+    ]  # fmt: skip
+    monkeypatch.setattr(accuracy, "validation_runs", lambda: tuple(table))
+    return table
+
+
+def test_a_dense_prediction_without_its_precision_takes_dense_runs_before_moe_ones(runs: list[ValidationRun]) -> None:
+    # dense BF16 on b200: no dense BF16 run; the same kind at any precision comes before the MoE
+    # BF16 runs: errors -10%..+5%, so the measured step lies in [pred / 1.05, pred / 0.90]
+    bar = error_bar("b200", "bf16", "megatron", 64)
+    assert bar.runs == 3 and bar.supported
+    assert bar.low_factor == pytest.approx(1 / 1.05) and bar.high_factor == pytest.approx(1 / 0.90)
+    assert "dense runs at any precision" in bar.words
+
+
+def test_an_moe_prediction_takes_its_kind_at_its_precision(runs: list[ValidationRun]) -> None:
+    # MoE BF16 on b200: the three MoE BF16 runs, -60%..+20%: [pred / 1.2, pred / 0.4]
+    bar = error_bar("b200", "bf16", "megatron", 64, moe=True)
+    assert bar.runs == 3
+    assert bar.low_factor == pytest.approx(1 / 1.2) and bar.high_factor == pytest.approx(1 / 0.4)
+
+
+def test_unchecked_hardware_gets_the_widest_error_of_all_runs(runs: list[ValidationRun]) -> None:
+    # no run on ada: the widest |error| of all six, 60%: [pred / 1.6, pred / 0.4], not supported
+    bar = error_bar("ada", "bf16", "megatron", 64)
+    assert not bar.supported and bar.runs == 0
+    assert bar.low_factor == pytest.approx(1 / 1.6) and bar.high_factor == pytest.approx(1 / 0.4)
