@@ -355,6 +355,16 @@ def test_torchtitan_compile_flag_round_trips() -> None:
     assert layout_from_launch(read_launch_text(text, name="x.toml"), model, gpus=8)[1]["compiled"] is True
 
 
+def _titan(**settings: object) -> Stack:
+    """torchtitan's default stack with `settings` changed."""
+    return default_stack(Framework.TORCHTITAN).with_overrides(**settings)
+
+
+def _deepspeed(**settings: object) -> Stack:
+    """DeepSpeed's default stack with `settings` changed."""
+    return default_stack(Framework.DEEPSPEED).with_overrides(**settings)
+
+
 @pytest.mark.parametrize(
     ("kind", "model", "layout", "stack", "knob"),
     [
@@ -377,7 +387,7 @@ def test_torchtitan_compile_flag_round_trips() -> None:
          "flash_attention"),
         ("torchtitan", "mixtral-8x7b", {}, None, "model"),
         ("megatron", "llama2-7b", {}, Stack(loss="chunked"), "loss"),
-        ("deepspeed", "llama2-7b", {}, Stack(main_grads="bf16", p2p_overlap=False, loss="compiled"), "loss"),
+        ("deepspeed", "llama2-7b", {}, _deepspeed(loss="compiled"), "loss"),
         ("torchtitan", "llama3-8b", {}, Stack(tp_overlap=False, p2p_overlap=False, loss="eager"), "loss"),
         ("torchtitan", "gpt3-175b", {}, None, "model"),
         # torchao's rowwise recipes are not Transformer Engine's; 0.3.0's converter has only them
@@ -385,39 +395,39 @@ def test_torchtitan_compile_flag_round_trips() -> None:
         ("torchtitan", "llama3-8b", {"precision": "fp8"},
          Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="tensorwise"), "fp8_recipe"),
         ("torchtitan", "llama3-8b", {},
-         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", attention_saved=False),
+         _titan(attention_saved=False),
          "attention_saved"),
         # async TP needs torch.compile (0.3.0's CompileConfig); 0.3.0 has no Triton fused RMSNorm
         ("torchtitan", "llama3-8b", {"tp": 2, "dp": 4},
          Stack(tp_overlap=True, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", compiled=False),
          "tp_overlap"),
         ("torchtitan", "llama3-8b", {},
-         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", compiled=False,
+         _titan(compiled=False,
                fused_norm=True), "fused_norm"),
         # older releases' behaviours no pinned framework's flags bring back
         ("torchtitan", "llama3-8b", {"pp": 2, "dp": 4},
-         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", pp_outputs_kept=True),
+         _titan(pp_outputs_kept=True),
          "pp_outputs_kept"),
         ("torchtitan", "llama3-8b", {},
-         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", kv_repeated=True),
+         _titan(kv_repeated=True),
          "kv_repeated"),
         ("megatron", "llama2-7b", {"pp": 2}, Stack(pp_outputs_kept=True), "pp_outputs_kept"),
         ("megatron", "llama3-8b", {}, Stack(kv_repeated=True), "kv_repeated"),
-        ("deepspeed", "llama3-8b", {}, Stack(main_grads="bf16", p2p_overlap=False, kv_repeated=True), "kv_repeated"),
+        ("deepspeed", "llama3-8b", {}, _deepspeed(kv_repeated=True), "kv_repeated"),
         # bf16 Adam moments: Megatron's precision-aware optimizer, with its distributed optimizer only
         ("megatron", "llama2-7b", {"zero": 0}, Stack(adam_moments="bf16"), "adam_moments"),
         ("megatron", "llama2-7b", {"zero": 2}, Stack(adam_moments="bf16"), "adam_moments"),
-        ("deepspeed", "llama2-7b", {"zero": 1}, Stack(main_grads="bf16", p2p_overlap=False, adam_moments="bf16"),
+        ("deepspeed", "llama2-7b", {"zero": 1}, _deepspeed(adam_moments="bf16"),
          "adam_moments"),
         ("torchtitan", "llama3-8b", {},
-         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", adam_moments="bf16"),
+         _titan(adam_moments="bf16"),
          "adam_moments"),
         # master weights as 16-bit remainders or none: Apex's DistributedFusedAdam (NeMo) only
         ("megatron", "llama2-7b", {"zero": 1}, Stack(master_weights="remainders"), "master_weights"),
-        ("deepspeed", "llama2-7b", {"zero": 1}, Stack(main_grads="bf16", p2p_overlap=False, master_weights="none"),
+        ("deepspeed", "llama2-7b", {"zero": 1}, _deepspeed(master_weights="none"),
          "master_weights"),
         ("torchtitan", "llama3-8b", {},
-         Stack(tp_overlap=False, p2p_overlap=False, loss="chunked", fp8_recipe="rowwise", master_weights="remainders"),
+         _titan(master_weights="remainders"),
          "master_weights"),
     ],
 )  # fmt: skip
