@@ -160,12 +160,12 @@ def group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
 
 def _group(cluster: Cluster, cache: _ClusterCache, size: int, stride: int) -> GroupLink:
     per_node = cluster.gpus_per_node
-    members = [i * stride for i in range(size)]
-    nodes = {m // per_node for m in members}
-    local = [m for m in members if m // per_node == 0]  # every node holds the same pattern
-    k = max(1, len(local))
-    if len(nodes) == 1:
-        return _within_node(cluster, cache, members)
+    # Members are the ranks 0, stride, 2 stride, ...: those below per_node sit on the first node,
+    # and every node holds the same pattern. Counted, not listed: a group may span millions of ranks.
+    k = min(size, (per_node - 1) // stride + 1)
+    local = [i * stride for i in range(k)]
+    if k == size:  # the whole group on one node
+        return _within_node(cluster, cache, local)
     network = _pair_route(cluster, cache, (0, 0, True))  # a GPU's NIC share, to another node
     inside = _within_node(cluster, cache, local) if k > 1 else LOCAL
     bw = min(k * network.bw_bytes_per_s, inside.bw_bytes_per_s)

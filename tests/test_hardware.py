@@ -311,3 +311,27 @@ def test_text_must_be_utf8(tmp_path: Path) -> None:
     path.write_bytes('name = "caf\u00e9"\n'.encode("latin-1"))
     with pytest.raises(InputError, match="is not UTF-8 text"):
         read_text_file(path, "hardware file")
+
+
+@pytest.mark.parametrize("preset", ["h100-sxm", "mi300x", "rtx4090", "a100-80g-pcie"])
+def test_group_links_follow_the_members_node_by_node(preset: str) -> None:
+    # A group of `size` ranks `stride` apart: on one node it is that node's ring over its members;
+    # across nodes its bandwidth is k NIC shares (k members a node), capped by the ring over the
+    # k members of a node. Worked out here from the member list itself.
+    cluster = load_cluster(preset)
+    per_node = cluster.gpus_per_node
+    network = pair_link(cluster, 0, per_node)
+    for size in (2, 3, 4, 8, 16, 64, 1000):
+        for stride in (1, 2, 3, 4, 8, 16, 64):
+            members = [i * stride for i in range(size)]
+            local = [m for m in members if m < per_node]
+            link = group_link(cluster, size, stride)
+            if len(local) == size:
+                assert link.kind != "network"
+                continue
+            assert link.kind == "network"
+            within = group_link(cluster, len(local), stride) if len(local) > 1 else None
+            expected = len(local) * network.bw_bytes_per_s
+            if within is not None:
+                expected = min(expected, within.bw_bytes_per_s)
+            assert link.bw_bytes_per_s == pytest.approx(expected, rel=1e-12)
