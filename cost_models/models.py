@@ -128,8 +128,15 @@ GATED_FAMILIES = frozenset(
      "phi3", "deepseek_v2", "deepseek_v3", "olmo", "olmo2", "granite", "llama4_text", "gpt_oss"}
 )  # fmt: skip
 PLAIN_FAMILIES = frozenset({"gpt2", "gpt_neox", "nemotron", "bloom", "opt", "falcon", "gptj", "starcoder2"})
-# Families whose reference implementations train with dropout on attention and residuals.
-DROPOUT_FAMILIES = frozenset({"gpt2", "opt", "bloom", "gptj"})
+# Families whose config classes default to a positive dropout rate (transformers' GPT2Config:
+# resid_pdrop, embd_pdrop, attn_pdrop 0.1; OPTConfig: dropout 0.1), with the keys that hold it: a
+# config that states every one of them as 0.0 trains without dropout. BloomConfig
+# (hidden_dropout, attention_dropout) and GPTJConfig (resid_pdrop, embd_pdrop, attn_pdrop)
+# default to 0.0: without a stated positive rate, no dropout.
+DROPOUT_FAMILIES: dict[str, tuple[str, ...]] = {
+    "gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+    "opt": ("dropout",),
+}
 
 MAX_LAYERS = 100_000
 MAX_CONFIG_INT = 10**12
@@ -697,7 +704,6 @@ class _Family:
     sliding_default: int | None = None
     layer_types: bool = False  # whether the config class reads an explicit `layer_types` list
     chunked: bool = False  # Llama 4: chunked (RoPE) and full (NoPE) attention layers
-    dropout: bool = False
 
 
 _MLP_BIAS_KEY: BiasSpec = ("mlp_bias", False)
@@ -748,15 +754,13 @@ FAMILIES: dict[str, _Family] = {
     "gpt2": _Family("GPT2Config", "plain", "layernorm", tie=True, kv=(), ffn=("n_inner",), ffn_default="4h",
                     head_dim_key=False, max_pos=("n_positions", "max_position_embeddings", "n_ctx"),
                     max_pos_default=1024, learned_positions=True, qkv_bias=_BIAS, out_bias=_BIAS, mlp_bias=_BIAS,
-                    dropout=True,
                     hidden=_GPT2_HIDDEN, layers=_GPT2_LAYERS, heads=_GPT2_HEADS),
     "gpt_neox": _Family("GPTNeoXConfig", "plain", "layernorm", tie=False, kv=(), ffn_default=24576,
                         head_dim_key=False, qkv_bias=("attention_bias", True), out_bias=("attention_bias", True),
                         mlp_bias=_BIAS),
     "opt": _Family("OPTConfig", "plain", "layernorm", tie=True, hidden=("hidden_size", "d_model"), kv=(),
                    ffn=("ffn_dim",), ffn_default=3072, head_dim_key=False, learned_positions=True,
-                   qkv_bias=("enable_bias", True), out_bias=("enable_bias", True), mlp_bias=("enable_bias", True),
-                   dropout=True),
+                   qkv_bias=("enable_bias", True), out_bias=("enable_bias", True), mlp_bias=("enable_bias", True)),
     "falcon": _Family("FalconConfig", "plain", "layernorm", tie=True, hidden=("hidden_size", "n_embed"),
                       layers=("num_hidden_layers", "n_layer"), heads=("num_attention_heads", "n_head"),
                       kv=("num_kv_heads", "n_head_kv"), ffn=("ffn_hidden_size",), ffn_default="4h",
@@ -764,11 +768,10 @@ FAMILIES: dict[str, _Family] = {
                       mlp_bias=("bias", False)),
     "bloom": _Family("BloomConfig", "plain", "layernorm", tie=True, hidden=("hidden_size", "n_embed"),
                      layers=("n_layer", "num_hidden_layers"), heads=("n_head", "num_attention_heads"), kv=(),
-                     ffn=(), ffn_default="4h", head_dim_key=False, qkv_bias=_BIAS, out_bias=_BIAS, mlp_bias=_BIAS,
-                     dropout=True),
+                     ffn=(), ffn_default="4h", head_dim_key=False, qkv_bias=_BIAS, out_bias=_BIAS, mlp_bias=_BIAS),
     "gptj": _Family("GPTJConfig", "plain", "layernorm", tie=False, kv=(), ffn=("n_inner",), ffn_default="4h",
                     head_dim_key=False, max_pos=("n_positions", "max_position_embeddings", "n_ctx"), qkv_bias=_NO_BIAS,
-                    out_bias=_NO_BIAS, mlp_bias=_BIAS, lm_head_bias=True, norms_per_layer=1, dropout=True,
+                    out_bias=_NO_BIAS, mlp_bias=_BIAS, lm_head_bias=True, norms_per_layer=1,
                     hidden=_GPT2_HIDDEN, layers=_GPT2_LAYERS, heads=_GPT2_HEADS),
     "nemotron": _Family("NemotronConfig", "plain", "layernorm", tie=False, ffn_default=24576,
                         mlp_bias=("mlp_bias", False)),
@@ -958,23 +961,25 @@ class _Reader:
 # Dropout rates a config may state: Megatron-LM's --attention-dropout / --hidden-dropout (whose
 # defaults, 0.1 each, apply when a launch sets neither: megatron/training/arguments.py at
 # core_v0.6.0) and Hugging Face's names for the same two.
-DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop")
+DROPOUT_KEYS = ("attention_dropout", "hidden_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "dropout")
 
 
-def _stated_dropout(r: _Reader) -> bool:
-    """Whether the config states a positive attention or hidden dropout rate. A stated zero does
-    not turn a family's dropout off: Hugging Face configs carry fine-tuning defaults (0.0 in most
-    Llama-style configs, whose family trains without dropout anyway)."""
+def _dropout(r: _Reader, family_default: bool, family_keys: tuple[str, ...]) -> bool:
+    """Whether the model trains with dropout, as its config class reads the rates: a stated
+    positive rate turns it on; the family's class default (`DROPOUT_FAMILIES`) holds unless the
+    config states every one of the family's rates as 0.0."""
     r.used.update(DROPOUT_KEYS)
-    positive = False
+    stated: dict[str, float] = {}
     for key in DROPOUT_KEYS:
         value = r.raw.get(key)
         if value is None:
             continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
             raise InputError(f"model config '{key}' = {_short(value)} must be a rate from 0 up to 1")
-        positive = positive or value > 0.0
-    return positive
+        stated[key] = float(value)
+    if any(rate > 0.0 for rate in stated.values()):
+        return True
+    return family_default and not all(key in stated for key in family_keys)
 
 
 def _checked_int(key: str, value: Any, minimum: int = 1) -> int:
@@ -1575,10 +1580,10 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
         r.used.update(_ALIASES["max_pos"])  # informational only for rotary / ALiBi models
 
     tie = r.flag("tie_word_embeddings", fam.tie)
-    # dropout: the families whose reference training recipe uses it (GPT-2-style keys without a
-    # model_type are read as GPT-2, dropout included), or a config that states a positive rate
-    dropout = fam.dropout and (model_type in FAMILIES or not model_type)
-    dropout = _stated_dropout(r) or dropout
+    # dropout: as the config class reads the rates (`_dropout`); GPT-2-style keys without a
+    # model_type are read as GPT-2, dropout included
+    keys = DROPOUT_FAMILIES.get(family_name, ())
+    dropout = _dropout(r, bool(keys) and (model_type in FAMILIES or not model_type), keys)
     _warn_leftovers(r, fam, model_type)
 
     try:

@@ -145,7 +145,7 @@ def test_tiny_gpt2_style_by_hand() -> None:
 def test_stated_dropout_rate_turns_dropout_on() -> None:
     # Llama trains without dropout (family default), and a Hugging Face config's 0.0 keeps it off;
     # a launch that leaves Megatron's --attention-dropout / --hidden-dropout at their 0.1 default
-    # is stated as those rates, and trains with dropout. A stated 0.0 does not turn GPT-2's off.
+    # is stated as those rates, and trains with dropout. The rest follows each config class's defaults.
     llama = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
              "intermediate_size": 128, "vocab_size": 100}  # fmt: skip
     assert not model_from_config(llama, "l").dropout
@@ -154,7 +154,18 @@ def test_stated_dropout_rate_turns_dropout_on() -> None:
     assert model_from_config({**llama, "hidden_dropout": 0.1}, "l").dropout
     gpt2 = {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100, "n_positions": 32,
             "resid_pdrop": 0.0}  # fmt: skip
+    # GPT2Config's attn_pdrop and embd_pdrop stay 0.1: still dropout; all three at 0.0: none
     assert model_from_config(gpt2, "g").dropout
+    assert not model_from_config({**gpt2, "attn_pdrop": 0.0, "embd_pdrop": 0.0}, "g").dropout
+    # BloomConfig and GPTJConfig default every rate to 0.0 (BLOOM trained without dropout); OPT's
+    # `dropout` defaults to 0.1
+    bloom = {"model_type": "bloom", "hidden_size": 64, "n_layer": 2, "n_head": 4, "vocab_size": 100}
+    assert not model_from_config(bloom, "b").dropout
+    assert model_from_config({**bloom, "hidden_dropout": 0.1}, "b").dropout
+    opt = {"model_type": "opt", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "ffn_dim": 256, "vocab_size": 100, "max_position_embeddings": 32}  # fmt: skip
+    assert model_from_config(opt, "o").dropout
+    assert not model_from_config({**opt, "dropout": 0.0}, "o").dropout
     for bad in (1.0, -0.1, "0.1", True):
         with pytest.raises(InputError, match="hidden_dropout"):
             model_from_config({**llama, "hidden_dropout": bad}, "l")
