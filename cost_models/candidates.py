@@ -89,24 +89,17 @@ class Layouts:
 
     def floats(self, name: str) -> FloatArray:
         """A column (or an integer derived quantity such as `etp`) as float64, converted once."""
-        key = ("float", name)
-        if key not in self._derived:
-            self._derived[key] = np.asarray(getattr(self, name), dtype=np.float64)
-        return np.asarray(self._derived[key], dtype=np.float64)
+        return np.asarray(self.memo(("float", name), lambda: np.asarray(getattr(self, name), dtype=np.float64)))
 
     @property
     def tokens_per_micro_batch(self) -> FloatArray:
         """Tokens of one micro-batch on one GPU: micro-batch x sequence / CP."""
-        if "tokens" not in self._derived:
-            self._derived["tokens"] = (self.micro_batch * self.seq_len / self.cp).astype(np.float64)
-        return np.asarray(self._derived["tokens"], dtype=np.float64)
+        return np.asarray(self.memo("tokens", lambda: (self.micro_batch * self.seq_len / self.cp).astype(np.float64)))
 
     @property
     def dp_cp(self) -> FloatArray:
         """The ranks that shard the dense weights' states, DP x CP, as float64."""
-        if "dp_cp" not in self._derived:
-            self._derived["dp_cp"] = (self.dp * self.cp).astype(np.float64)
-        return np.asarray(self._derived["dp_cp"], dtype=np.float64)
+        return np.asarray(self.memo("dp_cp", lambda: (self.dp * self.cp).astype(np.float64)))
 
     @property
     def gpus(self) -> IntArray:
@@ -115,9 +108,7 @@ class Layouts:
     @property
     def num_micro_batches(self) -> FloatArray:
         """Micro-batches each pipeline runs per step (fractional if the batch does not divide)."""
-        if "m" not in self._derived:
-            self._derived["m"] = self.global_batch / (self.dp * self.micro_batch)
-        return np.asarray(self._derived["m"], dtype=np.float64)
+        return np.asarray(self.memo("m", lambda: self.global_batch / (self.dp * self.micro_batch)), dtype=np.float64)
 
     def chunk_layers(self, num_layers: int) -> FloatArray:
         """Layers in one model chunk of the most loaded GPU: ceil(l / (p * v))."""
@@ -127,10 +118,8 @@ class Layouts:
         """Share of a GPU's layers that full recompute covers: all of them, or with Megatron's
         `--recompute-method block --recompute-num-layers N` the first N of every chunk (the
         rest keep their activations). 0 without full recompute."""
-        key = ("full_recompute_share", num_layers)
-        if key not in self._derived:
-            self._derived[key] = self._full_recompute_share(num_layers)
-        return np.asarray(self._derived[key], dtype=np.float64)
+        share = self.memo(("full_recompute_share", num_layers), lambda: self._full_recompute_share(num_layers))
+        return np.asarray(share, dtype=np.float64)
 
     def _full_recompute_share(self, num_layers: int) -> FloatArray:
         chunk = self.chunk_layers(num_layers)
@@ -140,31 +129,29 @@ class Layouts:
     @property
     def etp(self) -> IntArray:
         """Expert tensor parallelism (`expert_tp`, 0 = TP)."""
-        if "etp" not in self._derived:
-            self._derived["etp"] = np.where(self.expert_tp > 0, self.expert_tp, self.tp)
-        return np.asarray(self._derived["etp"], dtype=np.int64)
+        return np.asarray(
+            self.memo("etp", lambda: np.where(self.expert_tp > 0, self.expert_tp, self.tp)), dtype=np.int64
+        )
 
     @property
     def expert_dp(self) -> FloatArray:
         """Ranks that replicate each expert: TP x DP x CP / (EP x expert TP), at least 1."""
-        if "expert_dp" not in self._derived:
-            self._derived["expert_dp"] = np.maximum((self.tp * self.dp * self.cp) / (self.ep * self.etp), 1.0)
-        return np.asarray(self._derived["expert_dp"], dtype=np.float64)
+        ranks = self.memo("expert_dp", lambda: np.maximum((self.tp * self.dp * self.cp) / (self.ep * self.etp), 1.0))
+        return np.asarray(ranks, dtype=np.float64)
 
     @property
     def frameworks_used(self) -> list[int]:
         """The framework values present (usually one: a question has one framework)."""
-        if "frameworks" not in self._derived:
-            column = self.framework
-            alike = len(column) > 0 and bool((column == column[0]).all())  # the usual case, without a sort
-            self._derived["frameworks"] = column[:1] if alike else np.unique(column)
-        return [int(v) for v in self._derived["frameworks"]]
+        return [int(v) for v in self.memo("frameworks", self._distinct_frameworks)]
+
+    def _distinct_frameworks(self) -> IntArray:
+        column = self.framework
+        alike = len(column) > 0 and bool((column == column[0]).all())  # the usual case, without a sort
+        return np.asarray(column[:1] if alike else np.unique(column))
 
     @property
     def seq_parallel_active(self) -> BoolArray:
-        if "sp" not in self._derived:
-            self._derived["sp"] = (self.sequence_parallel == 1) & (self.tp > 1)
-        return np.asarray(self._derived["sp"], dtype=np.bool_)
+        return np.asarray(self.memo("sp", lambda: (self.sequence_parallel == 1) & (self.tp > 1)), dtype=np.bool_)
 
 
 def _column(i: int) -> property:

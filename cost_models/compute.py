@@ -201,6 +201,11 @@ def _memory_s(nbytes: FloatArray, cluster: Cluster) -> FloatArray:
     return np.asarray(nbytes / (cluster.gpu.mem_bw_bytes_per_s * cluster.efficiency.memory_bound))
 
 
+def _kernels_s(nbytes: FloatArray, kernels: FloatArray, cluster: Cluster) -> FloatArray:
+    """Memory-bound kernels moving `nbytes` in all, each paying its launch."""
+    return np.asarray(_memory_s(nbytes, cluster) + kernels * cluster.efficiency.kernel_overhead_s)
+
+
 # Kernels of one MoE layer's unfused permute and unpermute (`moe_permute_bytes`), forward:
 # index_select; the probability multiply, zeros, scatter_add_. Backward: gather (scatter_add_'s
 # input gradient), two for the multiply (input and probability gradients), zeros and index_add_
@@ -244,17 +249,22 @@ def moe_permute_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) -> tup
     h = float(model.hidden_size)
     rows = tokens * model.experts_top_k * lay.etp / lay.tp
     out = rows / model.experts_top_k
-    sort = np.where((lay.ep > 1) & (model.num_experts > lay.ep), 8.0 * rows * h, 0.0)
+    sort = np.where(_sorts(model, lay), 8.0 * rows * h, 0.0)
     fwd = model.moe_share * (10.0 * rows * h + 6.0 * out * h + sort)
     bwd = model.moe_share * (14.0 * rows * h + 6.0 * out * h + sort)
     return np.asarray(fwd), np.asarray(bwd)
+
+
+def _sorts(model: ModelSpec, lay: Layouts) -> BoolArray:
+    """The alltoall dispatcher sorts its received rows by local expert: EP > 1, several experts a GPU."""
+    return np.asarray((lay.ep > 1) & (model.num_experts > lay.ep))
 
 
 def _moe_permute_kernels(model: ModelSpec, lay: Layouts, per_direction: int) -> FloatArray:
     """Launches of one mean layer's permute and unpermute in one direction (forward or backward)."""
     if not model.is_moe:
         return np.zeros(len(lay))
-    sort = np.where((lay.ep > 1) & (model.num_experts > lay.ep), MOE_SORT_KERNELS, 0)
+    sort = np.where(_sorts(model, lay), MOE_SORT_KERNELS, 0)
     return np.asarray(model.moe_share * (per_direction + sort), dtype=np.float64)
 
 
@@ -265,8 +275,8 @@ def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, 
     shared = np.where(lay.seq_parallel_active, per_token_shared / tp, per_token_shared)
     activation = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active / tp
     rotary = 0.0 if model.learned_positions else 4.0 * (model.q_dim + model.kv_dim) / tp
-    launches = ELEMENTWISE_KERNELS_PER_LAYER * cluster.efficiency.kernel_overhead_s
-    return np.asarray(_memory_s(tokens * (shared + activation + rotary), cluster) + launches)
+    kernels = np.full(len(lay), float(ELEMENTWISE_KERNELS_PER_LAYER))
+    return _kernels_s(tokens * (shared + activation + rotary), kernels, cluster)
 
 
 @dataclass(frozen=True)
@@ -462,17 +472,12 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     cast_fwd_bytes, cast_bwd_bytes = fp8_cast_bytes(model, lay, stack, tokens)
     memory_bound = _layer_memory_bound_fwd_s(model, lay, cluster, tokens)
     permute_fwd_bytes, permute_bwd_bytes = moe_permute_bytes(model, lay, tokens)
-    launch = cluster.efficiency.kernel_overhead_s
-    permute_fwd = _memory_s(permute_fwd_bytes, cluster) + launch * _moe_permute_kernels(
-        model, lay, MOE_PERMUTE_KERNELS_FWD
-    )
-    permute_bwd = _memory_s(permute_bwd_bytes, cluster) + launch * _moe_permute_kernels(
-        model, lay, MOE_PERMUTE_KERNELS_BWD
-    )
+    permute_fwd = _kernels_s(permute_fwd_bytes, _moe_permute_kernels(model, lay, MOE_PERMUTE_KERNELS_FWD), cluster)
+    permute_bwd = _kernels_s(permute_bwd_bytes, _moe_permute_kernels(model, lay, MOE_PERMUTE_KERNELS_BWD), cluster)
     eager_fwd_bytes, eager_bwd_bytes = eager_extra_bytes(model, lay, stack, tokens)
     eager_fwd_kernels, eager_bwd_kernels = eager_extra_kernels(model, lay, stack)
-    eager_fwd = _memory_s(eager_fwd_bytes, cluster) + launch * eager_fwd_kernels
-    eager_bwd = _memory_s(eager_bwd_bytes, cluster) + launch * eager_bwd_kernels
+    eager_fwd = _kernels_s(eager_fwd_bytes, eager_fwd_kernels, cluster)
+    eager_bwd = _kernels_s(eager_bwd_bytes, eager_bwd_kernels, cluster)
     elementwise = memory_bound + permute_fwd + _memory_s(cast_fwd_bytes, cluster) + eager_fwd
     elementwise_bwd = 2.0 * memory_bound + permute_bwd + _memory_s(cast_bwd_bytes, cluster) + eager_bwd
     attention_bwd = attention * (FLASH_BACKWARD_RATIO if stack.flash_attention else 2.0)

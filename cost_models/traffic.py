@@ -98,10 +98,6 @@ class MicroBatchComm:
     pp_s: FloatArray
 
 
-def _tokens(lay: Layouts) -> FloatArray:
-    return np.asarray(lay.tokens_per_micro_batch)
-
-
 def _forward_passes(model: ModelSpec, lay: Layouts) -> FloatArray:
     """Forward passes per micro-batch and layer: 2 with full recompute (1 + the share of layers
     recomputed, with block recompute)."""
@@ -142,7 +138,7 @@ def moe_dispatch_tp_bytes(model: ModelSpec, lay: Layouts) -> FloatArray:
     group at EP 1 (allgather dispatcher), the T*k*ETP/TP routed copies at EP > 1 (alltoall
     dispatcher), h wide in bf16 (see the module docstring). The same rows as the expert GEMMs'
     and the permutation's (`compute.moe_permute_bytes`)."""
-    gathered = _tokens(lay) * lay.etp / lay.tp
+    gathered = lay.tokens_per_micro_batch * lay.etp / lay.tp
     rows = np.where(lay.ep > 1, model.experts_top_k * gathered, gathered)
     return np.asarray(rows * model.hidden_size * ACTIVATION_BYTES)
 
@@ -152,7 +148,7 @@ def tp_per_layer_s(
 ) -> FloatArray:
     """Exposed TP time per layer and micro-batch (see the module docstring)."""
     bw, lat = links(cluster, lay.tp, np.ones_like(lay.tp))
-    nbytes = _tokens(lay) * model.hidden_size * ACTIVATION_BYTES
+    nbytes = lay.tokens_per_micro_batch * model.hidden_size * ACTIVATION_BYTES
     scatter = reduce_scatter_s(nbytes, lay.tp, bw, lat)
     gather = all_gather_s(nbytes, lay.tp, bw, lat)
     all_reduce = all_reduce_s(nbytes, lay.tp, bw, lat)
@@ -177,8 +173,12 @@ def tp_per_layer_s(
 
     def exposed(comm: FloatArray) -> FloatArray:
         """A collective per block, each hidden only under its own block's window."""
-        per_kind = {kind: sum(n * np.maximum(comm - part * gemm, 0.0) for n, part in b) for kind, b in by_kind.items()}
-        return np.asarray(np.where(dispatcher, per_kind[True], per_kind[False]))
+
+        def over(blocks: tuple[tuple[float, float], ...]) -> FloatArray:
+            return np.asarray(sum(n * np.maximum(comm - part * gemm, 0.0) for n, part in blocks))
+
+        plain = over(by_kind[False])
+        return np.asarray(np.where(dispatcher, over(by_kind[True]), plain)) if model.is_moe else plain
 
     plain_bwd = exposed(all_reduce)
     # Sequence parallel backward, Megatron-style (`FrameworkSpec.sp_regathers_input`): the
@@ -199,7 +199,7 @@ def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stac
                    times: MicroBatchTimes) -> FloatArray:  # fmt: skip
     bw, lat = links(cluster, lay.cp, lay.tp)
     # K and V of the local tokens, of every query head when repeated first (Stack.kv_repeated)
-    chunk = 2.0 * _tokens(lay) * model.kv_dim * kv_repeats(model, stack) / lay.tp * ACTIVATION_BYTES
+    chunk = 2.0 * lay.tokens_per_micro_batch * model.kv_dim * kv_repeats(model, stack) / lay.tp * ACTIVATION_BYTES
     steps = lay.cp - 1.0
     ring_fwd = np.maximum(steps * p2p_s(chunk, bw, lat) - times.attention_fwd_s, 0.0)
     ring_bwd = np.maximum(steps * p2p_s(2.0 * chunk, bw, lat) - times.attention_bwd_s, 0.0)
@@ -215,7 +215,7 @@ def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArr
     if not model.is_moe:
         return np.zeros(len(lay))
     bw, lat = links(cluster, lay.ep, lay.etp, all_to_all=True)
-    tokens = np.where(lay.seq_parallel_active, _tokens(lay) / lay.tp, _tokens(lay))
+    tokens = np.where(lay.seq_parallel_active, lay.tokens_per_micro_batch / lay.tp, lay.tokens_per_micro_batch)
     nbytes = tokens * model.experts_top_k * model.hidden_size * ACTIVATION_BYTES
     # per mean layer, like the compute terms: the dense layers of an MoE model exchange nothing
     exchanges = 2.0 * (_forward_passes(model, lay) + 1.0) * model.moe_share
@@ -228,7 +228,7 @@ def pp_per_micro_batch_s(
     """Exposed point-to-point time per micro-batch: 2v transfers, hidden behind a chunk's
     compute in the interleaved schedule when the stack overlaps them."""
     bw, lat = pair_links(cluster, lay.tp * lay.cp * lay.dp)
-    nbytes = _tokens(lay) * model.hidden_size * ACTIVATION_BYTES / lay.tp
+    nbytes = lay.tokens_per_micro_batch * model.hidden_size * ACTIVATION_BYTES / lay.tp
     one = p2p_s(nbytes, bw, lat)
     hidden = (lay.virtual_stages > 1) & stack.p2p_overlap
     exposed = np.where(hidden, np.maximum(one - chunk_compute_s, 0.0), one)

@@ -18,7 +18,6 @@ from paraplan.calibration import chosen_layouts, run_from_row
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import layout_short
-from paraplan.cost_models.memory import nvls_buffer_bytes
 from paraplan.hardware_specs.loader import load_cluster
 from paraplan.hardware_specs.schema import Cluster
 
@@ -91,6 +90,8 @@ def memory_runs(path: Path) -> tuple[list[MemoryRun], list[str]]:
             oom=(row.get("oom") or "").strip().lower() == "true",
             measured_bytes=float(row["measured_peak_memory_gib"]) * GIB,
             predicted_bytes=float(ev.memory.total[0]), reserve_bytes=cluster.memory_reserve_bytes,
-            nvls_bytes=float(nvls_buffer_bytes(Layouts.of([layout]), cluster, ev.stack)[0]), fits=bool(ev.feasible[0]), layout=layout_short(layout),
+            # `other` is the reserve plus the NVLS buffers (memory.device_reserve_bytes)
+            nvls_bytes=float(ev.memory.other[0]) - cluster.memory_reserve_bytes, fits=bool(ev.feasible[0]),
+            layout=layout_short(layout),
         ))  # fmt: skip
     return out, skipped
