@@ -93,7 +93,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
+from paraplan.cost_models.candidates import BoolArray, FloatArray, IntArray, Layouts
 from paraplan.cost_models.frameworks import (
     COMPILED_LOSS_BYTES,
     LOSS_CHUNKS,
@@ -106,6 +106,7 @@ from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, FP32_BYTES, Stack
 from paraplan.cost_models.stages import stage_layers
 from paraplan.hardware_specs.schema import Cluster
+from paraplan.hardware_specs.topology import members_on_node
 
 MEMORY_TERMS = ("params", "grads", "optimizer", "activations", "other")
 ZERO3_PREFETCH_LAYERS = 2  # the layer being computed and the next one, gathered ahead
@@ -445,11 +446,9 @@ def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatA
     return np.asarray(whole * vocab_shard + head_input)
 
 
-def _node_ranks(size: np.ndarray, stride: np.ndarray, gpus_per_node: int) -> FloatArray:
-    """GPUs of one node in a group of `size` ranks `stride` apart (Megatron's rank order, see
-    `layout`): all of them while they fit in the node, one per node once the stride spans it."""
-    per_node = np.maximum(gpus_per_node // np.maximum(stride, 1), 1)
-    return np.asarray(np.minimum(size, per_node), dtype=np.float64)
+def _node_ranks(size: IntArray, stride: IntArray, gpus_per_node: int) -> FloatArray:
+    """GPUs of the most loaded node in a group of `size` ranks `stride` apart (`topology`)."""
+    return np.asarray(members_on_node(size, stride, gpus_per_node), dtype=np.float64)
 
 
 def nvls_buffer_bytes(lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:

@@ -57,8 +57,11 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import networkx as nx  # type: ignore[import-untyped,unused-ignore]
+import numpy as np
+import numpy.typing as npt
 
 from paraplan.hardware_specs.schema import Cluster, IntraNode, Link
 
@@ -158,11 +161,19 @@ def group_link(cluster: Cluster, size: int, stride: int) -> GroupLink:
     return found
 
 
+_Count = TypeVar("_Count", int, npt.NDArray[np.int64])
+
+
+def members_on_node(size: _Count, stride: _Count, gpus_per_node: int) -> _Count:
+    """How many ranks of a group of `size` ranks `stride` apart (0, stride, 2 stride, ...) sit on
+    its first node, the most loaded one: those below `gpus_per_node` (Megatron's rank order, see
+    Assumptions). Counted, not listed: a group may span millions of ranks. Takes ints or arrays."""
+    return np.minimum(size, (gpus_per_node - 1) // np.maximum(stride, 1) + 1)  # type: ignore[no-any-return]
+
+
 def _group(cluster: Cluster, cache: _ClusterCache, size: int, stride: int) -> GroupLink:
     per_node = cluster.gpus_per_node
-    # Members are the ranks 0, stride, 2 stride, ...: those below per_node sit on the first node,
-    # and every node holds the same pattern. Counted, not listed: a group may span millions of ranks.
-    k = min(size, (per_node - 1) // stride + 1)
+    k = int(members_on_node(size, stride, per_node))
     local = [i * stride for i in range(k)]
     if k == size:  # the whole group on one node
         return _within_node(cluster, cache, local)

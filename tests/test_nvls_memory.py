@@ -88,3 +88,10 @@ def test_world_never_exceeds_the_node(presets: dict[str, Cluster], gpus_per_node
     # DP 64 at TP1 (64 GPUs): the world and the DP group each span the whole node.
     cluster = presets["h100-sxm"].model_copy(update={"gpus_per_node": gpus_per_node})
     assert _nvls(cluster, framework="megatron", dp=64, micro_batch=1) == 2 * gpus_per_node * PER_RANK
+
+
+def test_a_stride_that_does_not_divide_the_node_counts_the_ranks_it_holds(presets: dict[str, Cluster]) -> None:
+    # TP3 DP8 on 24 GPUs: a DP group is ranks 0, 3, 6, 9, ...; the first node holds 0, 3 and 6,
+    # so it is an NVLS communicator of 3 there, the same count `topology` prices its ring with.
+    # World 8 + TP 3 + DP 3 + TP x PP 3 = 17 GPUs' worth.
+    assert _nvls(presets["h100-sxm"], framework="megatron", tp=3, dp=8, micro_batch=1) == 17 * PER_RANK
