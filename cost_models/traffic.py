@@ -42,7 +42,8 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       the attention compute of the same layer, so only the excess is exposed. All-gather (Llama 3,
       Dubey et al. 2024 Sec 3.3.2; Megatron --cp-comm-type allgather): K and V all-gathered
       before attention in the forward, their gradients reduce-scattered in the backward, not
-      overlapped.
+      overlapped. PyTorch's context_parallel (torchtitan, `frameworks.cp_sdpa_merge`) moves more
+      and, compiled, overlaps none of it (`torch_cp_per_layer_s`).
   EP  each MoE layer dispatches and combines tokens with an all-to-all (T*k*h*2 bytes; per TP
       rank with sequence parallelism) in the forward and again in the backward (Lepikhin et al.
       2020, GShard). Exposed.
@@ -77,7 +78,7 @@ from paraplan.cost_models.comm import (
     reduce_scatter_s,
 )
 from paraplan.cost_models.compute import MicroBatchTimes
-from paraplan.cost_models.frameworks import deferred_grad_sync, sp_regathers_input
+from paraplan.cost_models.frameworks import cp_sdpa_merge, deferred_grad_sync, sp_regathers_input
 from paraplan.cost_models.layout import CpComm, Framework
 from paraplan.cost_models.memory import StageParams, kv_repeats
 from paraplan.cost_models.models import ModelSpec
@@ -208,7 +209,48 @@ def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stac
     ring = _forward_passes(model, lay) * ring_fwd + ring_bwd
     gathered = _forward_passes(model, lay) * gather_fwd + gather_bwd
     per_layer = np.where(lay.cp_comm == CpComm.ALLGATHER, gathered, ring)
+    torch_cp = cp_sdpa_merge(lay)
+    if torch_cp.any():
+        per_layer = np.where(torch_cp, torch_cp_per_layer_s(model, lay, stack, times, gather_fwd, chunk, bw, lat),
+                             per_layer)  # fmt: skip
     return np.asarray(np.where(lay.cp > 1, per_layer, 0.0))
+
+
+def torch_cp_per_layer_s(model: ModelSpec, lay: Layouts, stack: Stack, times: MicroBatchTimes,
+                         gather_s: FloatArray, chunk: FloatArray, bw: FloatArray, lat: FloatArray) -> FloatArray:  # fmt: skip
+    """Exposed time of PyTorch's all-gather context parallelism for one layer and micro-batch
+    (`frameworks.cp_sdpa_merge`): torch/distributed/tensor/experimental/_attention.py, read at
+    pytorch/pytorch 0123248a and in a late-2024 copy (the one with `_RotateMethod.PRE_ALL_GATHER`,
+    the era of the torch 1963fc8 that torchtitan's December 2024 benchmarks ran): both run the
+    loops below. `gather_s`: the all-gather of the CP local K/V chunks (`chunk` bytes each,
+    bf16) over the CP group, whose link is (`bw`, `lat`).
+
+    Forward (`_templated_ring_attention`, every forward pass, so again under full recompute):
+    `_AllGatherRotater.exchange_buffers` all-gathers K and V once, at the first of the CP steps.
+    Backward (`_templated_ring_attention_backward`): the K/V rotater all-gathers them again, and
+    each of the CP steps sends the running dK, dV, accumulated in fp32 (convert_to_f32, so 2 x
+    `chunk` bytes), to the next rank (`dkv_rotater`, always `_RotateMethod.ALL_TO_ALL`:
+    `ft_c.permute_tensor`, an all-to-all with one peer, point to point), the last one handing
+    each chunk's gradient back to its owner.
+
+    Compiled (`Stack.compiled`; torchtitan compiles each TransformerBlock with fullgraph=True,
+    so the ring is traced into the block's graph): a traced functional collective is waited at
+    once (`_maybe_wrap_tensor` in torch/distributed/_functional_collectives.py returns
+    `wait_tensor(...)` when `_are_we_tracing()`), and Inductor moves no wait later unless
+    `reorder_for_compute_comm_overlap` is set (torch/_inductor/config.py, False by default;
+    torchtitan of the time does not set it): every collective above is exposed. Eager, the asynchronous tensors are waited at first use: the all-gather runs under
+    the first (diagonal) step's SDPA, each dK/dV send under the next step's SDPA backward, the
+    last send after the loop exposed; a step's SDPA is 1/CP of the layer's attention (the
+    load-balanced steps do equal FLOPs)."""
+    cp = lay.floats("cp")
+    send = p2p_s(2.0 * chunk, bw, lat)
+    fwd_window = times.attention_fwd_s / cp
+    bwd_window = times.attention_bwd_s / cp
+    eager_fwd = np.maximum(gather_s - fwd_window, 0.0)
+    eager_bwd = np.maximum(gather_s - bwd_window, 0.0) + (cp - 1.0) * np.maximum(send - bwd_window, 0.0) + send
+    fwd = gather_s if stack.compiled else eager_fwd
+    bwd = gather_s + cp * send if stack.compiled else eager_bwd
+    return np.asarray(_forward_passes(model, lay) * fwd + bwd)
 
 
 def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:

@@ -379,6 +379,43 @@ def test_cp4_ring_against_allgather(dgx: Cluster, models: dict[str, ModelSpec]) 
     assert _cp(model, dgx, _attention(0.0, 0.0), cp=1) == 0.0
 
 
+def test_torch_cp_compiled_exposes_every_exchange(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # PyTorch's context_parallel (torchtitan), compiled: Llama 2 70B, TP8 x CP2 on two nodes
+    # (10e9 B/s, 1e-5 s), T = 4096, K/V chunk 2,097,152 bytes (as above).
+    #   all-gather of K, V: 1e-5 + (1/2) * 4,194,304 / 1e10 = 2.197152e-4, in the forward and again
+    #   in the backward; the backward sends the fp32 dK, dV (2 x the chunk) CP = 2 times:
+    #   1e-5 + 4,194,304 / 1e10 = 4.294304e-4 each; waited at once, whatever the attention lasts:
+    #   2 * 2.197152e-4 + 2 * 4.294304e-4 = 1.2982912e-3
+    model = models["llama2-70b"]
+
+    def titan(times: MicroBatchTimes, cp: int = 2, recompute: str = "none") -> float:
+        return _cp(model, dgx, times, framework="torchtitan", cp=cp, cp_comm="allgather", recompute=recompute)
+
+    for attention in (0.0, 1.0):
+        assert titan(_attention(attention, attention)) == pytest.approx(1.2982912e-3, rel=1e-12)
+    # full recompute all-gathers once more: + 2.197152e-4
+    assert titan(_attention(1.0, 1.0), recompute="full") == pytest.approx(1.5180064e-3, rel=1e-12)
+    # CP4 on four nodes, T = 2048, chunk 1,048,576: gather 3e-5 + (3/4) * 4,194,304 / 1e10 =
+    # 3.445728e-4 twice, 4 sends of 2,097,152 bytes at 1e-5 + 2.097152e-4 = 2.197152e-4:
+    #   6.891456e-4 + 8.788608e-4 = 1.5680064e-3
+    assert titan(_attention(0.0, 0.0), cp=4) == pytest.approx(1.5680064e-3, rel=1e-12)
+
+
+def test_torch_cp_eager_overlaps_all_but_the_last_send(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # Eager, the all-gathers hide under the first step's SDPA (attention / CP) and each dK/dV send
+    # under the next step's SDPA backward; the last send (4.294304e-4, above) is always exposed.
+    model = models["llama2-70b"]
+
+    def eager(times: MicroBatchTimes) -> float:
+        return _cp(model, dgx, times, Stack(compiled=False), framework="torchtitan", cp=2, cp_comm="allgather")
+
+    assert eager(_attention(1.0, 1.0)) == pytest.approx(4.294304e-4, rel=1e-12)
+    # with no attention to hide under, eager exposes what compiled does
+    assert eager(_attention(0.0, 0.0)) == pytest.approx(1.2982912e-3, rel=1e-12)
+    # a forward SDPA of 2e-4 per step (4e-4 / CP) hides all but 1.97152e-5 of the forward gather
+    assert eager(_attention(4e-4, 1.0)) == pytest.approx(1.97152e-5 + 4.294304e-4, rel=1e-9)
+
+
 # ------------------------------------------------------------------ EP
 
 
