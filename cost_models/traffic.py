@@ -238,10 +238,11 @@ def torch_cp_per_layer_s(model: ModelSpec, lay: Layouts, stack: Stack, times: Mi
     once (`_maybe_wrap_tensor` in torch/distributed/_functional_collectives.py returns
     `wait_tensor(...)` when `_are_we_tracing()`), and Inductor moves no wait later unless
     `reorder_for_compute_comm_overlap` is set (torch/_inductor/config.py, False by default;
-    torchtitan of the time does not set it): every collective above is exposed. Eager, the asynchronous tensors are waited at first use: the all-gather runs under
-    the first (diagonal) step's SDPA, each dK/dV send under the next step's SDPA backward, the
-    last send after the loop exposed; a step's SDPA is 1/CP of the layer's attention (the
-    load-balanced steps do equal FLOPs)."""
+    torchtitan 9dec370 sets only `_micro_pipeline_tp`): every collective above is exposed.
+    Eager, the asynchronous tensors are waited at first use: the all-gather runs under the first
+    (diagonal) step's SDPA, each dK/dV send under the next step's SDPA backward, the last send
+    after the loop exposed; a step's SDPA is 1/CP of the layer's attention (the load-balanced
+    steps do equal FLOPs)."""
     cp = lay.floats("cp")
     send = p2p_s(2.0 * chunk, bw, lat)
     fwd_window = times.attention_fwd_s / cp
