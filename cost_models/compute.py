@@ -411,19 +411,35 @@ TORCHAO_CASTS: dict[str, CastBytes] = {
 DELAYED_CAST_BYTES = 3.0
 
 
+def mlp_outer_width(model: ModelSpec, lay: Layouts) -> FloatArray:
+    """Per token of the micro-batch, the elements of the h-wide tensors one GPU's first MLP GEMMs
+    read (and its last MLP GEMMs write), mean over the layers: h in a dense layer (gathered over
+    TP); in an MoE layer the routed copies, R/T = k ETP/TP rows of h as in `moe_permute_bytes`
+    (Megatron-Core's TEGroupedMLP quantises its permuted input, one row per routed copy), plus h
+    for the shared experts (one SharedExpertMLP on every token)."""
+    h = float(model.hidden_size)
+    if not model.is_moe:
+        return np.full(len(lay), h)
+    routed = model.experts_top_k * h * lay.floats("etp") / lay.floats("tp")
+    shared = h if model.num_shared_experts else 0.0
+    return np.asarray((1.0 - model.moe_share) * h + model.moe_share * (routed + shared))
+
+
 def fp8_cast_bytes(model: ModelSpec, lay: Layouts, stack: Stack, tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Bytes the FP8 casts of one mean layer move per micro-batch on one GPU, (forward, backward);
     0 unless the precision is fp8 (`TORCHAO_CASTS`). Per token, the GEMMs' activation inputs are
-    the QKV and first-MLP inputs (h each, gathered over TP) and the output projection's and
-    second MLP projection's (a*d/TP, f/TP): one cast per distinct tensor (Inductor's common-
-    subexpression elimination merges the identical casts of torchtitan's separate wq, wk, wv or
-    w1, w3 inputs); the output gradients are those of every projection (QKV and the MLP's up
-    projections split over TP, the two row-parallel outputs h each); rowwise's rescaled input
-    gradients are counted like the inputs (a lower bound: separate wq, wk, wv each have one).
-    The weights are the layer's active local matrices (for MoE, a lower bound)."""
+    the QKV input (h, gathered over TP), the first MLP GEMMs' (`mlp_outer_width`) and the output
+    projection's and second MLP projection's (a*d/TP, f/TP): one cast per distinct tensor
+    (Inductor's common-subexpression elimination merges the identical casts of torchtitan's
+    separate wq, wk, wv or w1, w3 inputs); the output gradients are those of every projection
+    (QKV and the MLP's up projections split over TP, the attention output projection's h and the
+    last MLP GEMMs' `mlp_outer_width`); rowwise's rescaled input gradients are counted like the
+    inputs (a lower bound: separate wq, wk, wv each have one). The weights are the layer's active
+    local matrices (for MoE, a lower bound)."""
     h = float(model.hidden_size)
     tp = lay.floats("tp")
-    inputs = 2.0 * h + (model.q_dim + model.mean_mlp_inner_active) / tp
+    outer = mlp_outer_width(model, lay)
+    inputs = h + outer + (model.q_dim + model.mean_mlp_inner_active) / tp
     fp8 = lay.precision == Precision.FP8
     if stack.fp8_recipe == "delayed":
         fwd = np.where(fp8, DELAYED_CAST_BYTES * tokens * inputs, 0.0)
@@ -432,7 +448,7 @@ def fp8_cast_bytes(model: ModelSpec, lay: Layouts, stack: Stack, tokens: FloatAr
     up = 2.0 if model.mlp == "gated" else 1.0
     out_width = float(model.num_heads * (model.v_head_dim or model.head_dim))
     attention_in = (model.attention_matmul_params - out_width * h) / h
-    grad_outputs = (attention_in + up * model.mean_mlp_inner_active) / tp + 2.0 * h
+    grad_outputs = (attention_in + up * model.mean_mlp_inner_active) / tp + h + outer
     weights = model.mean_matmul_params_active / tp
     fwd = tokens * cast.input_fwd * inputs + cast.weight_fwd * weights
     bwd = (

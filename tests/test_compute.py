@@ -196,6 +196,21 @@ def test_fp8_cast_bytes_by_recipe(recipe: str, fwd: float, bwd: float) -> None:
     assert (_f(bf16[0]), _f(bf16[1])) == (0.0, 0.0)
 
 
+def test_fp8_delayed_casts_every_routed_copy() -> None:
+    # gpt_spec's layers with 8 routed experts of f = 4096, top-2, at T = 2048 tokens, TP1: TE's
+    # grouped expert linears cast their permuted input, one row of h = 1024 per routed copy, so
+    # per token the casts read QKV's input h = 1,024, the k = 2 routed copies 2,048, the output
+    # projection's input a d = 1,024 and the second expert GEMMs' k f = 8,192: 12,288 elements,
+    # 3 B each => 3 * 2048 * 12,288 = 75,497,472 B forward, twice that backward.
+    lay = one(micro_batch=1, seq_len=2048, global_batch=1, precision="fp8")
+    fwd, bwd = fp8_cast_bytes(_tiny_moe(), lay, Stack(fp8_recipe="delayed"), _a(2048.0))
+    assert (_f(fwd), _f(bwd)) == (75_497_472, 150_994_944)
+    # one shared expert of width 512 reads every token once more (h) and widens the second GEMMs'
+    # input by 512: 12,288 + 1,024 + 512 = 13,824 elements => 3 * 2048 * 13,824 = 84,934,656 B
+    shared = _tiny_moe(num_shared_experts=1, shared_expert_ffn=512)
+    assert _f(fp8_cast_bytes(shared, lay, Stack(fp8_recipe="delayed"), _a(2048.0))[0]) == 84_934_656
+
+
 def test_rowwise_with_gw_hp_keeps_the_weight_gradient_gemm_in_bf16(dgx: Cluster) -> None:
     # FP8 GEMMs run at 400e12 x 0.5: a layer's forward GEMMs take GEMMS / 2. The backward's input-
     # gradient GEMMs run in FP8 (GEMMS / 2), the weight-gradient GEMMs in BF16 (GEMMS); the casts
