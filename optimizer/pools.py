@@ -146,7 +146,10 @@ def parse_pool(text: str) -> Pool:
     for part in stripped.split("+"):
         name, sep, count = part.strip().rpartition(":")
         if not sep or not name.strip():
-            raise InputError(f"pool entry '{part.strip()}' needs a GPU count: NAME:COUNT (e.g. a100-80g:64)")
+            raise InputError(
+                f"hardware pool entry '{part.strip()}' needs a GPU count: NAME:COUNT (e.g. a100-80g:64); "
+                "'+' joins the entries of one pool"
+            )
         members.append(PoolMember(_load_cluster(name.strip()), _count(count, part.strip())))
     return _checked(Pool(tuple(members)))
 
@@ -159,13 +162,13 @@ def _load_cluster(name: str) -> Cluster:
 
 def _count(text: object, where: str) -> int:
     if isinstance(text, bool) or not isinstance(text, (int, str)):
-        raise InputError(f"pool entry '{where}': the GPU count must be a whole number")
+        raise InputError(f"hardware pool entry '{where}': the GPU count must be a whole number")
     value = text.strip() if isinstance(text, str) else str(text)
     if not value.isdigit() or len(value) > 9:
-        raise InputError(f"pool entry '{where}': the GPU count '{value}' must be a whole number (e.g. :64)")
+        raise InputError(f"hardware pool entry '{where}': the GPU count '{value}' must be a whole number (e.g. :64)")
     count = int(value)
     if not 1 <= count <= MAX_POOL_GPUS:
-        raise InputError(f"pool entry '{where}': the GPU count must be 1..{MAX_POOL_GPUS}")
+        raise InputError(f"hardware pool entry '{where}': the GPU count must be 1..{MAX_POOL_GPUS}")
     return count
 
 

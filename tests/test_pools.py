@@ -88,6 +88,9 @@ def test_parse_pool_spec() -> None:
         ("a100-80g:8+a100-80g:8", "twice"),
         ("nosuchgpu:8+rtx4090:8", "unknown hardware"),
         ("+", "needs a GPU count"),
+        # a file name with '+' in it reads as two entries (found by the hostile fuzzing): the line
+        # says it is the hardware option's pool syntax
+        ("hw/special+:8:8", "hardware pool entry 'hw/special' needs a GPU count.*'\\+' joins"),
     ],
 )
 def test_parse_pool_errors(text: str, words: str) -> None:
