@@ -15,6 +15,14 @@ reduce dtype) or "bf16" (DeepSpeed's training-dtype gradients).
 `tp_overlap`: the backward pass's tensor-parallel collectives run while the weight-gradient
 GEMMs compute (Megatron-LM's asynchronous grad all-reduce / reduce-scatter in
 `LinearWithGradAccumulationAndAsyncCommunication`, on by default).
+`tp_comm_overlap`: every tensor-parallel collective of the attention and dense MLP linears runs
+split into chunks beside its own GEMM, forward and backward: Transformer Engine's userbuffers
+(`initialize_ub` in transformer_engine/pytorch/module/base.py; Megatron-LM's --tp-comm-overlap,
+which needs sequence parallelism; NeMo's ub_tp_comm_overlap, Megatron-Bridge's
+comm_overlap.tp_comm_overlap), off by default. Priced in `traffic.chunked_fwd_s`/`chunked_bwd_s`
+(only what outlasts the GEMM chunks, the last pipelined chunk, and the split GEMMs' lost
+efficiency, `traffic.split_gemm_extra_s`). torchtitan's async TP (torch's fused all-gather-matmul /
+matmul-reduce-scatter, micro-pipelined the same way) is still written as `tp_overlap` there.
 `p2p_overlap`: the interleaved schedule overlaps pipeline sends and receives with compute
 (Megatron-LM's --overlap-p2p-communication, on by default with virtual stages).
 `loss`: how the cross-entropy loss is computed, which sets what it holds at the memory peak
@@ -113,6 +121,10 @@ class Stack:
     main_grads: MainGrads = field(default="fp32", metadata={"help": "Gradient buffer precision: fp32 or bf16."})
     tp_overlap: bool = field(
         default=True, metadata={"help": "Hide backward tensor-parallel collectives under weight-gradient GEMMs."}
+    )
+    tp_comm_overlap: bool = field(
+        default=False,
+        metadata={"help": "TP collectives split into chunks overlapped with their GEMMs (TE userbuffers, async TP)."},
     )
     p2p_overlap: bool = field(
         default=True, metadata={"help": "Overlap pipeline sends/receives with compute in the interleaved schedule."}

@@ -16,6 +16,9 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       `gather_along_first_dim(ln_out, ..., async_op=True)`), and the row-parallel linears'
       output gradients are all-gathered before their GEMMs start: 6 collectives in the backward,
       2 of them exposed whatever the GEMMs (`FrameworkSpec.sp_regathers_input`).
+      With Transformer Engine's userbuffers (`Stack.tp_comm_overlap`, Megatron only) every one of
+      them runs split into chunks beside its own linear's GEMM, forward too (`chunked_fwd_s`,
+      `chunked_bwd_s`, `split_gemm_extra_s`).
       An MoE layer under Megatron-LM (which runs MoE with TP > 1 only with sequence parallelism,
       megatron/core/transformer/moe/moe_layer.py `MoELayer.forward` at d98e8a64) has no
       column- and row-parallel MLP of its own: the routed experts' grouped linears leave their
@@ -63,6 +66,7 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,7 +81,7 @@ from paraplan.cost_models.comm import (
     pair_links,
     reduce_scatter_s,
 )
-from paraplan.cost_models.compute import MicroBatchTimes
+from paraplan.cost_models.compute import MicroBatchTimes, gemm_s, matmul_rate
 from paraplan.cost_models.frameworks import cp_sdpa_merge, deferred_grad_sync, sp_regathers_input
 from paraplan.cost_models.layout import CpComm, Framework
 from paraplan.cost_models.memory import StageParams, kv_repeats
@@ -86,6 +90,9 @@ from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.hardware_specs.schema import Cluster
 
 ACTIVATION_BYTES = float(BF16_BYTES)
+# chunks of TE's pipelined GEMM + reduce-scatter: `num_splits` 4 in `get_default_config` of
+# transformer_engine/pytorch/module/base.py `initialize_ub` (v1.8 to v2.8)
+UB_SPLITS = 4.0
 
 
 @dataclass(frozen=True)
@@ -105,32 +112,39 @@ def _forward_passes(model: ModelSpec, lay: Layouts) -> FloatArray:
     return np.asarray(1.0 + lay.full_recompute_share(model.num_layers))
 
 
-def column_parallel_blocks(model: ModelSpec, dispatcher: bool) -> tuple[tuple[float, float], ...]:
+def linear_blocks(model: ModelSpec, dispatcher: bool) -> tuple[tuple[float, float, float], ...]:
     """The column- then row-parallel blocks of a mean layer, as (blocks per layer, the share of the
-    layer's GEMM FLOPs in the block's column-parallel linear). That linear's weight-gradient GEMM,
-    and its input-gradient GEMM, are the only window for the block's backward TP collectives: the
-    next operation waits on them (`handle.wait()` in the backward of Megatron's
-    LinearWithGradAccumulationAndAsyncCommunication and Transformer Engine's LayerNormLinear), so
-    one linear's spare GEMM time cannot cover another's collective. The blocks: attention (QKV)
-    and the MLP; where Megatron's token dispatcher runs the MoE layers (`dispatcher`) the MLP
-    blocks are a dense layer's and the shared experts' (weighted by the share of each kind of
-    layer, `moe_share`), and the routed experts' first projection is in the denominator only: its
-    collectives are the dispatcher's plain autograd ones (see the module docstring). Otherwise
-    an MoE layer's MLP is one block over all its experts."""
+    layer's GEMM FLOPs in the block's column-parallel linear, the share in its row-parallel
+    linear). That column-parallel linear's weight-gradient GEMM, and its input-gradient GEMM, are
+    the only window for the block's backward TP collectives: the next operation waits on them
+    (`handle.wait()` in the backward of Megatron's LinearWithGradAccumulationAndAsyncCommunication
+    and Transformer Engine's LayerNormLinear), so one linear's spare GEMM time cannot cover
+    another's collective. The blocks: attention (QKV, then the output projection) and the MLP (its
+    first, then its second projection); where Megatron's token dispatcher runs the MoE layers
+    (`dispatcher`) the MLP blocks are a dense layer's and the shared experts' (weighted by the
+    share of each kind of layer, `moe_share`), and the routed experts' projections are in the
+    denominator only: their collectives are the dispatcher's plain autograd ones (see the module
+    docstring). Otherwise an MoE layer's MLP is one block over all its experts."""
     up = 2.0 if model.mlp == "gated" else 1.0
     share = model.moe_share
     dense = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
     shared = float(model.num_shared_experts * (model.shared_expert_ffn or model.ffn_hidden_size))
     routed = float(model.experts_top_k * model.ffn_hidden_size) if model.is_moe else 0.0
     qkv = model.q_dim + 2.0 * model.kv_dim
-    mlp_up = (1.0 - share) * up * dense + share * up * (shared + routed)
-    total = qkv + mlp_up + model.q_dim + (1.0 - share) * dense + share * (shared + routed)
+    mlp_down = (1.0 - share) * dense + share * (shared + routed)
+    total = qkv + up * mlp_down + model.q_dim + mlp_down
+    attention = (1.0, qkv / total, model.q_dim / total)
     if not dispatcher:
-        return (1.0, qkv / total), (1.0, mlp_up / total)
-    blocks = [(1.0, qkv / total), (1.0 - share, up * dense / total)]
+        return attention, (1.0, up * mlp_down / total, mlp_down / total)
+    blocks = [attention, (1.0 - share, up * dense / total, dense / total)]
     if model.num_shared_experts:
-        blocks.append((share, up * shared / total))
-    return tuple((count, part) for count, part in blocks if count > 0.0)
+        blocks.append((share, up * shared / total, shared / total))
+    return tuple(block for block in blocks if block[0] > 0.0)
+
+
+def column_parallel_blocks(model: ModelSpec, dispatcher: bool) -> tuple[tuple[float, float], ...]:
+    """(blocks per layer, column-parallel share) of each of `linear_blocks`."""
+    return tuple((count, column) for count, column, _ in linear_blocks(model, dispatcher))
 
 
 def moe_dispatch_tp_bytes(model: ModelSpec, lay: Layouts) -> FloatArray:
@@ -193,7 +207,102 @@ def tp_per_layer_s(
     window = sum(part for _, part in by_kind[False]) * gemm
     fused_bwd = np.maximum(2.0 * (scatter + gather) - window, 0.0)
     sp_bwd = np.where(sp_regathers_input(lay) > 0, megatron_bwd, fused_bwd)
-    return np.asarray(forward + np.where(sp, sp_bwd, plain_bwd))
+    total = forward + np.where(sp, sp_bwd, plain_bwd)
+    if stack.tp_comm_overlap:
+        split_fwd, split_bwd = split_gemm_extra_s(model, lay, cluster)
+        fwd = chunked_fwd_s(model, lay, layer_gemm_fwd_s, scatter, gather, dispatcher) + split_fwd + dispatch
+        bwd = chunked_bwd_s(model, lay, layer_gemm_fwd_s, scatter, gather, dispatcher) + split_bwd + dispatch
+        chunked = passes * fwd + bwd
+        # Transformer Engine's userbuffers, which only Megatron-LM turns on (--tp-comm-overlap),
+        # with sequence parallelism (asserted in its arguments.py)
+        ub = sp & (lay.tp > 1) & (lay.framework == Framework.MEGATRON)
+        total = np.where(ub, chunked, total)
+    return np.asarray(total)
+
+
+def _ring_s(comm: FloatArray, gemm: FloatArray, tp: FloatArray) -> FloatArray:
+    """Exposed time of a collective split into TP chunks that a GEMM consumes (all-gather) or
+    produces (reduce-scatter) one chunk at a time: TP - 1 transfers, each under one of the GEMM's
+    TP chunks (TE's ring exchange, `CommOverlapP2PBase::split_overlap_ag` / `split_overlap_rs`;
+    torch's `_pipelined_all_gather_and_consume` / `_pipelined_produce_and_all2all`); only what a
+    transfer outlasts its chunk's GEMM is exposed."""
+    return np.asarray(np.maximum(comm - (tp - 1.0) / tp * gemm, 0.0))
+
+
+def _pipelined_s(comm: FloatArray, gemm: FloatArray) -> FloatArray:
+    """Exposed time of TE's pipelined GEMM + reduce-scatter (`CommOverlapBase::split_overlap_rs`):
+    the GEMM runs in UB_SPLITS chunks, each chunk's output reduce-scattered under the next chunk's
+    GEMM; the last chunk's reduce-scatter has nothing left to hide under."""
+    n = UB_SPLITS
+    return np.asarray(comm / n + (n - 1.0) * np.maximum((comm - gemm) / n, 0.0))
+
+
+def split_gemm_extra_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> tuple[FloatArray, FloatArray]:
+    """What splitting the TP GEMMs into chunks adds to one layer's forward and backward GEMM time
+    with chunked overlap (`Stack.tp_comm_overlap`): a GEMM of m/c rows runs c times, each at the
+    smaller GEMM's efficiency and with its own launch (`compute.gemm_s`). TE's default methods
+    (see `chunked_fwd_s`, `chunked_bwd_s`) split the column-parallel linears' forward GEMMs and
+    the row-parallel linears' input-gradient GEMMs TP ways (ring exchange), the row-parallel
+    linears' forward GEMMs UB_SPLITS ways (pipeline); the bulk overlaps run whole GEMMs. The
+    attention's linears and a dense layer's MLP (the routed experts' grouped GEMMs are not split)."""
+    tp = lay.floats("tp")
+    h = float(model.hidden_size)
+    rows = lay.tokens_per_micro_batch
+    peak = matmul_rate(cluster, lay)
+    ones = np.ones_like(rows)
+    up = 2.0 if model.mlp == "gated" else 1.0
+    out_width = float(model.num_heads * (model.v_head_dim or model.head_dim))
+    attention_in = (model.attention_matmul_params - out_width * h) / h
+    dense = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
+    mlp = 1.0 - model.moe_share
+
+    def column(m: FloatArray) -> FloatArray:
+        return np.asarray(gemm_s(m, attention_in / tp, h * ones, peak, cluster)
+                          + mlp * gemm_s(m, up * dense / tp, h * ones, peak, cluster))  # fmt: skip
+
+    def row(m: FloatArray) -> FloatArray:
+        return np.asarray(gemm_s(m, h * ones, out_width / tp, peak, cluster)
+                          + mlp * gemm_s(m, h * ones, dense / tp, peak, cluster))  # fmt: skip
+
+    def extra(gemm: Callable[[FloatArray], FloatArray], chunks: FloatArray | float) -> FloatArray:
+        return np.asarray(chunks * gemm(rows / chunks) - gemm(rows))
+
+    return np.asarray(extra(column, tp) + extra(row, UB_SPLITS)), extra(row, tp)
+
+
+def chunked_fwd_s(model: ModelSpec, lay: Layouts, gemm: FloatArray, scatter: FloatArray, gather: FloatArray,
+                  dispatcher: FloatArray) -> FloatArray:  # fmt: skip
+    """Exposed forward TP time of one layer with chunked overlap (`Stack.tp_comm_overlap`), TE's
+    default methods (transformer_engine/pytorch/module/base.py `initialize_ub`): ring exchange for
+    the all-gather before each column-parallel linear (qkv_fprop, fc1_fprop), pipelined
+    reduce-scatter after each row-parallel one (proj_fprop, fc2_fprop)."""
+    tp = lay.floats("tp")
+
+    def over(dispatch: bool) -> FloatArray:
+        return np.asarray(sum(n * (_ring_s(gather, col * gemm, tp) + _pipelined_s(scatter, row * gemm))
+                              for n, col, row in linear_blocks(model, dispatch)))  # fmt: skip
+
+    plain = over(False)
+    return np.asarray(np.where(dispatcher, over(True), plain)) if model.is_moe else plain
+
+
+def chunked_bwd_s(model: ModelSpec, lay: Layouts, gemm: FloatArray, scatter: FloatArray, gather: FloatArray,
+                  dispatcher: FloatArray) -> FloatArray:  # fmt: skip
+    """Exposed backward TP time of one layer with chunked overlap: each row-parallel linear's
+    output gradient is all-gathered by ring exchange under its input-gradient GEMM (proj_dgrad,
+    fc2_dgrad); each column-parallel linear all-gathers its saved input shard under its
+    input-gradient GEMM and reduce-scatters its input gradient under its weight-gradient GEMM,
+    each collective whole beside one whole GEMM ("bulk": qkv_dgrad/fc1_dgrad, qkv_wgrad/fc1_wgrad).
+    Each backward GEMM lasts as long as its forward GEMM."""
+    tp = lay.floats("tp")
+
+    def over(dispatch: bool) -> FloatArray:
+        return np.asarray(sum(n * (_ring_s(gather, row * gemm, tp) + np.maximum(gather - col * gemm, 0.0)
+                                   + np.maximum(scatter - col * gemm, 0.0))
+                              for n, col, row in linear_blocks(model, dispatch)))  # fmt: skip
+
+    plain = over(False)
+    return np.asarray(np.where(dispatcher, over(True), plain)) if model.is_moe else plain
 
 
 def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack,

@@ -206,6 +206,48 @@ def test_tp_backward_hides_under_the_weight_gradient_gemms(dgx: Cluster, models:
     assert _f(tp_per_layer_s(model, one(tp=1), dgx, Stack(), _a(1.0))) == 0.0
 
 
+def test_userbuffers_layer_by_hand(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # Transformer Engine's userbuffers (Stack.tp_comm_overlap), Llama 2 70B, TP8, SP, T = 4096:
+    # every collective C = TP_HALF. Per 2048 of the 104,448 GEMM columns a share of 1/51: QKV
+    # 5/51, out 4/51, MLP up 28/51, down 14/51. Forward GEMMs of 5.1 ms: QKV 0.5 ms, out 0.4 ms,
+    # up 2.8 ms, down 1.4 ms (the round DGX has no GEMM shape penalty and no launch cost, so the
+    # split GEMMs cost nothing extra). Forward:
+    #   QKV all-gather, ring: 7 of 8 chunks of the QKV GEMM hide it: C - 7/8 0.5e-3 = 1.6370256e-4
+    #   out reduce-scatter, 4-way pipeline: C/4 + 3 (C - 0.4e-3)/4 = 3.0120256e-4
+    #   up all-gather: 7/8 2.8e-3 > C, hidden; down reduce-scatter: its last quarter, C/4 = 1.5030064e-4
+    # Backward: the out projection's gradient gathered by ring under its input-gradient GEMM,
+    #   C - 7/8 0.4e-3 = 2.5120256e-4; QKV's input re-gather and input-gradient reduce-scatter,
+    #   each beside one whole QKV GEMM: 2 (C - 0.5e-3) = 2.0240512e-4; the MLP's all hidden.
+    model = models["llama2-70b"]
+    want = 1.6370256e-4 + 3.0120256e-4 + 1.5030064e-4 + 2.5120256e-4 + 2.0240512e-4
+    got = _tp(model, dgx, Stack(tp_comm_overlap=True), 5.1e-3, sequence_parallel=True)
+    assert got == pytest.approx(want, rel=1e-9)
+    # against Megatron's own overlap alone (8 TP_HALF - 2 x 0.5 ms of the QKV window, hand-worked
+    # as in the test above): the forward's four collectives were all exposed
+    plain = _tp(model, dgx, Stack(), 5.1e-3, sequence_parallel=True)
+    assert plain == pytest.approx(8 * TP_HALF - 2 * 0.5e-3, rel=1e-9)
+    # no GEMM to hide under: every collective whole except the pipelined ones' 4 chunks, all exposed
+    assert _tp(model, dgx, Stack(tp_comm_overlap=True), 0.0, sequence_parallel=True) == pytest.approx(
+        10 * TP_HALF, rel=1e-9
+    )
+    # userbuffers need sequence parallelism (Megatron asserts it) and are Megatron's only
+    assert _tp(model, dgx, Stack(tp_comm_overlap=True), 5.1e-3) == _tp(model, dgx, Stack(), 5.1e-3)
+    titan = {"sequence_parallel": True, "framework": "torchtitan", "zero": 3}
+    assert _tp(model, dgx, Stack(tp_comm_overlap=True), 5.1e-3, **titan) == _tp(model, dgx, Stack(), 5.1e-3, **titan)
+
+
+def test_userbuffers_split_gemms_cost_their_launches(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # With a launch cost of 10 us per GEMM (and still no shape penalty) the split GEMMs add their
+    # extra launches: forward, QKV and MLP up in 8 ring chunks (7 more each), out and down in 4
+    # pipeline chunks (3 more each): 20 launches; backward, out and down input-gradient GEMMs in 8
+    # chunks: 14. Every collective hides as in the hand-worked layer, so the difference is 34 x 10 us.
+    model = models["llama2-70b"]
+    slow = dgx.model_copy(update={"efficiency": dgx.efficiency.model_copy(update={"kernel_overhead_s": 1e-5})})
+    got = _tp(model, slow, Stack(tp_comm_overlap=True), 5.1e-3, sequence_parallel=True)
+    base = _tp(model, dgx, Stack(tp_comm_overlap=True), 5.1e-3, sequence_parallel=True)
+    assert got - base == pytest.approx(34 * 1e-5, rel=1e-6)
+
+
 # ------------------------------------------------------------------ TP in MoE layers (Megatron)
 
 # A tiny MoE: h 1024, 8 heads of 128 (q = k = v = 1024 wide), 4 gated experts of f 512, top-2,

@@ -199,6 +199,15 @@ def test_header_states_the_prediction() -> None:
     assert all(len(line) <= 100 for line in result.launch["megatron"].splitlines() if line.startswith("#"))
 
 
+def test_megatron_writes_tp_comm_overlap() -> None:
+    # Stack.tp_comm_overlap is Megatron-LM's --tp-comm-overlap (a TransformerConfig flag at d98e8a64)
+    lay = Layout(framework="megatron", tp=4, dp=2, sequence_parallel=True)
+    text = emit_launch("megatron", load_model("llama2-13b"), lay, Stack(tp_comm_overlap=True))
+    assert "--tp-comm-overlap" in text.split() and "--sequence-parallel" in text.split()
+    assert check_emitted("megatron", text) == []
+    assert "--tp-comm-overlap" not in emit_launch("megatron", load_model("llama2-13b"), lay, Stack()).split()
+
+
 # --------------------------------------------------------------------------------------------
 # (d) the README's 1024-GPU optimum, (e) Llama 3 405B on torchtitan
 
@@ -422,6 +431,12 @@ def _deepspeed(**settings: object) -> Stack:
         ("torchtitan", "llama3-8b", {},
          _titan(adam_moments="bf16"),
          "adam_moments"),
+        # Transformer Engine's userbuffers: Megatron's --tp-comm-overlap, with SP and TP > 1 only
+        ("megatron", "llama2-7b", {"tp": 1}, Stack(tp_comm_overlap=True), "tp_comm_overlap"),
+        ("megatron", "llama2-7b", {"tp": 2, "dp": 4, "sequence_parallel": False}, Stack(tp_comm_overlap=True),
+         "tp_comm_overlap"),
+        ("deepspeed", "llama2-7b", {"tp": 2, "dp": 4}, _deepspeed(tp_comm_overlap=True), "tp_comm_overlap"),
+        ("torchtitan", "llama3-8b", {"tp": 2, "dp": 4}, _titan(tp_comm_overlap=True), "tp_comm_overlap"),
         # master weights as 16-bit remainders or none: Apex's DistributedFusedAdam (NeMo) only
         ("megatron", "llama2-7b", {"zero": 1}, Stack(master_weights="remainders"), "master_weights"),
         ("deepspeed", "llama2-7b", {"zero": 1}, _deepspeed(master_weights="none"),

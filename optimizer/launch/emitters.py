@@ -188,6 +188,14 @@ def _refuse_partial_master(ctx: _Ctx, release: str, keeps: str) -> None:
                 "Apex's DistributedFusedAdam (NeMo's distributed_fused_adam optimizer)")  # fmt: skip
 
 
+def _refuse_tp_comm_overlap(ctx: _Ctx, release: str) -> None:
+    """Chunked TP overlap (`Stack.tp_comm_overlap`) is Transformer Engine's userbuffers, which only
+    Megatron-LM's --tp-comm-overlap turns on."""
+    if ctx.stack.tp_comm_overlap:
+        _refuse(ctx, "tp_comm_overlap", f"{release} has no Transformer Engine userbuffers overlap; that is "
+                "Megatron-LM's --tp-comm-overlap")  # fmt: skip
+
+
 def _kf(name: str, fw: Framework) -> str:
     """The framework's flag for a knob's plain value (`Knob.flags`), as written on a command line."""
     flag = KNOBS[name].flags[fw]
@@ -465,6 +473,13 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
         if lay.offload != Offload.OPTIMIZER:
             flags.append(("--use-precision-aware-optimizer", None))
         flags += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
+    if stack.tp_comm_overlap:
+        if not (lay.sequence_parallel and lay.tp > 1):
+            # arguments.py at d98e8a64: "Tensor parallel communication/GEMM overlap can happen only
+            # when sequence parallelism is enabled" (asserted), and Megatron turns SP off at TP 1
+            _refuse(ctx, "tp_comm_overlap", f"Megatron-LM {MEGATRON_COMMIT[:8]} overlaps TP communication with "
+                    "GEMMs (--tp-comm-overlap) only with sequence parallelism and TP > 1")  # fmt: skip
+        flags.append(("--tp-comm-overlap", None))
     if lay.precision == Precision.FP16:
         flags.append(("--fp16", None))
     else:
@@ -598,6 +613,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
     _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     _refuse_bf16_moments(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     _refuse_partial_master(ctx, f"DeepSpeed {DEEPSPEED_VERSION}", "keeps an fp32 master copy of the bf16 weights")
+    _refuse_tp_comm_overlap(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     config = _deepspeed_config(ctx)
     per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)
     lines = _header(ctx, f"DeepSpeed {DEEPSPEED_VERSION}: the JSON keys are checked against it; the training script's "
@@ -758,6 +774,8 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
     _refuse_partial_master(
         ctx, f"torchtitan {TORCHTITAN_VERSION}", "shards fp32 parameters, which are the master weights"
     )
+    # its async TP, the same kind of overlap, is written with tp_overlap (--compile.enable_async_tensor_parallel)
+    _refuse_tp_comm_overlap(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     if stack.tp_overlap and not stack.compiled:
         _refuse(ctx, "tp_overlap", f"async TP without torch.compile: torchtitan {TORCHTITAN_VERSION}'s CompileConfig "
                 "raises 'Async TP requires 'model' in --compile.components and --compile.enable'")  # fmt: skip

@@ -587,8 +587,7 @@ def _megatron_stack(meg: _Megatron, fsdp: bool) -> None:
         st.note(f"--exp-avg-dtype {moments[0]} --exp-avg-sq-dtype {moments[1]}: only both bf16 (or fp32) is "
                 "modelled; read as fp32 moments")  # fmt: skip
     st.stack["tp_overlap"] = True
-    if meg.get("tp_comm_overlap"):
-        st.unmodelled.append(meg.flag("tp_comm_overlap"))
+    st.stack["tp_comm_overlap"] = bool(meg.get("tp_comm_overlap"))
     st.stack["p2p_overlap"] = bool(meg.get("overlap_p2p_comm", True))
 
 
