@@ -195,7 +195,7 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
         "offload": offload_s(params, lay, cluster, stack),
     }
     step = np.asarray(np.sum([breakdown[t] for t in TIME_TERMS], axis=0))
-    memory = peak_memory(model, lay, stack, device_reserve_bytes(lay, cluster, stack))
+    memory = peak_memory(model, lay, stack, device_reserve_bytes(model, lay, cluster, stack))
     usable = usable_memory_bytes(cluster, mem_headroom)
     checks = limit_checks(Target(model, cluster), lay)
     checks["memory"] = np.asarray(memory.total > usable)

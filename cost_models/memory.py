@@ -84,7 +84,9 @@ micro-batches (`kept_outputs_bytes`).
 
 `other` is the cluster's reserve (CUDA context, cuBLAS workspace, NCCL buffers, allocator
 fragmentation), see `memory_reserve_bytes` in the hardware presets, plus NCCL's NVLink SHARP
-buffers where the node has them (`nvls_buffer_bytes`), which depend on the layout.
+buffers where the node has them (`nvls_buffer_bytes`), which depend on the layout, and Transformer
+Engine's userbuffers where TP communication overlaps its GEMMs (`userbuffers_bytes`). Both are
+allocated outside PyTorch's caching allocator.
 """
 
 from __future__ import annotations
@@ -487,9 +489,37 @@ def nvls_buffer_bytes(lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArra
     return np.asarray(cluster.nvls_bytes_per_rank * node_ranks)
 
 
-def device_reserve_bytes(lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
-    """The memory term `other`: the preset's reserve plus the layout's NVLS buffers."""
-    return np.asarray(cluster.memory_reserve_bytes + nvls_buffer_bytes(lay, cluster, stack))
+# Transformer Engine's userbuffers communicators (transformer_engine/pytorch/module/base.py
+# `initialize_ub`, v2.8 to v2.18): the ring-exchange qkv_fprop, fc1_fprop, proj_dgrad, fc2_dgrad,
+# the pipelined proj_fprop, fc2_fprop, the bulk qkv_dgrad, qkv_wgrad, fc1_dgrad, fc1_wgrad and
+# the external proj_wgrad, fc2_wgrad, one buffer each; under FP8 those of its
+# `layers_all_gather_overlap` list hold FP8 (uint8, `fp8_buf`), the reduce-scatter ones bf16.
+UB_ALL_GATHER_BUFFERS = 8
+UB_REDUCE_SCATTER_BUFFERS = 4
+
+
+def userbuffers_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
+    """Transformer Engine's userbuffers on one GPU where TP communication overlaps its GEMMs
+    (`Stack.tp_comm_overlap`, Megatron with sequence parallelism and TP > 1): each communicator
+    registers one buffer of the shape Megatron-LM passes to `initialize_ub`,
+    [seq_length * micro_batch_size / context_parallel_size, hidden_size]
+    (megatron/training/initialize.py `_initialize_tp_communicators` at d98e8a64), allocated by
+    userbuffers itself (`register_user_buffer_collective(..., alloc=true)` in TE's
+    comm_gemm_overlap.cpp), outside PyTorch's allocator. The default methods' buffers are the whole
+    shape (a ring-exchange reduce-scatter would hold 2 TP - 1 chunks; none by default)."""
+    if not stack.tp_comm_overlap:
+        return np.zeros(len(lay))
+    on = lay.seq_parallel_active & (lay.tp > 1) & (lay.framework == Framework.MEGATRON)
+    gathered = np.where(lay.precision == Precision.FP8, 1.0, float(BF16_BYTES))
+    per_token = model.hidden_size * (UB_ALL_GATHER_BUFFERS * gathered + UB_REDUCE_SCATTER_BUFFERS * BF16_BYTES)
+    return np.asarray(np.where(on, lay.tokens_per_micro_batch * per_token, 0.0))
+
+
+def device_reserve_bytes(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
+    """The memory term `other`: the preset's reserve plus the layout's NVLS buffers and
+    userbuffers, all outside PyTorch's allocator."""
+    outside = nvls_buffer_bytes(lay, cluster, stack) + userbuffers_bytes(model, lay, stack)
+    return np.asarray(cluster.memory_reserve_bytes + outside)
 
 
 def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float | FloatArray, layers: FloatArray,

@@ -41,7 +41,9 @@ class MemoryRun:
     measured_bytes: float
     predicted_bytes: float  # what the GPU holds, the preset's reserve included
     reserve_bytes: float  # the preset's memory_reserve_bytes
-    nvls_bytes: float  # NCCL's NVLS buffers (memory.nvls_buffer_bytes): outside the allocator too
+    nvls_bytes: (
+        float  # NCCL's NVLS buffers and TE's userbuffers (memory.device_reserve_bytes): outside the allocator too
+    )
     fits: bool  # predicted feasible (memory and every other limit)
     layout: str
 
@@ -90,7 +92,7 @@ def memory_runs(path: Path) -> tuple[list[MemoryRun], list[str]]:
             oom=(row.get("oom") or "").strip().lower() == "true",
             measured_bytes=float(row["measured_peak_memory_gib"]) * GIB,
             predicted_bytes=float(ev.memory.total[0]), reserve_bytes=cluster.memory_reserve_bytes,
-            # `other` is the reserve plus the NVLS buffers (memory.device_reserve_bytes)
+            # `other` is the reserve plus the NVLS buffers and userbuffers (memory.device_reserve_bytes)
             nvls_bytes=float(ev.memory.other[0]) - cluster.memory_reserve_bytes, fits=bool(ev.feasible[0]),
             layout=layout_short(layout),
         ))  # fmt: skip

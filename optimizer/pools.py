@@ -605,7 +605,7 @@ def plan_figures(tables: StageTables, plan: StagePlan) -> PlanFigures:
         member = tables.pool.members[tables.options[o].member]
         row = tables.rows.take(np.array([o])).replace(pp=p)
         first, last = rl in (FIRST, SINGLE), rl in (LAST, SINGLE)
-        mem = stage_memory(model, row, tables.settings.stack, device_reserve_bytes(row, member.cluster, tables.settings.stack),
+        mem = stage_memory(model, row, tables.settings.stack, device_reserve_bytes(model, row, member.cluster, tables.settings.stack),
                            np.array([float(n)]), float(r), first, last)  # fmt: skip
         col = min(s, tables.stages - 1)
         lin_role_first = rl in (FIRST, SINGLE)

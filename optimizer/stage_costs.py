@@ -349,7 +349,7 @@ def _linear_quantities(model: ModelSpec, rows: Layouts, cluster: Cluster, stack:
             params = stage_params(model, lay, count, first, last)
             weights, grads, optimizer = model_state_bytes(params, lay, stack)
             acts = activation_bytes(model, lay, stack, count, stage, first, last)
-            memory = weights + grads + optimizer + acts + device_reserve_bytes(lay, cluster, stack)
+            memory = weights + grads + optimizer + acts + device_reserve_bytes(model, lay, cluster, stack)
             step = optimizer_step_s(params, lay, cluster, stack)
             zeros, hidden = np.zeros(count_rows), np.full(count_rows, _HIDDEN)
             if overlap > 0:

@@ -28,6 +28,7 @@ from paraplan.cost_models.memory import (
     recv_buffer_bytes,
     stage_output_bytes,
     stage_params,
+    userbuffers_bytes,
 )
 from paraplan.cost_models.models import ModelSpec, load_model
 from paraplan.cost_models.stack import Stack
@@ -83,6 +84,21 @@ def test_reserve_is_the_other_term(models: dict[str, ModelSpec]) -> None:
     mem = peak_memory(models["llama2-7b"], one(), FLASH, 2.5e9)
     assert _f(mem.other) == 2.5e9
     assert _f(mem.total) == sum(_f(getattr(mem, t)) for t in MEMORY_TERMS)
+
+
+def test_userbuffers_by_hand(models: dict[str, ModelSpec]) -> None:
+    # Transformer Engine's 12 userbuffers communicators, each a [s b / CP, h] buffer: Llama 2 70B
+    # (h 8192), seq 4096, micro-batch 1, TP8 with SP. BF16: 12 x 4096 x 8192 x 2 = 805,306,368 B;
+    # FP8: the 8 all-gather buffers hold 1 B, the 4 reduce-scatter ones 2: 16 x 4096 x 8192.
+    model, ub = models["llama2-70b"], Stack(tp_comm_overlap=True)
+    knobs: dict[str, Any] = {"tp": 8, "micro_batch": 1, "seq_len": 4096, "sequence_parallel": True}
+    assert _f(userbuffers_bytes(model, one(**knobs), ub)) == 805_306_368
+    assert _f(userbuffers_bytes(model, one(precision="fp8", **knobs), ub)) == 536_870_912
+    # CP 2 halves the shape's rows; none without the setting, without SP, or outside Megatron
+    assert _f(userbuffers_bytes(model, one(cp=2, **knobs), ub)) == 805_306_368 / 2
+    assert _f(userbuffers_bytes(model, one(**knobs), Stack())) == 0.0
+    assert _f(userbuffers_bytes(model, one(**{**knobs, "sequence_parallel": False}), ub)) == 0.0
+    assert _f(userbuffers_bytes(model, one(framework="torchtitan", zero=3, **knobs), ub)) == 0.0
 
 
 # ------------------------------------------------------------------ Korthikanti et al. 2022, GPT
