@@ -124,7 +124,9 @@ class Stack:
     )
     tp_comm_overlap: bool = field(
         default=False,
-        metadata={"help": "TP collectives split into chunks overlapped with their GEMMs (TE userbuffers, async TP)."},
+        metadata={
+            "help": "TP collectives split into chunks beside their GEMMs (TE userbuffers, Megatron-LM, with SP)."
+        },
     )
     p2p_overlap: bool = field(
         default=True, metadata={"help": "Overlap pipeline sends/receives with compute in the interleaved schedule."}
