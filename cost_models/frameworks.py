@@ -114,6 +114,7 @@ class FrameworkSpec:
     head_input_gathered: bool  # the LM head saves its TP-gathered input, not the SP shard (HEAD_INPUT_GATHERED)
     fp8_saves_quantized_inputs: bool  # FP8 GEMMs keep their FP8 input for the backward (see FP8_SAVES below)
     model_parallel_comms: bool  # communicators over TP x PP and, with FP8, TP x DP x CP (see MODEL_PARALLEL_COMMS)
+    token_drop: bool  # Stack.token_drop can run: MoE capacity factor with padding (see TOKEN_DROP)
 
 
 # The hardware presets' efficiency constants are fitted on Megatron-family runs (NeMo,
@@ -238,6 +239,14 @@ MODEL_PARALLEL_COMMS: dict[Framework, bool] = {
     Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
 }  # fmt: skip
 
+# Stack.token_drop per framework: Megatron-LM d98e8a64 has --moe-expert-capacity-factor and
+# --moe-pad-expert-input-to-capacity (megatron_lm_arguments.json); torchtitan 0.3.0's MoE is
+# dropless only (no capacity factor among its flags, torchtitan_0.3.0_config.json); paraplan's
+# DeepSpeed launch (the Megatron-DeepSpeed script) is not given a capacity flag: left unmodelled.
+TOKEN_DROP: dict[Framework, bool] = {
+    Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
+}  # fmt: skip
+
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
@@ -250,7 +259,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
-        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON],
+        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON], token_drop=TOKEN_DROP[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -264,7 +273,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
-        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED],
+        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED], token_drop=TOKEN_DROP[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
@@ -278,7 +287,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
-        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN],
+        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN], token_drop=TOKEN_DROP[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # The member for the integer a layout column holds, so that no enum is built per candidate table.

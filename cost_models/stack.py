@@ -93,6 +93,17 @@ NVSwitch node that supports it holds NVLS buffers (`memory.nvls_buffer_bytes`, t
 (NVIDIA/NeMo-Framework-Launcher PR #127 "set NCCL_NVLS_ENABLE=0 for memory saving"; NeMo 2.0's
 quick-start executor sets "NCCL_NVLS_ENABLE": "0"), which the default here follows; a launch
 with NCCL's defaults (a bare torchrun) has it on.
+`token_drop`: Megatron-LM's token-dropping MoE (--moe-expert-capacity-factor 1.0
+--moe-pad-expert-input-to-capacity, as Megatron-Bridge's `apply_moe_token_drop`,
+src/megatron/bridge/training/utils/moe_token_drop.py at fa0315ae2, sets them): every expert takes
+at most capacity = tokens x top-k / experts rows and is padded up to it, so the expert GEMMs keep
+static shapes and the alltoall dispatcher needs no device-to-host copy of the token counts
+(Megatron-LM d98e8a64 megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher
+.preprocess: under drop_and_pad the per-expert counts are a torch.full of the capacity).
+FLOPs: with capacity factor 1.0 and padding, each expert processes exactly its capacity, which is
+the mean load, so the expert GEMM rows equal tokens x top-k whatever the routing (dropped tokens
+are replaced by padding rows); paraplan's FLOP count, made under force-balanced routing, is that
+count. Off (the default): dropless, the expert GEMMs take however many rows the router sends.
 """
 
 from __future__ import annotations
@@ -170,6 +181,10 @@ class Stack:
     nvls: bool = field(
         default=False,
         metadata={"help": "NCCL's NVLink SHARP is on (NCCL's default): its buffers take GPU memory."},
+    )
+    token_drop: bool = field(
+        default=False,
+        metadata={"help": "MoE experts take at most capacity factor 1.0 of tokens, padded to it (Megatron)."},
     )
 
     def settings(self) -> dict[str, bool | str]:

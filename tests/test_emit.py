@@ -318,6 +318,19 @@ def test_megatron_mappings() -> None:
     assert "--recompute-method block" in megatron_args(model, Layout(recompute="full", recompute_layers=2))
 
 
+def test_megatron_token_drop_writes_megatron_bridges_two_flags() -> None:
+    """Megatron-Bridge's apply_moe_token_drop sets capacity factor 1.0 and padding to capacity; the
+    emitted flags are those of megatron_lm_arguments.json (check_emitted), and a dense model gets none."""
+    lay = Layout(tp=1, pp=1, dp=8, ep=8, micro_batch=1, global_batch=64)
+    text = emit_launch("megatron", load_model("mixtral-8x7b"), lay, Stack(token_drop=True))
+    assert "--moe-expert-capacity-factor 1.0" in text and "--moe-pad-expert-input-to-capacity" in text
+    assert check_emitted("megatron", text) == []
+    dropless = emit_launch("megatron", load_model("mixtral-8x7b"), lay)
+    assert "--moe-expert-capacity-factor" not in dropless
+    dense = emit_launch("megatron", load_model("llama2-7b"), Layout(dp=8, global_batch=64), Stack(token_drop=True))
+    assert "--moe-expert-capacity-factor" not in dense
+
+
 def test_torchtitan_mappings() -> None:
     model = load_model("llama3-8b")
     base = {"framework": "torchtitan", "tp": 2, "pp": 4, "dp": 4, "micro_batch": 1, "global_batch": 64}
@@ -437,6 +450,8 @@ def _deepspeed(**settings: object) -> Stack:
          "tp_comm_overlap"),
         ("deepspeed", "llama2-7b", {"tp": 2, "dp": 4}, _deepspeed(tp_comm_overlap=True), "tp_comm_overlap"),
         ("torchtitan", "llama3-8b", {"tp": 2, "dp": 4}, _titan(tp_comm_overlap=True), "tp_comm_overlap"),
+        # token dropping (capacity factor with padding) is Megatron-LM's; torchtitan's MoE is dropless
+        ("deepspeed", "mixtral-8x7b", {"zero": 1}, _deepspeed(token_drop=True), "token_drop"),
         # master weights as 16-bit remainders or none: Apex's DistributedFusedAdam (NeMo) only
         ("megatron", "llama2-7b", {"zero": 1}, Stack(master_weights="remainders"), "master_weights"),
         ("deepspeed", "llama2-7b", {"zero": 1}, _deepspeed(master_weights="none"),

@@ -413,6 +413,18 @@ def _expert_tp(ctx: _Ctx) -> list[Flag]:
     return []
 
 
+def _token_drop(ctx: _Ctx, fw: Framework, release: str) -> list[Flag]:
+    """`Stack.token_drop`: Megatron-LM's capacity factor 1.0 with padding to capacity (the two flags
+    Megatron-Bridge's apply_moe_token_drop sets); a framework without them (`FrameworkSpec.token_drop`)
+    refuses. A dense model has no experts to drop tokens at: nothing to write."""
+    if not (ctx.stack.token_drop and ctx.model.is_moe):
+        return []
+    if not FRAMEWORKS[fw].token_drop:
+        _refuse(ctx, "token_drop", f"{release}'s mixture-of-experts is dropless here; token dropping with a capacity "
+                "factor is Megatron-LM's --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity")  # fmt: skip
+    return [("--moe-expert-capacity-factor", "1.0"), ("--moe-pad-expert-input-to-capacity", None)]
+
+
 def _megatron_recompute(lay: Layout) -> list[Flag]:
     if lay.recompute == Recompute.SELECTIVE:
         return [("--recompute-granularity", "selective")]
@@ -445,6 +457,7 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
         flags.append(("--cp-comm-type", "p2p" if lay.cp_comm == CpComm.RING else "allgather"))
     flags.append((_kf("ep", fw), str(lay.ep)))
     flags += _expert_tp(ctx)
+    flags += _token_drop(ctx, fw, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
     if lay.sequence_parallel and lay.tp > 1:
         flags.append(("--sequence-parallel", None))
     flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),
@@ -611,6 +624,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
         _refuse(ctx, "loss", f"a {stack.loss} loss: the Megatron-style training script computes the whole logits' "
                 "cross entropy in eager mode")  # fmt: skip
     _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
+    _token_drop(ctx, Framework.DEEPSPEED, f"DeepSpeed {DEEPSPEED_VERSION}")
     _refuse_bf16_moments(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     _refuse_partial_master(ctx, f"DeepSpeed {DEEPSPEED_VERSION}", "keeps an fp32 master copy of the bf16 weights")
     _refuse_tp_comm_overlap(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
@@ -770,6 +784,7 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
         _refuse(ctx, "attention_saved", f"torchtitan {TORCHTITAN_VERSION}'s op-level selective recompute saves "
                 "the output of every SDPA backend (op_sac_save_list, since b39377f9f)")  # fmt: skip
     _refuse_older_stack(ctx, f"torchtitan {TORCHTITAN_VERSION}")
+    _token_drop(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
     _refuse_bf16_moments(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     _refuse_partial_master(
         ctx, f"torchtitan {TORCHTITAN_VERSION}", "shards fp32 parameters, which are the master weights"
