@@ -121,7 +121,7 @@ def summary(results: list[RunResult]) -> dict[str, Any]:
 
 def cross_validate(runs: list[Run], results: list[RunResult]) -> dict[str, dict[str, float]]:
     """Leave one source out: redo the whole fit (`benchmarks/fit_presets.py`: per-hardware
-    constants on Megatron-family runs, per-stack kernel efficiencies) without that source, and
+    constants on Megatron-family runs, per-stack kernel efficiencies and MoE host floors) without that source, and
     predict it with the refitted constants."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from fit_presets import apply_stacks, fit_all, fold_cluster
@@ -130,8 +130,8 @@ def cross_validate(runs: list[Run], results: list[RunResult]) -> dict[str, dict[
     for source, held in by_source(results).items():
         train = [r for r in runs if r.group != source]
         test = [r for r in runs if r.group == source]
-        fitted, stacks, clusters = fit_all(train, quiet=True)
-        saved = apply_stacks(stacks)
+        fitted, stacks, clusters, floors = fit_all(train, quiet=True)
+        saved = apply_stacks(stacks, floors)
         try:
             # hardware only the held-out source ran on: its die's constants from this fold too
             cache = {

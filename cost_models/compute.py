@@ -520,6 +520,21 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     )
 
 
+def moe_host_wait_s(model: ModelSpec, lay: Layouts, stack: Stack, layer_gpu_s: FloatArray) -> FloatArray:
+    """Per micro-batch, what one (mean) layer waits on the host beyond its GPU time: a dropless MoE
+    layer's forward + backward takes max(GPU time, H), H the stack's `moe_host_floor_s`
+    (`frameworks.MOE_HOST_FLOOR_S`: mechanism and evidence there). `layer_gpu_s` is the mean
+    layer's forward, backward, recompute and exposed communication; the MoE layers (`moe_share` of
+    them) wait H - that where it is shorter, the dense ones never. The mean layer's GPU time stands
+    for an MoE layer's: exact for all-MoE models, an average over DeepSeek-style leading dense
+    layers otherwise. Token dropping (`Stack.token_drop`: static shapes, no device-to-host copy)
+    and dense models wait nothing."""
+    if model.moe_share == 0.0 or stack.token_drop:
+        return np.zeros(len(lay))
+    floor = per_framework_value(lay, lambda spec: spec.moe_host_floor_s)
+    return np.asarray(model.moe_share * np.maximum(floor - layer_gpu_s, 0.0), dtype=np.float64)
+
+
 def fastest_rate_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
     """A rate no compute term of this model exceeds: every GEMM runs at most at `matmul_rate`
     (its shape factors are <= 1), the 16-bit GEMMs at `bf16_rate`, attention at the BF16 peak x

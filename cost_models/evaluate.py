@@ -2,9 +2,11 @@
 
 Works on arrays of candidates (`Layouts`), so the search evaluates thousands at once; a single
 layout is an array of one. Step time (one optimizer step of the global batch):
-    step = m * (fwd + bwd + recompute + tp + cp + ep + pp)_slowest stage        [compute, comms]
+    step = m * (fwd + bwd + recompute + tp + cp + ep + wait + pp)_slowest stage [compute, comms, host_wait]
          + (p-1)/v * slot                                                      [bubble]
          + exposed DP time + per-step work (optimizer, gradient norm)          [dp, compute]
+`wait` is what a host-bound dropless MoE layer waits on the CPU beyond its GPU work
+(`compute.moe_host_wait_s`).
 with m micro-batches per pipeline and `slot` the slowest stage's time per micro-batch (the last
 stage, which adds the LM head, or the first). Each `time_s` entry is exposed time, so they sum
 to the step time.
@@ -21,7 +23,13 @@ import numpy as np
 import numpy.typing as npt
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
-from paraplan.cost_models.compute import matmul_peak_flops, micro_batch_times, offload_s, optimizer_step_s
+from paraplan.cost_models.compute import (
+    matmul_peak_flops,
+    micro_batch_times,
+    moe_host_wait_s,
+    offload_s,
+    optimizer_step_s,
+)
 from paraplan.cost_models.flops import model_flops_per_step, recompute_flops_per_step
 from paraplan.cost_models.limits import Target, limit_checks
 from paraplan.cost_models.memory import (
@@ -39,7 +47,9 @@ from paraplan.cost_models.stages import most_layers, stage_layers
 from paraplan.cost_models.traffic import dp_exposed_s, micro_batch_comm, overlap_windows
 from paraplan.hardware_specs.schema import Cluster
 
-TIME_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "offload")
+TIME_TERMS = (
+    "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "offload", "host_wait",
+)  # fmt: skip
 Index = npt.NDArray[np.int64] | BoolArray
 
 
@@ -165,11 +175,13 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
     chunk = most_layers(model, lay) / lay.virtual_stages * layer
     comm = micro_batch_comm(model, lay, cluster, stack, times, chunk)
     layer_comm = comm.tp_layer_s + comm.cp_layer_s + comm.ep_layer_s
+    # a host-bound (dropless MoE) layer takes at least the stack's floor: the wait is part of its slot
+    wait = moe_host_wait_s(model, lay, stack, layer + times.layer_recompute_s + layer_comm)
     first, middle, last = stage_layers(model, lay)
     head = times.head_fwd_s
     # Per stage, per micro-batch: (layers, LM head). The slot is the slowest stage's.
     stages = [(first, np.where(lay.pp == 1, head, 0.0)), (middle, np.zeros(len(lay))), (last, head)]
-    slots = [n * (layer + times.layer_recompute_s + layer_comm) + 3.0 * h + comm.pp_s for n, h in stages]
+    slots = [n * (layer + times.layer_recompute_s + layer_comm + wait) + 3.0 * h + comm.pp_s for n, h in stages]
     critical = np.asarray(np.argmax(np.stack(slots), axis=0), dtype=np.int64)
     n = _pick(critical, [s[0] for s in stages])
     h = _pick(critical, [s[1] for s in stages])
@@ -193,6 +205,7 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
         "dp_comm": dp_exposed_s(params, lay, cluster, stack, overlap_windows(slot)),
         "bubble": bubble_s(lay, slot),
         "offload": offload_s(params, lay, cluster, stack),
+        "host_wait": m * n * wait,
     }
     step = np.asarray(np.sum([breakdown[t] for t in TIME_TERMS], axis=0))
     memory = peak_memory(model, lay, stack, device_reserve_bytes(model, lay, cluster, stack))

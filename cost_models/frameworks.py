@@ -115,6 +115,7 @@ class FrameworkSpec:
     fp8_saves_quantized_inputs: bool  # FP8 GEMMs keep their FP8 input for the backward (see FP8_SAVES below)
     model_parallel_comms: bool  # communicators over TP x PP and, with FP8, TP x DP x CP (see MODEL_PARALLEL_COMMS)
     token_drop: bool  # Stack.token_drop can run: MoE capacity factor with padding (see TOKEN_DROP)
+    moe_host_floor_s: float  # a dropless MoE layer's least forward + backward time per micro-batch (MOE_HOST_FLOOR_S)
 
 
 # The hardware presets' efficiency constants are fitted on Megatron-family runs (NeMo,
@@ -247,6 +248,36 @@ TOKEN_DROP: dict[Framework, bool] = {
     Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
 }  # fmt: skip
 
+# The host floor of a dropless mixture-of-experts layer: per MoE layer and micro-batch, the forward
+# plus backward pass takes at least MOE_HOST_FLOOR_S, however little work its kernels do
+# (`compute.moe_host_wait_s`). Mechanism: Megatron-LM's dropless alltoall dispatcher copies the
+# per-expert token counts to the host in every MoE layer's forward (megatron/core/transformer/moe/
+# token_dispatcher.py at d98e8a64, MoEAlltoAllTokenDispatcher.preprocess and
+# `_maybe_dtoh_and_synchronize`: the all-to-all split sizes and the grouped GEMM's m_splits must be
+# Python ints; with FP8, TEGroupedMLP also calls tokens_per_expert.tolist()); the flex dispatcher's
+# DeepEP manager reads `tokens_per_expert.sum().item()` before its permutation, so the
+# Megatron-Bridge rows that name DeepEP or HybridEP are taken as dropless the same way. The CPU waits there
+# until the GPU has run everything queued before, so it cannot launch ahead: each layer costs the
+# launch and Python time of its kernels (router, permutation, all-to-alls, grouped GEMMs, their
+# backward) on top of, not under, the GPU's. Where the GPU work of a layer is short (small
+# micro-batches, few active parameters) the layer is host-bound; the fitted constant lumps the
+# host's per-layer time into one figure, which bounds the layer's GPU time from below.
+# Evidence (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md; rows in
+# benchmarks/data/runs_public.csv): the 25.09 token-drop rows (apply_moe_token_drop: capacity
+# factor 1.0 padded to capacity, static shapes, no device-to-host copy) against the 25.11
+# dropless rows of the same shapes: Qwen3-30B-A3B on 8 B200 18066 vs 9299 tokens/s/GPU, on 16
+# H100 10494 vs 5275; and Qwen3-30B-A3B on 8 B200 at MBS 4 (26.04, 26859) against MBS 1 (26.02,
+# 9691): 2.8x the throughput for 4x the micro-batch, about 7.5 ms fixed per MoE layer and
+# micro-batch plus 0.32 us per token. Token-drop runs (`Stack.token_drop`) have no floor.
+# Fitted by `python benchmarks/fit_presets.py` on the dropless Megatron-family MoE runs (step 3
+# of its docstring; 40 runs: 11.9 ms, their MAPE 40.8% -> 28.8%). One figure for every host and
+# recipe: it overshoots the B200 Qwen3-30B rows at MBS 1 (whose recipe CUDA-graphs the router and
+# preprocessing, less host work) and leaves the H100 Qwen3-30B row of 25.11 (VP 24, one layer per
+# chunk) and Moonlight far too fast. The other stacks' MoE is not modelled for this: 0 (no floor).
+MOE_HOST_FLOOR_S: dict[Framework, float] = {
+    Framework.MEGATRON: 0.0119, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
+}  # fmt: skip
+
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
@@ -260,6 +291,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON], token_drop=TOKEN_DROP[Framework.MEGATRON],
+        moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -274,6 +306,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED], token_drop=TOKEN_DROP[Framework.DEEPSPEED],
+        moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
@@ -288,6 +321,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN], token_drop=TOKEN_DROP[Framework.TORCHTITAN],
+        moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # The member for the integer a layout column holds, so that no enum is built per candidate table.

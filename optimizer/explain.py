@@ -18,6 +18,7 @@ _TERM_WORDS = {
     "dp_comm": "exposed data-parallel gradient reduction",
     "bubble": "pipeline bubble",
     "offload": "host transfers and the CPU optimizer step of offloading",
+    "host_wait": "MoE layers waiting on the CPU (dropless dispatch syncs to the host every layer)",
 }
 NEAR_LIMIT = 0.03  # a memory margin below this share of capacity is flagged
 

@@ -532,6 +532,7 @@ class StageFigures:
     compute_s: float  # per micro-batch: forward + backward (+ the LM head)
     recompute_s: float
     tp_s: float
+    host_s: float  # per micro-batch: host-bound MoE layers' wait (compute.moe_host_wait_s)
     pp_s: float
     optimizer_s: float  # per step
     dp_bwd_s: float  # per step, DP traffic under the backward window / the forward window
@@ -612,7 +613,7 @@ def plan_figures(tables: StageTables, plan: StagePlan) -> PlanFigures:
         stages.append(StageFigures(
             option=o, layers=n, role=rl, position=s, slot_s=slot,
             compute_s=float(tables.layer_compute_s[o]) * n + head, recompute_s=float(tables.layer_recompute_s[o]) * n,
-            tp_s=float(tables.layer_tp_s[o]) * n, pp_s=pp,
+            tp_s=float(tables.layer_tp_s[o]) * n, host_s=float(tables.layer_host_s[o]) * n, pp_s=pp,
             optimizer_s=tables.optimizer.at(col, o, n, lin_role_first), dp_bwd_s=tables.dp_bwd.at(col, o, n, lin_role_first),
             dp_fwd_s=tables.dp_fwd.at(col, o, n, lin_role_first),
             memory={t: float(getattr(mem, t)[0]) for t in MEMORY_TERMS}, usable_bytes=float(tables.usable_bytes[o]),
@@ -635,6 +636,7 @@ def plan_figures(tables: StageTables, plan: StagePlan) -> PlanFigures:
         "dp_comm": partial.exposed_dp_s(tailing),
         "bubble": fill - slowest,
         "offload": 0.0,
+        "host_wait": m * critical.host_s,
     }
     used = [0] * len(tables.pool.members)
     peak = 0.0

@@ -23,7 +23,9 @@ from paraplan.units import fmt_seconds, fmt_usd
 GB = 1e9
 BAR_WIDTH = 30
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-TIME_WORDS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "offload")
+TIME_WORDS = (
+    "compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble", "offload", "host_wait",
+)  # fmt: skip
 MEMORY_WORDS = ("params", "grads", "optimizer", "activations", "other")
 
 

@@ -56,6 +56,9 @@ class TimeOut(_Out):
     )
     bubble: float = Field(ge=0, description="pipeline fill and drain: (PP - 1) / VPP micro-batch slots")
     offload: float = Field(ge=0, description="host transfers and the CPU's optimizer step, when offloading")
+    host_wait: float = Field(
+        default=0.0, ge=0, description="dropless MoE layers waiting on the CPU beyond their GPU work (host-bound)"
+    )
 
 
 class ParamsOut(_Out):

@@ -47,7 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from paraplan.cost_models.candidates import FloatArray, IntArray, Layouts
-from paraplan.cost_models.compute import matmul_peak_flops, micro_batch_times, optimizer_step_s
+from paraplan.cost_models.compute import matmul_peak_flops, micro_batch_times, moe_host_wait_s, optimizer_step_s
 from paraplan.cost_models.evaluate import usable_memory_bytes
 from paraplan.cost_models.layout import MAX_MICRO_BATCH_TOKENS, Layout, Recompute
 from paraplan.cost_models.limits import Target, limit_checks
@@ -164,10 +164,11 @@ class StageTables:
     micro_batches: int  # m, per pipeline and step
     stages: int  # the deepest pipeline the tables cover (positions s = 0 .. stages - 1)
     options: tuple[Option, ...]
-    layer_s: FloatArray  # [O] per micro-batch and layer: compute + recompute + exposed TP
+    layer_s: FloatArray  # [O] per micro-batch and layer: compute + recompute + exposed TP + host wait
     layer_compute_s: FloatArray  # [O] ... its parts: forward + backward
     layer_recompute_s: FloatArray  # [O]
     layer_tp_s: FloatArray  # [O]
+    layer_host_s: FloatArray  # [O] a host-bound MoE layer's wait beyond its GPU work (compute.moe_host_wait_s)
     head_s: FloatArray  # [O] per micro-batch on the last stage: the LM head forward + backward
     boundary_s: FloatArray  # [O, O] one transfer between a stage of option a (behind) and one of b
     memory: Linear  # bytes on one GPU of the stage, reserve included
@@ -264,7 +265,7 @@ def stage_tables(model: ModelSpec, pool: Pool, settings: PoolSettings, dp: int, 
     base = _base_row(settings, dp, micro_batch)
     n_opt = len(options)
     s_count = max(1, stages)
-    layer, compute, recompute, tp_comm, head = (np.zeros(n_opt) for _ in range(5))
+    layer, compute, recompute, tp_comm, host, head = (np.zeros(n_opt) for _ in range(6))
     usable, peak, overlap = (np.zeros(n_opt) for _ in range(3))
     tables: list[list[FloatArray]] = [[np.zeros((s_count, n_opt)) for _ in range(3)] for _ in range(4)]
     all_rows: list[Layouts] = [Layouts.empty()] * n_opt
@@ -282,7 +283,8 @@ def stage_tables(model: ModelSpec, pool: Pool, settings: PoolSettings, dp: int, 
         compute[idx] = times.layer_fwd_s + times.layer_bwd_s
         recompute[idx] = times.layer_recompute_s
         tp_comm[idx] = tp_per_layer_s(model, rows, cluster, stack, times.layer_gemm_fwd_s)
-        layer[idx] = compute[idx] + recompute[idx] + tp_comm[idx]
+        host[idx] = moe_host_wait_s(model, rows, stack, compute[idx] + recompute[idx] + tp_comm[idx])
+        layer[idx] = compute[idx] + recompute[idx] + tp_comm[idx] + host[idx]
         head[idx] = HEAD_PASSES * times.head_fwd_s
         usable[idx] = usable_memory_bytes(cluster, settings.mem_headroom)
         peak[idx] = matmul_peak_flops(cluster, rows)
@@ -294,7 +296,9 @@ def stage_tables(model: ModelSpec, pool: Pool, settings: PoolSettings, dp: int, 
     keep = _undominated(options, layer, head, tables, overlap)
     idx_keep = np.nonzero(keep)[0]
     options = [options[i] for i in idx_keep]
-    layer, compute, recompute, tp_comm, head = (a[idx_keep] for a in (layer, compute, recompute, tp_comm, head))
+    layer, compute, recompute, tp_comm, host, head = (
+        a[idx_keep] for a in (layer, compute, recompute, tp_comm, host, head)
+    )
     usable, peak, overlap = usable[idx_keep], peak[idx_keep], overlap[idx_keep]
     mem, opt, bwd, fwd = (Linear(*(q[:, idx_keep] for q in group)) for group in tables)
     boundary = boundary[np.ix_(idx_keep, idx_keep)]
@@ -302,7 +306,7 @@ def stage_tables(model: ModelSpec, pool: Pool, settings: PoolSettings, dp: int, 
     return StageTables(
         model=model, pool=pool, settings=settings, dp=dp, micro_batch=micro_batch, micro_batches=m, stages=s_count,
         options=tuple(options), layer_s=layer, layer_compute_s=compute, layer_recompute_s=recompute,
-        layer_tp_s=tp_comm, head_s=head, boundary_s=boundary, memory=mem, usable_bytes=usable, optimizer=opt,
+        layer_tp_s=tp_comm, layer_host_s=host, head_s=head, boundary_s=boundary, memory=mem, usable_bytes=usable, optimizer=opt,
         dp_bwd=bwd, dp_fwd=fwd, overlap_bwd=overlap * float(w_bwd[0]), overlap_fwd=overlap * float(w_fwd[0]),
         peak_flops=peak, rows=Layouts.concat([all_rows[i] for i in idx_keep]),
     )  # fmt: skip

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from conftest import gpt_spec, one
 
+from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.compute import (
     cp_merge_bytes,
     eager_extra_bytes,
@@ -19,6 +20,7 @@ from paraplan.cost_models.compute import (
     gemm_s,
     matmul_peak_flops,
     micro_batch_times,
+    moe_host_wait_s,
     moe_permute_bytes,
 )
 from paraplan.cost_models.evaluate import Evaluation, evaluate
@@ -361,6 +363,57 @@ def test_moe_permute_time_is_in_the_layer_forward_and_backward(dgx: Cluster, mon
     without = micro_batch_times(model, lay, dgx, Stack())
     assert _f(with_permute.layer_fwd_s - without.layer_fwd_s) == pytest.approx(2.7262976e-5, rel=1e-9)
     assert _f(with_permute.layer_bwd_s - without.layer_bwd_s) == pytest.approx(3.5651584e-5, rel=1e-9)
+
+
+# ------------------------------------------------------------------ the MoE host floor
+
+
+def _with_floor(monkeypatch: pytest.MonkeyPatch, floor_s: float) -> None:
+    from dataclasses import replace
+
+    from paraplan.cost_models import frameworks
+
+    spec = frameworks.FRAMEWORKS[Framework.MEGATRON]
+    monkeypatch.setitem(frameworks.FRAMEWORKS, Framework.MEGATRON, replace(spec, moe_host_floor_s=floor_s))
+
+
+def test_moe_host_wait_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
+    # H = 10 ms. A layer of 4 ms GPU time waits 6 ms; one of 20 ms waits nothing. With a dense
+    # first layer (3 of 4 layers route) the mean layer waits 3/4 of that: 4.5 ms. Token dropping
+    # (static shapes, no host copy) and a dense model never wait.
+    _with_floor(monkeypatch, 0.010)
+    lay = Layouts.concat([one(micro_batch=1), one(micro_batch=2)])
+    gpu = np.array([0.004, 0.020])
+    np.testing.assert_allclose(moe_host_wait_s(_tiny_moe(), lay, Stack(), gpu), [0.006, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(
+        moe_host_wait_s(_tiny_moe(dense_layer_ids=(0,)), lay, Stack(), gpu), [0.0045, 0.0], rtol=1e-12
+    )
+    np.testing.assert_array_equal(moe_host_wait_s(_tiny_moe(), lay, Stack(token_drop=True), gpu), [0.0, 0.0])
+    np.testing.assert_array_equal(moe_host_wait_s(gpt_spec(), lay, Stack(), gpu), [0.0, 0.0])
+    # torchtitan's stack has no floor (0): nothing to wait for
+    titan = Layouts.concat([one(micro_batch=1, framework="torchtitan", zero=2)])
+    np.testing.assert_array_equal(moe_host_wait_s(_tiny_moe(), titan, Stack(), gpu[:1]), [0.0])
+
+
+def test_a_host_bound_layer_takes_the_floor_in_the_step(dgx: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One GPU, 4 MoE layers, 2 micro-batches, a floor of 1 s (far above any GPU time of this tiny
+    # model): each layer and micro-batch takes exactly 1 s, so the layers' share of the step (their
+    # forward and backward, recompute, TP/CP/EP time and the wait) is 2 x 4 x 1 s = 8 s.
+    model = _tiny_moe()
+    lay = one(micro_batch=1, global_batch=2, seq_len=2048)
+    _with_floor(monkeypatch, 0.0)
+    free = evaluate(model, dgx, lay, Stack())
+    _with_floor(monkeypatch, 1.0)
+    floored = evaluate(model, dgx, lay, Stack())
+    times = micro_batch_times(model, lay, dgx, Stack())
+    fwd_bwd = 2 * 4 * _f(times.layer_fwd_s + times.layer_bwd_s)
+    layer_terms = ("recompute", "tp_comm", "cp_comm", "ep_comm", "host_wait")
+    assert _f(free.times["host_wait"]) == 0.0
+    assert fwd_bwd + sum(_f(floored.times[t]) for t in layer_terms) == pytest.approx(8.0, rel=1e-9)
+    assert _f(floored.step_time_s - free.step_time_s) == pytest.approx(_f(floored.times["host_wait"]), rel=1e-9)
+    # token dropping runs without the floor: the same step as with no floor at all
+    dropped = evaluate(model, dgx, lay, Stack(token_drop=True))
+    assert _f(dropped.step_time_s) == pytest.approx(_f(free.step_time_s), rel=1e-12)
 
 
 # ------------------------------------------------------------------ torchtitan in eager mode
