@@ -85,10 +85,10 @@ def matmul_peak_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
     gpu = cluster.gpu
     fp8 = gpu.peak_fp8_flops if gpu.peak_fp8_flops is not None else gpu.peak_bf16_flops
     return np.asarray(
-        np.select(
-            [lay.precision == Precision.FP8, lay.precision == Precision.FP16],
-            [fp8, gpu.peak_fp16_flops],
-            default=gpu.peak_bf16_flops,
+        np.where(
+            lay.precision == Precision.FP8,
+            fp8,
+            np.where(lay.precision == Precision.FP16, gpu.peak_fp16_flops, gpu.peak_bf16_flops),
         )
     )
 
@@ -503,10 +503,10 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     layer_bwd = gemms + wgrad + elementwise_bwd + attention_bwd
     op_level = 0.5 * gemms + elementwise + (0.0 if stack.attention_saved else attention)
     selective = np.where(lay.framework == Framework.TORCHTITAN, op_level, attention)
-    layer_recompute = np.select(
-        [lay.recompute == Recompute.FULL, lay.recompute == Recompute.SELECTIVE],
-        [lay.full_recompute_share(model.num_layers) * layer_fwd, selective],
-        default=0.0,
+    layer_recompute = np.where(
+        lay.recompute == Recompute.FULL,
+        lay.full_recompute_share(model.num_layers) * layer_fwd,
+        np.where(lay.recompute == Recompute.SELECTIVE, selective, 0.0),
     )
     slow = 1.0 / kernel_efficiency(lay)
     return MicroBatchTimes(

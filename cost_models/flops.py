@@ -75,9 +75,9 @@ def recompute_flops_per_step(model: ModelSpec, lay: Layouts) -> FloatArray:
     selective = np.where(lay.framework == Framework.TORCHTITAN, 0.5 * matmuls, attention_core)
     return np.asarray(
         tokens
-        * np.select(
-            [lay.recompute == Recompute.FULL, lay.recompute == Recompute.SELECTIVE],
-            [full * lay.full_recompute_share(model.num_layers), selective],
-            default=0.0,
+        * np.where(
+            lay.recompute == Recompute.FULL,
+            full * lay.full_recompute_share(model.num_layers),
+            np.where(lay.recompute == Recompute.SELECTIVE, selective, 0.0),
         )
     )

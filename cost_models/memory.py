@@ -353,10 +353,10 @@ class LayerActivations:
         # While a layer is recomputed in the backward, the rest of its activations exist again on
         # top of what is stored for it (its input under full recompute; the saved tensors under
         # torchtitan's op-level policy): one layer at a time.
-        extra = np.select(
-            [lay.recompute == Recompute.FULL, _selective_op(lay)],
-            [full_layer - _layer_input_bytes_per_token(model, lay), full_layer - stored],
-            default=0.0,
+        extra = np.where(
+            lay.recompute == Recompute.FULL,
+            full_layer - _layer_input_bytes_per_token(model, lay),
+            np.where(_selective_op(lay), full_layer - stored, 0.0),
         )
         return LayerActivations(stored, np.asarray(extra))
 

@@ -450,18 +450,22 @@ def dp_exposed_s(
         return np.asarray(np.maximum(comm - window, 0.0))
 
     return np.asarray(
-        np.select(
-            [lay.zero == 0, lay.zero == 1, lay.zero == 2],
-            [
-                exposed(all_reduce, bwd),
+        np.where(
+            lay.zero == 0,
+            exposed(all_reduce, bwd),
+            np.where(
+                lay.zero == 1,
                 exposed(scatter, bwd) + exposed(gather, fwd),
-                np.where(deferred, 1.0, m) * exposed(scatter, bwd) + exposed(gather, fwd),
-            ],
-            default=m * exposed(layer_gathers, fwd)
-            + np.where(
-                deferred,
-                m * exposed(layer_gathers, bwd) + exposed(scatter, bwd),
-                m * exposed(layer_gathers + scatter, bwd),
+                np.where(
+                    lay.zero == 2,
+                    np.where(deferred, 1.0, m) * exposed(scatter, bwd) + exposed(gather, fwd),
+                    m * exposed(layer_gathers, fwd)
+                    + np.where(
+                        deferred,
+                        m * exposed(layer_gathers, bwd) + exposed(scatter, bwd),
+                        m * exposed(layer_gathers + scatter, bwd),
+                    ),
+                ),
             ),
         )
     )
