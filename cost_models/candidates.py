@@ -14,11 +14,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from paraplan.cost_models.layout import BOOLS, ENUMS, Layout, Recompute
+from paraplan.cost_models.layout import BOOLS, ENUMS, Labelled, Layout, Recompute
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+
+# numpy asks an operand's type for `__array_ufunc__` on every comparison of a column with a
+# member (`lay.recompute == Recompute.FULL`); an enum class without one answers through
+# EnumType.__getattr__ and a caught AttributeError, 6x the cost of the comparison itself.
+# ndarray's own method is numpy's "no override": the same semantics, found by a plain lookup.
+# Set here, not in `layout`, which must import without numpy (`paraplan --help`).
+Labelled.__array_ufunc__ = np.ndarray.__array_ufunc__  # type: ignore[attr-defined]
 
 COLUMNS: tuple[str, ...] = tuple(Layout.model_fields)
 INDEX: dict[str, int] = {name: i for i, name in enumerate(COLUMNS)}
@@ -27,13 +34,14 @@ INDEX: dict[str, int] = {name: i for i, name in enumerate(COLUMNS)}
 class Layouts:
     """Struct of arrays: row i of `data` is candidate i."""
 
-    __slots__ = ("_derived", "data")
+    __slots__ = ("_derived", "_frameworks", "data")
 
     def __init__(self, data: IntArray):
         if data.ndim != 2 or data.shape[1] != len(COLUMNS):
             raise ValueError(f"a layout matrix has {len(COLUMNS)} columns, got shape {data.shape}")
         self.data = data
         self._derived: dict[object, npt.NDArray[np.generic]] = {}  # derived columns, computed once
+        self._frameworks: list[int] | None = None  # `frameworks_used`, asked by most cost terms
 
     if TYPE_CHECKING:  # the columns are properties set below; this tells the type checker so
 
@@ -142,7 +150,9 @@ class Layouts:
     @property
     def frameworks_used(self) -> list[int]:
         """The framework values present (usually one: a question has one framework)."""
-        return [int(v) for v in self.memo("frameworks", self._distinct_frameworks)]
+        if self._frameworks is None:
+            self._frameworks = [int(v) for v in self._distinct_frameworks()]
+        return self._frameworks
 
     def _distinct_frameworks(self) -> IntArray:
         column = self.framework
