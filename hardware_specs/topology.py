@@ -214,7 +214,21 @@ def _pair_key(gpus_per_node: int, a: int, b: int) -> _PairKey:
     return (a % gpus_per_node, b % gpus_per_node, a // gpus_per_node != b // gpus_per_node)
 
 
+# The cluster last asked for and its cache: a cost model asks for the same (frozen) cluster's
+# routes thousands of times in a row, and hashing the key (nested pydantic models) costs more
+# than the lookup it guards.
+_LAST: list[tuple[Cluster, _ClusterCache]] = []
+
+
 def _cache_for(cluster: Cluster) -> _ClusterCache:
+    if _LAST and _LAST[0][0] is cluster:
+        return _LAST[0][1]
+    cache = _cache_by_key(cluster)
+    _LAST[:] = [(cluster, cache)]
+    return cache
+
+
+def _cache_by_key(cluster: Cluster) -> _ClusterCache:
     key = (cluster.gpus_per_node, cluster.intra_node, cluster.inter_node)
     cache = _CACHE.get(key)
     if cache is None:
