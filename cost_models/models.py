@@ -111,6 +111,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -618,7 +619,9 @@ def _check_layer_ids(what: str, ids: tuple[int, ...], num_layers: int) -> None:
 _PRESETS_DIR = "presets"
 
 
+@cache
 def _preset_files() -> dict[str, Any]:
+    """Preset name -> its resource. Scanned once per process (the presets are package data)."""
     from importlib import resources
 
     root = resources.files("paraplan.cost_models").joinpath(_PRESETS_DIR)
@@ -634,13 +637,19 @@ def load_model(name_or_path: str) -> ModelSpec:
     presets = _preset_files()
     key = name_or_path.strip().lower()
     if key in presets:
-        return model_from_config(json.loads(presets[key].read_text()), key)
+        return _load_preset(key)
     path = Path(name_or_path)
     if path.suffix.lower() == ".json" or names_anything(path) or "/" in name_or_path:
         return load_hf_config(path)
     raise InputError(
         f"unknown model '{name_or_path}'; accepted: a path to a config.json or one of " + ", ".join(sorted(presets))
     )
+
+
+@cache
+def _load_preset(key: str) -> ModelSpec:
+    # Presets are immutable package data and ModelSpec is frozen: one instance per name is safe.
+    return model_from_config(json.loads(_preset_files()[key].read_text()), key)
 
 
 def load_hf_config(path: Path) -> ModelSpec:
