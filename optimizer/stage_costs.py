@@ -334,39 +334,42 @@ def _undominated(options: list[Option], layer: FloatArray, head: FloatArray, qua
 def _linear_quantities(model: ModelSpec, rows: Layouts, cluster: Cluster, stack: Stack,
                        s_count: int) -> tuple[Quantity, Quantity, Quantity, Quantity]:  # fmt: skip
     """(memory, optimizer step, DP under the backward, DP under the forward) as slope and
-    intercepts, for every position s and option row, from two layer counts (1 and 2)."""
+    intercepts, for every position s and option row, from two layer counts (1 and 2).
+
+    The four cases (a plain or a first stage, holding 1 or 2 layers) are priced in one pass over
+    four stacked copies of the rows: every term is computed row by row, so each copy gets what a
+    pass of its own would give, for a quarter of the array operations."""
     n = len(rows)
     pp_rows = max(s_count, 2)
     s = np.repeat(np.arange(s_count), n)  # position of each expanded row (s-major)
-    expanded = Layouts(np.tile(rows.data, (s_count, 1)))
     count_rows = len(s)
+    cases = [(role_first, layers) for role_first in (False, True) for layers in (1.0, 2.0)]
     overlap = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
-    results: list[list[FloatArray]] = [[], [], [], []]  # per quantity: plain l=1, plain l=2, first l=1, first l=2
-    for role_first in (False, True):
-        single = role_first & (s == 0)
-        lay = expanded.replace(pp=np.where(single, 1, pp_rows).astype(np.int64))
-        stage = np.where(single, 0.0, pp_rows - 1.0 - s)
-        first = np.full(count_rows, role_first)
-        last = s == 0
-        for layers in (1.0, 2.0):
-            count = np.full(count_rows, layers)
-            params = stage_params(model, lay, count, first, last)
-            weights, grads, optimizer = model_state_bytes(params, lay, stack)
-            acts = activation_bytes(model, lay, stack, count, stage, first, last)
-            memory = weights + grads + optimizer + acts + device_reserve_bytes(model, lay, cluster, stack)
-            step = optimizer_step_s(params, lay, cluster, stack)
-            zeros, hidden = np.zeros(count_rows), np.full(count_rows, _HIDDEN)
-            if overlap > 0:
-                under_bwd = dp_exposed_s(params, lay, cluster, stack, (hidden, zeros))
-                under_fwd = dp_exposed_s(params, lay, cluster, stack, (zeros, hidden))
-            else:  # nothing hides: all of it counts once, under the backward's (zero) window
-                under_bwd = dp_exposed_s(params, lay, cluster, stack, (zeros, zeros))
-                under_fwd = zeros
-            for q, values in enumerate((memory, step, under_bwd, under_fwd)):
-                results[q].append(np.asarray(values, dtype=np.float64).reshape(s_count, n))
+    single = np.concatenate([role_first & (s == 0) for role_first, _ in cases])
+    lay = Layouts(np.tile(rows.data, (s_count * len(cases), 1))).replace(
+        pp=np.where(single, 1, pp_rows).astype(np.int64)
+    )
+    stage = np.where(single, 0.0, np.tile(pp_rows - 1.0 - s, len(cases)))
+    first = np.concatenate([np.full(count_rows, role_first) for role_first, _ in cases])
+    last = np.tile(s == 0, len(cases))
+    count = np.concatenate([np.full(count_rows, layers) for _, layers in cases])
+    params = stage_params(model, lay, count, first, last)
+    weights, grads, optimizer = model_state_bytes(params, lay, stack)
+    acts = activation_bytes(model, lay, stack, count, stage, first, last)
+    memory = weights + grads + optimizer + acts + device_reserve_bytes(model, lay, cluster, stack)
+    step = optimizer_step_s(params, lay, cluster, stack)
+    zeros, hidden = np.zeros(len(lay)), np.full(len(lay), _HIDDEN)
+    if overlap > 0:
+        under_bwd = dp_exposed_s(params, lay, cluster, stack, (hidden, zeros))
+        under_fwd = dp_exposed_s(params, lay, cluster, stack, (zeros, hidden))
+    else:  # nothing hides: all of it counts once, under the backward's (zero) window
+        under_bwd = dp_exposed_s(params, lay, cluster, stack, (zeros, zeros))
+        under_fwd = zeros
     out: list[Quantity] = []
-    for plain1, plain2, first1, _first2 in results:  # the first stage's slope is the plain one
-        slope = plain2 - plain1
+    for values in (memory, step, under_bwd, under_fwd):
+        # per case, [S, n]: plain l=1, plain l=2, first l=1, first l=2
+        plain1, plain2, first1, _first2 = np.asarray(values, dtype=np.float64).reshape(len(cases), s_count, n)
+        slope = plain2 - plain1  # the first stage's slope is the plain one
         out.append((slope, plain1 - slope, first1 - slope))
     return out[0], out[1], out[2], out[3]
 
