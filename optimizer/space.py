@@ -118,15 +118,20 @@ def _fill(table: IntArray, names: tuple[str, ...] | list[str], fixed: Mapping[st
             values = [_as_int(fixed[name])] if name in fixed else [_as_int(v) for v in _domain(name, ctx, bounds)]
             table = _cross(table, name, values)
         done.add(name)
-        if name not in given and name in REDUNDANT and set(REDUNDANT[name][0]) <= done:
+        if name not in given and name in REDUNDANT and _REDUNDANT_READS[name] <= done:
             table = _drop(table, REDUNDANT[name][1](target, Layouts(table)), keep_if_all=False)
-        for limit in LIMITS:
-            if limit.name not in applied and set(limit.knobs) <= done:
+        for limit, reads in _LIMIT_READS:
+            if limit.name not in applied and reads <= done:
                 applied.add(limit.name)
                 table = _drop(table, limit.violated(target, Layouts(table)), keep_if_all=True)
         if len(table) == 0:
             break
     return table
+
+
+# The knobs each limit and redundancy test reads, as sets once (`_fill` asks after every column).
+_LIMIT_READS = tuple((limit, frozenset(limit.knobs)) for limit in LIMITS)
+_REDUNDANT_READS = {name: frozenset(reads) for name, (reads, _) in REDUNDANT.items()}
 
 
 def _domain(name: str, ctx: DomainContext, bounds: Bounds) -> list[Any]:
@@ -177,6 +182,10 @@ def _cross(table: IntArray, name: str, values: list[int]) -> IntArray:
         budget[0] -= len(table) * len(values)
         if budget[0] < 0 or len(table) * len(values) > budget[1]:
             raise SpaceTooLarge("the optional searches used up their share of candidates")
+    if len(values) == 1:  # a setting or a given knob, the usual case: one column set, no crossing
+        one = table.copy()
+        one[:, INDEX[name]] = values[0]
+        return one
     repeated = np.repeat(table, len(values), axis=0)
     repeated[:, INDEX[name]] = np.tile(np.asarray(values, dtype=np.int64), len(table))
     return repeated
