@@ -14,7 +14,8 @@ permutation and all-to-all costs that dense runs never show):
      MoE run than a run of the other kind at the same precision does);
   5. else the same family, any precision or kind;
   6. else none: the hardware was never checked against a measurement, which the basis says,
-     and the bar is the widest error of all runs.
+     and the bar spans the errors of all runs, e_min..e_max of every run (mirroring the largest
+     |e| instead would put an over-prediction of more than 100% beyond any bound).
 At least 3 runs make a regime (fewer: the next, wider one).
 
 With errors e_min <= e_max over the chosen runs (and never narrower than +-MIN_BAR), the
@@ -95,6 +96,11 @@ def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, framew
     return [], ""
 
 
+def _span(runs: list[ValidationRun] | tuple[ValidationRun, ...]) -> tuple[float, float]:
+    """(e_min, e_max) of the runs' signed errors, never narrower than +-MIN_BAR."""
+    return min(min(r.error for r in runs), -MIN_BAR), max(max(r.error for r in runs), MIN_BAR)
+
+
 def error_bar(family: str, precision: str, framework: str, gpus: int, moe: bool = False) -> ErrorBar:
     runs = validation_runs()
     chosen, what = _regime(runs, family, precision, framework, gpus, moe)
@@ -103,14 +109,13 @@ def error_bar(family: str, precision: str, framework: str, gpus: int, moe: bool 
             return ErrorBar(
                 1.0, 1.0, 0, "no validation data is installed: the error of this prediction is unknown", False
             )
-        worst = max(abs(r.error) for r in runs)
+        low, high = _span(runs)
         return ErrorBar(
-            1.0 / (1.0 + worst), 1.0 / max(1.0 - worst, 0.05), 0,
-            f"no published run on {family} hardware checks this prediction: the bar is the widest error of all "
-            f"{len(runs)} validation runs ({worst:.0%})", False,
+            1.0 / (1.0 + high), 1.0 / (1.0 + low), 0,
+            f"no published run on {family} hardware checks this prediction: the bar spans the errors of all "
+            f"{len(runs)} validation runs ({low:+.0%}..{high:+.0%})", False,
         )  # fmt: skip
-    low = min(min(r.error for r in chosen), -MIN_BAR)
-    high = max(max(r.error for r in chosen), MIN_BAR)
+    low, high = _span(chosen)
     sources = sorted({r.source for r in chosen})
     shown = "; ".join(sources[:3]) + (f"; and {len(sources) - 3} more" if len(sources) > 3 else "")
     words = f"{len(chosen)} {what}, errors {low:+.0%}..{high:+.0%} (predicted/measured - 1); sources: {shown}"

@@ -43,7 +43,19 @@ def test_an_moe_prediction_takes_its_kind_at_its_precision(runs: list[Validation
 
 
 def test_unchecked_hardware_gets_the_widest_error_of_all_runs(runs: list[ValidationRun]) -> None:
-    # no run on ada: the widest |error| of all six, 60%: [pred / 1.6, pred / 0.4], not supported
+    # no run on ada: the errors of all six span -60%..+20%: [pred / 1.2, pred / 0.4], not supported
     bar = error_bar("ada", "bf16", "megatron", 64)
     assert not bar.supported and bar.runs == 0
-    assert bar.low_factor == pytest.approx(1 / 1.6) and bar.high_factor == pytest.approx(1 / 0.4)
+    assert bar.low_factor == pytest.approx(1 / 1.2) and bar.high_factor == pytest.approx(1 / 0.4)
+    assert "-60%..+20%" in bar.words
+
+
+def test_an_over_prediction_beyond_100_percent_keeps_the_unchecked_bar_finite(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # one run predicted 2.4x its measured time (+140%) and one 30% short: measured in
+    # [pred / 2.4, pred / 0.7] = -58%..+43% of the prediction (a mirrored -140% has no bound)
+    table = (_run("over", "fp8", True, 1.40), _run("short", "fp8", False, -0.30))
+    monkeypatch.setattr(accuracy, "validation_runs", lambda: table)
+    bar = error_bar("ada", "bf16", "megatron", 64)
+    assert bar.low_factor == pytest.approx(1 / 2.4) and bar.high_factor == pytest.approx(1 / 0.7)
