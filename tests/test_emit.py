@@ -199,6 +199,21 @@ def test_header_states_the_prediction() -> None:
     assert all(len(line) <= 100 for line in result.launch["megatron"].splitlines() if line.startswith("#"))
 
 
+def test_token_drop_round_trips_and_other_capacities_are_named() -> None:
+    # the emitter's two flags read back as Stack.token_drop; a capacity of 1.25 is not modelled:
+    # a note names it and the stack stays dropless (the default)
+    model = load_model("mixtral-8x7b")
+    lay = Layout(framework="megatron", tp=2, ep=8, dp=8, sequence_parallel=True)
+    text = emit_launch("megatron", model, lay, Stack(token_drop=True))
+    assert "--moe-expert-capacity-factor 1.0" in text and "--moe-pad-expert-input-to-capacity" in text
+    _, stack, _, _ = layout_from_launch(read_launch_text(text, "megatron"), model, gpus=128)
+    assert stack.get("token_drop") is True
+    other = text.replace("--moe-expert-capacity-factor 1.0", "--moe-expert-capacity-factor 1.25")
+    _, stack, _, notes = layout_from_launch(read_launch_text(other, "megatron"), model, gpus=128)
+    assert "token_drop" not in stack
+    assert any("--moe-expert-capacity-factor 1.25 with padding" in n and "read as dropless" in n for n in notes)
+
+
 def test_megatron_writes_tp_comm_overlap() -> None:
     # Stack.tp_comm_overlap is Megatron-LM's --tp-comm-overlap (a TransformerConfig flag at d98e8a64)
     lay = Layout(framework="megatron", tp=4, dp=2, sequence_parallel=True)

@@ -589,6 +589,24 @@ def _megatron_stack(meg: _Megatron, fsdp: bool) -> None:
     st.stack["tp_overlap"] = True
     st.stack["tp_comm_overlap"] = bool(meg.get("tp_comm_overlap"))
     st.stack["p2p_overlap"] = bool(meg.get("overlap_p2p_comm", True))
+    _megatron_token_drop(meg)
+
+
+def _megatron_token_drop(meg: _Megatron) -> None:
+    """--moe-expert-capacity-factor: 1.0 with --moe-pad-expert-input-to-capacity is `Stack.token_drop`
+    (what the emitter writes); any other capacity is named as not modelled (read as dropless)."""
+    factor, pad = meg.get("moe_expert_capacity_factor"), bool(meg.get("moe_pad_expert_input_to_capacity"))
+    if factor is None:
+        return
+    try:
+        capacity: float | None = float(factor)
+    except (TypeError, ValueError):
+        capacity = None
+    if capacity == 1.0 and pad:
+        meg.st.stack["token_drop"] = True
+    else:
+        meg.st.note(f"{meg.flag('moe_expert_capacity_factor')} {factor}{' with padding' if pad else ''}: only "
+                    "capacity 1.0 padded to capacity is modelled (--token-drop); read as dropless")  # fmt: skip
 
 
 def _megatron_model_check(meg: _Megatron) -> None:
