@@ -128,21 +128,30 @@ def with_values(cluster: Cluster, values: dict[str, float]) -> Cluster:
     return cluster.model_copy(update={"efficiency": eff})
 
 
-def stack_error(runs: list[Run], clusters: dict[str, Cluster], framework: Framework, efficiency: float) -> float:
-    """Mean |log(predicted / measured)| over the stack's runs at this kernel efficiency."""
+def _mean_error_with(runs: list[Run], clusters: dict[str, Cluster], framework: Framework,
+                     setting: Callable[[frameworks.FrameworkSpec], frameworks.FrameworkSpec],
+                     error: Callable[[float], float]) -> float:  # fmt: skip
+    """Mean of `error(predicted / measured)` over the runs, with the stack's FrameworkSpec changed
+    by `setting` for the duration."""
     from paraplan.calibration import chosen_layouts, predict
 
     saved = frameworks.FRAMEWORKS[framework]
-    frameworks.FRAMEWORKS[framework] = replace(saved, kernel_efficiency=efficiency)
+    frameworks.FRAMEWORKS[framework] = setting(saved)
     try:
         errors = []
         for run in runs:
             cluster = clusters[run.hardware]
             layout = chosen_layouts([run], cluster)[0]
-            errors.append(abs(math.log(float(predict([run], [layout], cluster)[0]) / run.measured_s)))
+            errors.append(error(float(predict([run], [layout], cluster)[0]) / run.measured_s))
         return statistics.fmean(errors)
     finally:
         frameworks.FRAMEWORKS[framework] = saved
+
+
+def stack_error(runs: list[Run], clusters: dict[str, Cluster], framework: Framework, efficiency: float) -> float:
+    """Mean |log(predicted / measured)| over the stack's runs at this kernel efficiency."""
+    return _mean_error_with(runs, clusters, framework, lambda spec: replace(spec, kernel_efficiency=efficiency),
+                            lambda r: abs(math.log(r)))  # fmt: skip
 
 
 def golden_min(error: Callable[[float], float], lo: float, hi: float, steps: int = 18) -> float:
@@ -181,19 +190,8 @@ def host_floor_error(runs: list[Run], clusters: dict[str, Cluster], framework: F
     until those are fixed and the other MoE runs overshoot. On the runs of 2026-12 the log error
     fits 16.3 ms and leave-one-source-out MAPE gets worse (18.6% -> 19.0%); this error fits 11.9 ms
     (18.6% -> 16.2%)."""
-    from paraplan.calibration import chosen_layouts, predict
-
-    saved = frameworks.FRAMEWORKS[framework]
-    frameworks.FRAMEWORKS[framework] = replace(saved, moe_host_floor_s=floor_s)
-    try:
-        errors = []
-        for run in runs:
-            cluster = clusters[run.hardware]
-            layout = chosen_layouts([run], cluster)[0]
-            errors.append(abs(float(predict([run], [layout], cluster)[0]) / run.measured_s - 1.0))
-        return statistics.fmean(errors)
-    finally:
-        frameworks.FRAMEWORKS[framework] = saved
+    return _mean_error_with(runs, clusters, framework, lambda spec: replace(spec, moe_host_floor_s=floor_s),
+                            lambda r: abs(r - 1.0))  # fmt: skip
 
 
 # The host floor's search range: 0 to 50 ms per MoE layer and micro-batch, past any fitted value
@@ -247,36 +245,36 @@ def fit_all(
     `frameworks.FRAMEWORKS` afterwards only by `apply_stacks`."""
     fitted = fit_hardware(runs, quiet)
     clusters = {hardware: fold_cluster(hardware, fitted) for hardware in {r.hardware for r in runs if r.hardware}}
-    stacks: dict[Framework, float] = {fw: 1.0 for fw in (Framework.DEEPSPEED, Framework.TORCHTITAN)}
-    for framework in (Framework.DEEPSPEED, Framework.TORCHTITAN):
-        mine = [r for r in runs if framework_of(r) == framework and r.hardware in clusters]
-        if len(mine) < MIN_STACK_RUNS:
-            continue  # no evidence: the reference 1.0
+    stacks = {fw: 1.0 for fw in (Framework.DEEPSPEED, Framework.TORCHTITAN)}
+    for framework, mine in _stack_runs(runs, clusters, stacks, lambda r, fw: framework_of(r) == fw):
         stacks[framework] = fit_stack(mine, clusters, framework)
         if not quiet:
-            before = stack_error(mine, clusters, framework, 1.0)
-            after = stack_error(mine, clusters, framework, stacks[framework])
+            before, after = (stack_error(mine, clusters, framework, e) for e in (1.0, stacks[framework]))
             print(f"{framework}: {len(mine)} runs, kernel efficiency {stacks[framework]:.3f} "
                   f"(mean |log error| {before:.3f} -> {after:.3f})")  # fmt: skip
     floors = fit_floors(runs, clusters, stacks, quiet)
     return fitted, stacks, clusters, floors
 
 
+def _stack_runs(runs: list[Run], clusters: dict[str, Cluster], stacks: dict[Framework, float],
+                selects: Callable[[Run, Framework], bool]) -> list[tuple[Framework, list[Run]]]:  # fmt: skip
+    """Each stack of `stacks` with the runs `selects` picks for it on fitted hardware, where there
+    are at least MIN_STACK_RUNS of them (fewer: no evidence, the stack keeps its default)."""
+    chosen = ((fw, [r for r in runs if selects(r, fw) and r.hardware in clusters]) for fw in stacks)
+    return [(fw, mine) for fw, mine in chosen if len(mine) >= MIN_STACK_RUNS]
+
+
 def fit_floors(
     runs: list[Run], clusters: dict[str, Cluster], stacks: dict[Framework, float], quiet: bool = False
 ) -> dict[Framework, float]:
     """Step 3: each stack's MoE host floor, with this fit's kernel efficiencies in place."""
-    floors: dict[Framework, float] = {fw: 0.0 for fw in Framework}
+    floors = {fw: 0.0 for fw in Framework}
     saved = apply_stacks(stacks)
     try:
-        for framework in Framework:
-            mine = [r for r in runs if fits_host_floor(r, framework) and r.hardware in clusters]
-            if len(mine) < MIN_STACK_RUNS:
-                continue  # no evidence: no floor
+        for framework, mine in _stack_runs(runs, clusters, floors, fits_host_floor):
             floors[framework] = fit_host_floor(mine, clusters, framework)
             if not quiet:
-                before = host_floor_error(mine, clusters, framework, 0.0)
-                after = host_floor_error(mine, clusters, framework, floors[framework])
+                before, after = (host_floor_error(mine, clusters, framework, h) for h in (0.0, floors[framework]))
                 print(f"{framework}: {len(mine)} dropless MoE runs, host floor {floors[framework] * 1e3:.1f} ms "
                       f"(MAPE {before:.1%} -> {after:.1%})")  # fmt: skip
     finally:
