@@ -43,6 +43,21 @@ def links(cluster: Cluster, size: Numeric, stride: Numeric, all_to_all: bool = F
     return bw[inverse], lat[inverse]
 
 
+def a2a_legs(cluster: Cluster, size: Numeric, stride: Numeric) -> tuple[FloatArray, FloatArray]:
+    """(NIC share to another node, ring link inside the node) of a member of groups of `size` ranks
+    `stride` apart: the two legs of a hierarchical all-to-all (`hardware_specs.topology.GroupLink`;
+    the NIC leg is infinite for a group on one node)."""
+    size_i = np.asarray(size, dtype=np.int64).reshape(-1)
+    stride_i = np.asarray(stride, dtype=np.int64).reshape(-1)
+    unique_size, unique_stride, inverse = _distinct_pairs(size_i, stride_i)
+    nic = np.empty(len(unique_size))
+    node = np.empty(len(unique_size))
+    for i, (n, gap) in enumerate(zip(unique_size.tolist(), unique_stride.tolist(), strict=True)):
+        link = group_link(cluster, n, gap)
+        nic[i], node[i] = link.nic_bw_bytes_per_s, link.node_bw_bytes_per_s
+    return nic[inverse], node[inverse]
+
+
 def _distinct_pairs(
     size: npt.NDArray[np.int64], stride: npt.NDArray[np.int64]
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:

@@ -115,6 +115,7 @@ class FrameworkSpec:
     fp8_saves_quantized_inputs: bool  # FP8 GEMMs keep their FP8 input for the backward (see FP8_SAVES below)
     model_parallel_comms: bool  # communicators over TP x PP and, with FP8, TP x DP x CP (see MODEL_PARALLEL_COMMS)
     token_drop: bool  # Stack.token_drop can run: MoE capacity factor with padding (see TOKEN_DROP)
+    ep_dispatchers: frozenset[str]  # the Stack.ep_dispatcher values it runs (see EP_DISPATCHERS)
     moe_host_floor_s: float  # a dropless MoE layer's least forward + backward time per micro-batch (MOE_HOST_FLOOR_S)
 
 
@@ -248,6 +249,15 @@ TOKEN_DROP: dict[Framework, bool] = {
     Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
 }  # fmt: skip
 
+# Stack.ep_dispatcher per framework: Megatron-LM d98e8a64 has --moe-token-dispatcher-type
+# {allgather,alltoall,flex} and --moe-flex-dispatcher-backend {deepep,hybridep,ncclep}
+# (megatron_lm_arguments.json); paraplan's DeepSpeed launch (Megatron-DeepSpeed) and torchtitan
+# 0.3.0 are priced with the plain all-to-all only (torchtitan's DeepEP option is not modelled).
+EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
+    Framework.MEGATRON: frozenset({"alltoall", "deepep", "hybridep"}),
+    Framework.DEEPSPEED: frozenset({"alltoall"}), Framework.TORCHTITAN: frozenset({"alltoall"}),
+}  # fmt: skip
+
 # The host floor of a dropless mixture-of-experts layer: per MoE layer and micro-batch, the forward
 # plus backward pass takes at least MOE_HOST_FLOOR_S, however little work its kernels do
 # (`compute.moe_host_wait_s`). Mechanism: Megatron-LM's dropless alltoall dispatcher copies the
@@ -291,7 +301,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON], token_drop=TOKEN_DROP[Framework.MEGATRON],
-        moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.MEGATRON],
+        ep_dispatchers=EP_DISPATCHERS[Framework.MEGATRON], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -306,7 +316,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED], token_drop=TOKEN_DROP[Framework.DEEPSPEED],
-        moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.DEEPSPEED],
+        ep_dispatchers=EP_DISPATCHERS[Framework.DEEPSPEED], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
@@ -321,7 +331,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN], token_drop=TOKEN_DROP[Framework.TORCHTITAN],
-        moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.TORCHTITAN],
+        ep_dispatchers=EP_DISPATCHERS[Framework.TORCHTITAN], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # The member for the integer a layout column holds, so that no enum is built per candidate table.

@@ -104,6 +104,17 @@ FLOPs: with capacity factor 1.0 and padding, each expert processes exactly its c
 the mean load, so the expert GEMM rows equal tokens x top-k whatever the routing (dropped tokens
 are replaced by padding rows); paraplan's FLOP count, made under force-balanced routing, is that
 count. Off (the default): dropless, the expert GEMMs take however many rows the router sends.
+`ep_dispatcher`: how Megatron-LM moves MoE tokens to their experts: "alltoall" (--moe-token-dispatcher-type
+alltoall: one NCCL all-to-all that sends every routed copy, top-k per token, to its expert's rank)
+or the flex dispatcher (--moe-token-dispatcher-type flex) with the "deepep" or "hybridep" backend
+(--moe-flex-dispatcher-backend; Megatron-LM d98e8a64 megatron/core/transformer/moe/fused_a2a.py).
+Both backends forward hierarchically: a token crosses the network once per destination node, to
+the GPU of the same local index there, which fans it out over NVLink to the experts' GPUs
+(DeepEP README, "normal kernels ... asymmetric-domain bandwidth forwarding, such as forwarding
+data from NVLink domain to RDMA domain"; DeepSeek-V3 report arXiv:2412.19437 Sec 3.2.2); the
+combine reduces in the node first and goes back the same way. Megatron dispatches BF16 on both
+(fused_a2a.py at d98e8a64: DeepEP gets the bf16 hidden states, HybridEP asserts `not fp8_dispatch`).
+Priced in `traffic.ep_per_layer_s`.
 """
 
 from __future__ import annotations
@@ -121,6 +132,8 @@ AdamMoments = Literal["fp32", "bf16"]
 ADAM_MOMENTS: tuple[AdamMoments, ...] = get_args(AdamMoments)
 MasterWeights = Literal["fp32", "remainders", "none"]
 MASTER_WEIGHTS: tuple[MasterWeights, ...] = get_args(MasterWeights)
+EpDispatcher = Literal["alltoall", "deepep", "hybridep"]
+EP_DISPATCHERS: tuple[EpDispatcher, ...] = get_args(EpDispatcher)
 
 
 @dataclass(frozen=True)
@@ -186,6 +199,10 @@ class Stack:
         default=False,
         metadata={"help": "MoE experts take at most capacity factor 1.0 of tokens, padded to it (Megatron)."},
     )
+    ep_dispatcher: EpDispatcher = field(
+        default="alltoall",
+        metadata={"help": "MoE token dispatch: alltoall, or Megatron's flex dispatcher on deepep or hybridep."},
+    )
 
     def settings(self) -> dict[str, bool | str]:
         """Every setting by name, as the JSON reports them."""
@@ -206,6 +223,11 @@ class Stack:
         16-bit remainders keep 2, none keeps 0."""
         return {"fp32": 0, "remainders": 4 - 2, "none": 4}[self.master_weights]
 
+    @property
+    def hierarchical_ep(self) -> bool:
+        """The flex dispatcher: a token crosses the network once per destination node."""
+        return self.ep_dispatcher != "alltoall"
+
     def with_overrides(self, **given: object) -> Stack:
         """This stack with the given fields replaced (None keeps this stack's value)."""
         changes = {k: v for k, v in given.items() if v is not None}
@@ -224,6 +246,7 @@ STACK_CHOICES: dict[str, tuple[str, ...]] = {
     "fp8_recipe": FP8_RECIPES,
     "adam_moments": ADAM_MOMENTS,
     "master_weights": MASTER_WEIGHTS,
+    "ep_dispatcher": EP_DISPATCHERS,
 }
 BF16_BYTES = 2  # bf16/fp16 weights and activations
 FP32_BYTES = 4

@@ -73,6 +73,7 @@ import numpy as np
 
 from paraplan.cost_models.candidates import FloatArray, Layouts
 from paraplan.cost_models.comm import (
+    a2a_legs,
     all_gather_s,
     all_reduce_s,
     all_to_all_s,
@@ -88,6 +89,7 @@ from paraplan.cost_models.memory import StageParams, kv_repeats
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.hardware_specs.schema import Cluster
+from paraplan.hardware_specs.topology import members_on_node
 
 ACTIVATION_BYTES = float(BF16_BYTES)
 # chunks of TE's pipelined GEMM + reduce-scatter: `num_splits` 4 in `get_default_config` of
@@ -363,15 +365,58 @@ def torch_cp_per_layer_s(model: ModelSpec, lay: Layouts, stack: Stack, times: Mi
     return np.asarray(_forward_passes(model, lay) * fwd + bwd)
 
 
-def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
+def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
+    """Expert-parallel dispatch and combine per mean layer: 2 exchanges per pass, BF16 tokens.
+
+    The plain all-to-all (`Stack.ep_dispatcher` "alltoall") sends every routed copy, top-k per
+    token, to its expert's rank: (n-1)/n of k copies, the cross-node share over the NICs
+    (`hardware_specs.topology`). The flex dispatcher sends a token over the network once per
+    other node that holds one of its experts and fans it out there over NVLink
+    (`hierarchical_ep_s`)."""
     if not model.is_moe:
         return np.zeros(len(lay))
-    bw, lat = links(cluster, lay.ep, lay.etp, all_to_all=True)
     tokens = np.where(lay.seq_parallel_active, lay.tokens_per_micro_batch / lay.tp, lay.tokens_per_micro_batch)
-    nbytes = tokens * model.experts_top_k * model.hidden_size * ACTIVATION_BYTES
     # per mean layer, like the compute terms: the dense layers of an MoE model exchange nothing
     exchanges = 2.0 * (_forward_passes(model, lay) + 1.0) * model.moe_share
+    if stack.hierarchical_ep:
+        return np.asarray(exchanges * hierarchical_ep_s(model, lay, cluster, tokens))
+    bw, lat = links(cluster, lay.ep, lay.etp, all_to_all=True)
+    nbytes = tokens * model.experts_top_k * model.hidden_size * ACTIVATION_BYTES
     return np.asarray(exchanges * all_to_all_s(nbytes, lay.ep, bw, lat))
+
+
+def remote_nodes_per_token(experts: int, top_k: int, nodes: FloatArray) -> FloatArray:
+    """Expected number of OTHER nodes among a token's top-k distinct experts, the E experts spread
+    evenly over `nodes` nodes and the k chosen uniformly (force-balanced routing): each other node
+    is missed with probability C(E - E/N, k) / C(E, k), so (N - 1)(1 - C(E - E/N, k) / C(E, k)).
+    Node-limited routing (DeepSeek-V3's topk_group) is not applied: it bounds the nodes at
+    topk_group, which no data row's EP spans more than."""
+    missed = np.ones_like(nodes)
+    others = experts - experts / np.maximum(nodes, 1.0)
+    for i in range(top_k):
+        missed = missed * np.clip((others - i) / (experts - i), 0.0, 1.0)
+    return np.asarray((nodes - 1.0) * (1.0 - missed))
+
+
+def hierarchical_ep_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
+    """One flex-dispatcher exchange (DeepEP / HybridEP, see `Stack.ep_dispatcher`) on one GPU.
+
+    A group of n ranks with m per node spans N = n/m nodes. Of a token's T = h x 2 bytes, the
+    network leg carries `remote_nodes_per_token` copies over the GPU's NIC share; the NVLink leg
+    carries the copies the node's GPUs take from one another, k (m-1)/m (each of the k routed
+    copies lands on another GPU of its node than the one that received it with probability
+    (m-1)/m). The legs are pipelined (DeepEP's forwarding warps), so the slower one sets the time.
+    On one node (N = 1) this is the plain all-to-all's (n-1)/n k copies over NVLink."""
+    n = lay.ep.astype(np.float64)
+    m = members_on_node(lay.ep, lay.etp, cluster.gpus_per_node).astype(np.float64)
+    nodes = np.ceil(n / m)
+    nic, node = a2a_legs(cluster, lay.ep, lay.etp)
+    _, lat = links(cluster, lay.ep, lay.etp, all_to_all=True)
+    copy_bytes = tokens * model.hidden_size * ACTIVATION_BYTES
+    k = float(model.experts_top_k)
+    network = remote_nodes_per_token(model.num_experts, model.experts_top_k, nodes) * copy_bytes / nic
+    nvlink = k * (m - 1.0) / m * copy_bytes / node
+    return np.asarray(np.where(n > 1, (n - 1.0) * lat + np.maximum(network, nvlink), 0.0))
 
 
 def pp_per_micro_batch_s(
@@ -394,7 +439,7 @@ def micro_batch_comm(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: St
     return MicroBatchComm(
         tp_layer_s=tp_per_layer_s(model, lay, cluster, stack, times.layer_gemm_fwd_s),
         cp_layer_s=cp_per_layer_s(model, lay, cluster, stack, times),
-        ep_layer_s=ep_per_layer_s(model, lay, cluster),
+        ep_layer_s=ep_per_layer_s(model, lay, cluster, stack),
         pp_s=pp_per_micro_batch_s(model, lay, cluster, stack, chunk_compute_s / 2.0),
     )
 

@@ -79,6 +79,10 @@ class GroupLink:
     latency_s: float
     kind: str  # "local", "nvlink", "xgmi", "pcie", "pcie_host" or "network"
     a2a_bw_bytes_per_s: float = math.inf  # all-to-all bandwidth (see the module docstring)
+    # the two legs of a group that spans nodes, for hierarchical all-to-alls (`traffic.ep_per_layer_s`):
+    # a member's NIC share to another node, and its ring link to the members on its own node
+    nic_bw_bytes_per_s: float = math.inf
+    node_bw_bytes_per_s: float = math.inf
 
 
 LOCAL = GroupLink(math.inf, 0.0, "local")
@@ -183,7 +187,8 @@ def _group(cluster: Cluster, cache: _ClusterCache, size: int, stride: int) -> Gr
     cross = (size - k) / network.bw_bytes_per_s
     intra = (k - 1) / inside.bw_bytes_per_s if k > 1 else 0.0
     a2a = (size - 1) / max(cross, intra)
-    return GroupLink(bw, max(network.latency_s, inside.latency_s), "network", a2a)
+    latency = max(network.latency_s, inside.latency_s)
+    return GroupLink(bw, latency, "network", a2a, network.bw_bytes_per_s, inside.bw_bytes_per_s)
 
 
 def _within_node(cluster: Cluster, cache: _ClusterCache, members: list[int]) -> GroupLink:
@@ -193,11 +198,12 @@ def _within_node(cluster: Cluster, cache: _ClusterCache, members: list[int]) -> 
     if cluster.intra_node.kind == "xgmi":
         link = cluster.intra_node.link
         bw = (len(members) - 1) * link.effective_bw_bytes_per_s
-        return GroupLink(bw, link.latency_s, "xgmi", bw)
+        return GroupLink(bw, link.latency_s, "xgmi", bw, math.inf, bw)
     ring = itertools.pairwise([*members, members[0]])  # consecutive members, closing the ring
     keys = {_pair_key(cluster.gpus_per_node, a, b) for a, b in ring}
     found = _slowest(_pair_route(cluster, cache, key) for key in keys)
-    return GroupLink(found.bw_bytes_per_s, found.latency_s, found.kind, found.bw_bytes_per_s)
+    bw = found.bw_bytes_per_s
+    return GroupLink(bw, found.latency_s, found.kind, bw, math.inf, bw)
 
 
 def pair_link(cluster: Cluster, rank_a: int, rank_b: int) -> GroupLink:

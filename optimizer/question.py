@@ -17,7 +17,7 @@ import numpy as np
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation, evaluate
-from paraplan.cost_models.frameworks import default_stack
+from paraplan.cost_models.frameworks import FRAMEWORKS, default_stack
 from paraplan.cost_models.layout import (
     DEGREES,
     KNOBS,
@@ -90,6 +90,10 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
     for name, value in given.items():
         if name not in STACK_CHOICES and not isinstance(value, bool):
             raise InputError(f"{name.replace('_', '-')} must be true or false, not {value!r}")
+    runs = FRAMEWORKS[framework].ep_dispatchers
+    if given.get("ep_dispatcher", "alltoall") not in runs:
+        raise InputError(f"ep-dispatcher {given['ep_dispatcher']!r}: {FRAMEWORKS[framework].title} is priced with "
+                         f"{' or '.join(sorted(runs))} only (the flex dispatcher is Megatron-LM's)")  # fmt: skip
     return default_stack(framework).with_overrides(**given)
 
 

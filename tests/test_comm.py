@@ -5,6 +5,7 @@ exposes, against hand numbers. Traffic runs on conftest's round-figure DGX (`dgx
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -36,6 +37,7 @@ from paraplan.cost_models.traffic import (
     moe_dispatch_tp_bytes,
     overlap_windows,
     pp_per_micro_batch_s,
+    remote_nodes_per_token,
     tp_per_layer_s,
 )
 from paraplan.hardware_specs.schema import Cluster
@@ -466,12 +468,46 @@ def test_ep_all_to_all_by_hand(dgx: Cluster, models: dict[str, ModelSpec]) -> No
     # all-to-alls of T k h 2 = 4096 * 2 * 4096 * 2 = 67,108,864 bytes, each
     #   7 * 2e-6 + (7/8) * 67,108,864 / 1e11 = 6.0120256e-4 s  => 2.40481024e-3 s
     lay = one(dp=8, ep=8, micro_batch=1, seq_len=4096)
-    assert _f(ep_per_layer_s(models["mixtral-8x7b"], lay, dgx)) == pytest.approx(2.40481024e-3, rel=1e-12)
+    assert _f(ep_per_layer_s(models["mixtral-8x7b"], lay, dgx, Stack())) == pytest.approx(2.40481024e-3, rel=1e-12)
     # a dense model has no experts to exchange tokens with
-    assert _f(ep_per_layer_s(models["llama2-70b"], lay, dgx)) == 0.0
+    assert _f(ep_per_layer_s(models["llama2-70b"], lay, dgx, Stack())) == 0.0
     # the mean layer of a model whose first of 32 layers is dense: 31/32 of that, 2.32965992e-3 s
     first_dense = models["mixtral-8x7b"].model_copy(update={"dense_layer_ids": (0,)})
-    assert _f(ep_per_layer_s(first_dense, lay, dgx)) == pytest.approx(2.40481024e-3 * 31 / 32, rel=1e-12)
+    assert _f(ep_per_layer_s(first_dense, lay, dgx, Stack())) == pytest.approx(2.40481024e-3 * 31 / 32, rel=1e-12)
+
+
+def test_flex_dispatcher_sends_a_token_once_per_remote_node_by_hand(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # 16 experts, top-2, h 4096, EP16 over two round DGX nodes (8 experts each), T = 4096 tokens.
+    # Plain all-to-all: 2 copies of 4096 * 4096 * 2 = 33,554,432 bytes; the group's all-to-all
+    # bandwidth is 15 / max(8 / 1e10, 7 / 1e11) = 1.875e10, so per exchange
+    #   15 * 1e-5 + (15/16) * 67,108,864 / 1.875e10 = 1.5e-4 + 3.3554432e-3 = 3.5054432e-3 s.
+    # Flex: the other node holds none of the 2 experts with probability C(8,2)/C(16,2) = 28/120,
+    # so 23/30 copies cross the 1e10 NIC: 2.57250645e-3 s, above the NVLink leg's
+    # 2 * (7/8) * 33,554,432 / 1e11 = 5.8720256e-4 s; per exchange 1.5e-4 + 2.57250645e-3.
+    model = models["mixtral-8x7b"].model_copy(update={"num_experts": 16})
+    lay = one(dp=16, ep=16, micro_batch=1, seq_len=4096)
+    plain = _f(ep_per_layer_s(model, lay, dgx, Stack()))
+    flex = _f(ep_per_layer_s(model, lay, dgx, Stack(ep_dispatcher="hybridep")))
+    assert plain == pytest.approx(4 * 3.5054432e-3, rel=1e-12)
+    assert flex == pytest.approx(4 * (1.5e-4 + 23 / 30 * 33_554_432 / 1e10), rel=1e-12)
+    assert _f(ep_per_layer_s(model, lay, dgx, Stack(ep_dispatcher="deepep"))) == flex
+    # inside one node the flex dispatcher moves what the all-to-all does (EP8 hand figure above)
+    lay8 = one(dp=8, ep=8, micro_batch=1, seq_len=4096)
+    mixtral = models["mixtral-8x7b"]
+    assert _f(ep_per_layer_s(mixtral, lay8, dgx, Stack(ep_dispatcher="hybridep"))) == pytest.approx(
+        2.40481024e-3, rel=1e-12
+    )
+
+
+def test_remote_nodes_per_token_by_hand() -> None:
+    # DeepSeek-V3, 256 experts, top-8, over 4 nodes: 3 (1 - C(192,8)/C(256,8)) = 2.7106607 other
+    # nodes per token, against 8 * 3/4 = 6 remote copies for the plain all-to-all
+    got = remote_nodes_per_token(256, 8, np.array([1.0, 4.0]))
+    assert got[0] == 0.0
+    assert got[1] == pytest.approx(3 * (1 - math.comb(192, 8) / math.comb(256, 8)), rel=1e-12)
+    assert got[1] == pytest.approx(2.7106607, rel=1e-7)
+    # one expert per node (E = N): every chosen expert is on its own node, k (N-1)/N remote
+    assert remote_nodes_per_token(8, 2, np.array([8.0]))[0] == pytest.approx(2 * 7 / 8, rel=1e-12)
 
 
 # ------------------------------------------------------------------ DP

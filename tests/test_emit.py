@@ -346,6 +346,27 @@ def test_megatron_token_drop_writes_megatron_bridges_two_flags() -> None:
     assert "--moe-expert-capacity-factor" not in dense
 
 
+def test_megatron_flex_dispatcher_flags_read_back_and_refusals() -> None:
+    """The flex dispatcher is --moe-token-dispatcher-type flex with --moe-flex-dispatcher-backend
+    (megatron_lm_arguments.json at d98e8a64); the importer reads the same setting back. DeepEP
+    rejects padding to capacity (TransformerConfig.__post_init__), the other stacks have no flex."""
+    model = load_model("mixtral-8x7b")
+    lay = Layout(tp=1, pp=1, dp=8, ep=8, micro_batch=1, global_batch=64)
+    text = emit_launch("megatron", model, lay, Stack(ep_dispatcher="hybridep"))
+    assert "--moe-token-dispatcher-type flex" in text and "--moe-flex-dispatcher-backend hybridep" in text
+    assert "--moe-token-dispatcher-type alltoall" not in text
+    assert check_emitted("megatron", text) == []
+    assert imported("megatron", text, model)[1].ep_dispatcher == "hybridep"
+    plain = emit_launch("megatron", model, lay)
+    assert "--moe-token-dispatcher-type alltoall" in plain and "--moe-flex-dispatcher-backend" not in plain
+    assert imported("megatron", plain, model)[1].ep_dispatcher == "alltoall"
+    with pytest.raises(InputError, match="ep_dispatcher"):
+        emit_launch("megatron", model, lay, Stack(ep_dispatcher="deepep", token_drop=True))
+    ds_lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=64, framework="deepspeed")
+    with pytest.raises(InputError, match="ep_dispatcher"):
+        emit_launch("deepspeed", model, ds_lay, Stack(main_grads="bf16", p2p_overlap=False, ep_dispatcher="deepep"))
+
+
 def test_torchtitan_mappings() -> None:
     model = load_model("llama3-8b")
     base = {"framework": "torchtitan", "tp": 2, "pp": 4, "dp": 4, "micro_batch": 1, "global_batch": 64}

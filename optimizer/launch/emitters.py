@@ -262,7 +262,9 @@ def _render_command(head: str, flags: Sequence[Flag], tail: Sequence[str] = ()) 
 # Megatron-LM d98e8a64
 
 
-def megatron_model_flags(model: ModelSpec, lay: Layout, refuse: Refuser | None = None) -> list[Flag]:
+def megatron_model_flags(
+    model: ModelSpec, lay: Layout, refuse: Refuser | None = None, ep_dispatcher: str = "alltoall"
+) -> list[Flag]:
     """The model's architecture as Megatron-LM flags (the dims, MLP, norm, positions, biases,
     dropout, MoE, MLA, windows). Refuses (via `refuse`, default InputError) what they cannot express."""
 
@@ -347,8 +349,10 @@ def megatron_model_flags(model: ModelSpec, lay: Layout, refuse: Refuser | None =
             ("--num-experts", str(m.num_experts)),
             ("--moe-router-topk", str(m.experts_top_k)),
             ("--moe-ffn-hidden-size", str(m.ffn_hidden_size)),
-            ("--moe-token-dispatcher-type", "alltoall"),
+            ("--moe-token-dispatcher-type", "alltoall" if ep_dispatcher == "alltoall" else "flex"),
         ]
+        if ep_dispatcher != "alltoall":
+            flags.append(("--moe-flex-dispatcher-backend", ep_dispatcher))
         if m.num_shared_experts:
             width = m.num_shared_experts * (m.shared_expert_ffn or m.ffn_hidden_size)
             flags.append(("--moe-shared-expert-intermediate-size", str(width)))
@@ -425,6 +429,22 @@ def _token_drop(ctx: _Ctx, fw: Framework, release: str) -> list[Flag]:
     return [("--moe-expert-capacity-factor", "1.0"), ("--moe-pad-expert-input-to-capacity", None)]
 
 
+def _ep_dispatcher(ctx: _Ctx, fw: Framework, release: str) -> str:
+    """`Stack.ep_dispatcher` where the framework runs it (`FrameworkSpec.ep_dispatchers`), else a
+    refusal. Megatron-LM's flex dispatcher with DeepEP rejects padding to capacity
+    (TransformerConfig.__post_init__ at d98e8a64)."""
+    chosen = ctx.stack.ep_dispatcher
+    if not ctx.model.is_moe:
+        return "alltoall"
+    if chosen not in FRAMEWORKS[fw].ep_dispatchers:
+        _refuse(ctx, "ep_dispatcher", f"{release} is priced with the plain all-to-all dispatcher only; the flex "
+                "dispatcher (DeepEP, HybridEP) is Megatron-LM's --moe-token-dispatcher-type flex")  # fmt: skip
+    if chosen == "deepep" and ctx.stack.token_drop:
+        _refuse(ctx, "ep_dispatcher", f"{release}'s flex dispatcher with deepep does not pad experts to capacity "
+                "(token_drop); use hybridep or alltoall")  # fmt: skip
+    return chosen
+
+
 def _megatron_recompute(lay: Layout) -> list[Flag]:
     if lay.recompute == Recompute.SELECTIVE:
         return [("--recompute-granularity", "selective")]
@@ -462,7 +482,8 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
         flags.append(("--sequence-parallel", None))
     flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),
               (_kf("seq_len", fw), str(lay.seq_len))]  # fmt: skip
-    flags += megatron_model_flags(ctx.model, lay, _bind(ctx))
+    dispatcher = _ep_dispatcher(ctx, fw, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
+    flags += megatron_model_flags(ctx.model, lay, _bind(ctx), dispatcher)
     flags += _megatron_recompute(lay)
     fsdp = lay.zero >= 2
     if fsdp:
@@ -625,6 +646,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
                 "cross entropy in eager mode")  # fmt: skip
     _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     _token_drop(ctx, Framework.DEEPSPEED, f"DeepSpeed {DEEPSPEED_VERSION}")
+    _ep_dispatcher(ctx, Framework.DEEPSPEED, f"DeepSpeed {DEEPSPEED_VERSION}")
     _refuse_bf16_moments(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     _refuse_partial_master(ctx, f"DeepSpeed {DEEPSPEED_VERSION}", "keeps an fp32 master copy of the bf16 weights")
     _refuse_tp_comm_overlap(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
@@ -785,6 +807,7 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
                 "the output of every SDPA backend (op_sac_save_list, since b39377f9f)")  # fmt: skip
     _refuse_older_stack(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     _token_drop(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
+    _ep_dispatcher(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
     _refuse_bf16_moments(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     _refuse_partial_master(
         ctx, f"torchtitan {TORCHTITAN_VERSION}", "shards fp32 parameters, which are the master weights"

@@ -609,6 +609,22 @@ def _megatron_token_drop(meg: _Megatron) -> None:
                     "capacity 1.0 padded to capacity is modelled (--token-drop); read as dropless")  # fmt: skip
 
 
+def _megatron_dispatcher(meg: _Megatron) -> None:
+    """--moe-token-dispatcher-type flex with a DeepEP or HybridEP backend (--moe-flex-dispatcher-backend,
+    default deepep; the deprecated --moe-enable-deepep) is `Stack.ep_dispatcher`; the others are
+    priced as the all-to-all."""
+    st, dest = meg.st, "moe_token_dispatcher_type"
+    kind = meg.get(dest, "alltoall")
+    backend = meg.get("moe_flex_dispatcher_backend", "deepep")
+    if meg.get("moe_enable_deepep"):
+        backend = "deepep"
+    if kind == "flex" and backend in ("deepep", "hybridep"):
+        st.stack["ep_dispatcher"] = backend
+    elif kind != "alltoall":
+        shown = f"flex --moe-flex-dispatcher-backend {backend}" if kind == "flex" else kind
+        st.note(f"--moe-token-dispatcher-type {shown}: expert traffic modelled as all-to-all")
+
+
 def _megatron_model_check(meg: _Megatron) -> None:
     """The file's architecture flags against --model: mismatches are listed (the model wins)."""
     st = meg.st
@@ -633,8 +649,7 @@ def _megatron_model_check(meg: _Megatron) -> None:
     mismatches = []
     for dest, value in want.items():
         if dest == "moe_token_dispatcher_type":
-            if meg.has(dest) and meg.dests[dest] != "alltoall":
-                st.note(f"--moe-token-dispatcher-type {meg.dests[dest]}: expert traffic modelled as all-to-all")
+            _megatron_dispatcher(meg)
             continue
         if dest == "max_position_embeddings" and not st.model.learned_positions:
             continue
