@@ -280,7 +280,7 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # 9691): 2.8x the throughput for 4x the micro-batch, about 7.5 ms fixed per MoE layer and
 # micro-batch plus 0.32 us per token. Token-drop runs (`Stack.token_drop`) have no floor.
 # Fitted by `python benchmarks/fit_presets.py` on the dropless Megatron-family MoE runs (step 3
-# of its docstring; 40 runs: 11.9 ms, their MAPE 40.8% -> 28.8%). One figure for every host and
+# of its docstring; 40 runs: 11.9 ms, their MAPE 37.3% -> 26.0%). One figure for every host and
 # recipe: it overshoots the B200 Qwen3-30B rows at MBS 1 (whose recipe CUDA-graphs the router and
 # preprocessing, less host work) and leaves the H100 Qwen3-30B row of 25.11 (VP 24, one layer per
 # chunk) and Moonlight far too fast. The other stacks' MoE is not modelled for this: 0 (no floor).
