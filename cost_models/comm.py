@@ -16,46 +16,46 @@ costs for MPI collectives.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import numpy.typing as npt
 
 from paraplan.cost_models.candidates import FloatArray
 from paraplan.hardware_specs.schema import Cluster
-from paraplan.hardware_specs.topology import group_link, pair_link
+from paraplan.hardware_specs.topology import GroupLink, group_link, pair_link
 
 Numeric = FloatArray | npt.NDArray[np.int64]
 _KEY_BASE = 1 << 31  # strides and sizes are GPU counts, far below 2^31
+
+
+def _per_group(cluster: Cluster, size: Numeric, stride: Numeric,
+               fields: Callable[[GroupLink], tuple[float, float]]) -> tuple[FloatArray, FloatArray]:  # fmt: skip
+    """Two figures of each row's group (`size` ranks `stride` apart), `fields` read off its
+    `group_link` once per distinct (size, stride) pair."""
+    size_i = np.asarray(size, dtype=np.int64).reshape(-1)
+    stride_i = np.asarray(stride, dtype=np.int64).reshape(-1)
+    unique_size, unique_stride, inverse = _distinct_pairs(size_i, stride_i)
+    first = np.empty(len(unique_size))
+    second = np.empty(len(unique_size))
+    for i, (n, gap) in enumerate(zip(unique_size.tolist(), unique_stride.tolist(), strict=True)):
+        first[i], second[i] = fields(group_link(cluster, n, gap))
+    return first[inverse], second[inverse]
 
 
 def links(cluster: Cluster, size: Numeric, stride: Numeric, all_to_all: bool = False) -> tuple[FloatArray, FloatArray]:
     """(bandwidth, latency) arrays for groups of `size` ranks `stride` apart; with `all_to_all`
     the bandwidth an all-to-all sees (its cross-node share over the NICs, see
     `hardware_specs.topology`)."""
-    size_i = np.asarray(size, dtype=np.int64).reshape(-1)
-    stride_i = np.asarray(stride, dtype=np.int64).reshape(-1)
-    unique_size, unique_stride, inverse = _distinct_pairs(size_i, stride_i)
-    bw = np.empty(len(unique_size))
-    lat = np.empty(len(unique_size))
-    for i, (n, gap) in enumerate(zip(unique_size.tolist(), unique_stride.tolist(), strict=True)):
-        link = group_link(cluster, n, gap)
-        bw[i] = link.a2a_bw_bytes_per_s if all_to_all else link.bw_bytes_per_s
-        lat[i] = link.latency_s
-    return bw[inverse], lat[inverse]
+    return _per_group(cluster, size, stride,
+                      lambda link: (link.a2a_bw_bytes_per_s if all_to_all else link.bw_bytes_per_s, link.latency_s))  # fmt: skip
 
 
 def a2a_legs(cluster: Cluster, size: Numeric, stride: Numeric) -> tuple[FloatArray, FloatArray]:
     """(NIC share to another node, ring link inside the node) of a member of groups of `size` ranks
     `stride` apart: the two legs of a hierarchical all-to-all (`hardware_specs.topology.GroupLink`;
     the NIC leg is infinite for a group on one node)."""
-    size_i = np.asarray(size, dtype=np.int64).reshape(-1)
-    stride_i = np.asarray(stride, dtype=np.int64).reshape(-1)
-    unique_size, unique_stride, inverse = _distinct_pairs(size_i, stride_i)
-    nic = np.empty(len(unique_size))
-    node = np.empty(len(unique_size))
-    for i, (n, gap) in enumerate(zip(unique_size.tolist(), unique_stride.tolist(), strict=True)):
-        link = group_link(cluster, n, gap)
-        nic[i], node[i] = link.nic_bw_bytes_per_s, link.node_bw_bytes_per_s
-    return nic[inverse], node[inverse]
+    return _per_group(cluster, size, stride, lambda link: (link.nic_bw_bytes_per_s, link.node_bw_bytes_per_s))
 
 
 def _distinct_pairs(
