@@ -79,6 +79,7 @@ import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Precision, Recompute
+from paraplan.cost_models.stack import EP_DISPATCHERS as ALL_EP_DISPATCHERS
 from paraplan.cost_models.stack import Fp8Recipe, Stack
 
 
@@ -254,7 +255,7 @@ TOKEN_DROP: dict[Framework, bool] = {
 # (megatron_lm_arguments.json); paraplan's DeepSpeed launch (Megatron-DeepSpeed) and torchtitan
 # 0.3.0 are priced with the plain all-to-all only (torchtitan's DeepEP option is not modelled).
 EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
-    Framework.MEGATRON: frozenset({"alltoall", "deepep", "hybridep"}),
+    Framework.MEGATRON: frozenset(ALL_EP_DISPATCHERS),  # every value Stack.ep_dispatcher takes
     Framework.DEEPSPEED: frozenset({"alltoall"}), Framework.TORCHTITAN: frozenset({"alltoall"}),
 }  # fmt: skip
 

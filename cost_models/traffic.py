@@ -191,11 +191,10 @@ def tp_per_layer_s(
     def exposed(comm: FloatArray) -> FloatArray:
         """A collective per block, each hidden only under its own block's window."""
 
-        def over(blocks: tuple[tuple[float, float], ...]) -> FloatArray:
-            return np.asarray(sum(n * np.maximum(comm - part * gemm, 0.0) for n, part in blocks))
+        def over(kind: bool) -> FloatArray:
+            return np.asarray(sum(n * np.maximum(comm - part * gemm, 0.0) for n, part in by_kind[kind]))
 
-        plain = over(by_kind[False])
-        return np.asarray(np.where(dispatcher, over(by_kind[True]), plain)) if model.is_moe else plain
+        return _by_dispatcher(model, dispatcher, over)
 
     plain_bwd = exposed(all_reduce)
     # Sequence parallel backward, Megatron-style (`FrameworkSpec.sp_regathers_input`): the
@@ -220,6 +219,13 @@ def tp_per_layer_s(
         ub = sp & (lay.tp > 1) & (lay.framework == Framework.MEGATRON)
         total = np.where(ub, chunked, total)
     return np.asarray(total)
+
+
+def _by_dispatcher(model: ModelSpec, dispatcher: FloatArray, over: Callable[[bool], FloatArray]) -> FloatArray:
+    """`over(True)` where Megatron's token dispatcher runs the MoE layers' TP (`dispatcher`),
+    `over(False)` elsewhere; a dense model has no dispatcher, so `over(False)` alone."""
+    plain = over(False)
+    return np.asarray(np.where(dispatcher, over(True), plain)) if model.is_moe else plain
 
 
 def _ring_s(comm: FloatArray, gemm: FloatArray, tp: FloatArray) -> FloatArray:
@@ -284,8 +290,7 @@ def chunked_fwd_s(model: ModelSpec, lay: Layouts, gemm: FloatArray, scatter: Flo
         return np.asarray(sum(n * (_ring_s(gather, col * gemm, tp) + _pipelined_s(scatter, row * gemm))
                               for n, col, row in linear_blocks(model, dispatch)))  # fmt: skip
 
-    plain = over(False)
-    return np.asarray(np.where(dispatcher, over(True), plain)) if model.is_moe else plain
+    return _by_dispatcher(model, dispatcher, over)
 
 
 def chunked_bwd_s(model: ModelSpec, lay: Layouts, gemm: FloatArray, scatter: FloatArray, gather: FloatArray,
@@ -303,8 +308,7 @@ def chunked_bwd_s(model: ModelSpec, lay: Layouts, gemm: FloatArray, scatter: Flo
                                    + np.maximum(scatter - col * gemm, 0.0))
                               for n, col, row in linear_blocks(model, dispatch)))  # fmt: skip
 
-    plain = over(False)
-    return np.asarray(np.where(dispatcher, over(True), plain)) if model.is_moe else plain
+    return _by_dispatcher(model, dispatcher, over)
 
 
 def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack,
@@ -494,23 +498,14 @@ def dp_exposed_s(
     def exposed(comm: FloatArray, window: FloatArray) -> FloatArray:
         return np.asarray(np.maximum(comm - window, 0.0))
 
-    return np.asarray(
-        np.where(
-            lay.zero == 0,
-            exposed(all_reduce, bwd),
-            np.where(
-                lay.zero == 1,
-                exposed(scatter, bwd) + exposed(gather, fwd),
-                np.where(
-                    lay.zero == 2,
-                    np.where(deferred, 1.0, m) * exposed(scatter, bwd) + exposed(gather, fwd),
-                    m * exposed(layer_gathers, fwd)
-                    + np.where(
-                        deferred,
-                        m * exposed(layer_gathers, bwd) + exposed(scatter, bwd),
-                        m * exposed(layer_gathers + scatter, bwd),
-                    ),
-                ),
-            ),
-        )
+    # ZeRO-3 gathers the layers' weights per micro-batch, forward and backward; the gradients'
+    # reduce-scatter runs per micro-batch, or once per step where the sync is deferred
+    backward_3 = np.where(deferred, m * exposed(layer_gathers, bwd) + exposed(scatter, bwd),
+                          m * exposed(layer_gathers + scatter, bwd))  # fmt: skip
+    by_stage = (
+        exposed(all_reduce, bwd),  # ZeRO-0
+        exposed(scatter, bwd) + exposed(gather, fwd),  # ZeRO-1
+        np.where(deferred, 1.0, m) * exposed(scatter, bwd) + exposed(gather, fwd),  # ZeRO-2
+        m * exposed(layer_gathers, fwd) + backward_3,  # ZeRO-3
     )
+    return np.asarray(np.choose(np.minimum(lay.zero, 3), by_stage))
