@@ -205,7 +205,7 @@ HEAD_INPUT_GATHERED: dict[Framework, bool] = {
 COMPILED_LOSS_BYTES = 4
 # Stack.loss "chunked": torchtitan 0.3.0's default loss, `ChunkedLossWrapper` (torchtitan/components/
 # loss.py at 4f9e9a47, `num_chunks: int = 8`; loss.num_chunks default 8 in the llama3 registry
-# config, shared/reference/frameworks/torchtitan_0.3.0_config.json): in the forward call it runs the
+# config, optimizer/launch/schemas/torchtitan_0.3.0.json): in the forward call it runs the
 # LM head and the eager loss on one of 8 sequence chunks at a time, each chunk's backward at once,
 # and assembles the hidden states' gradient in a `GradAccumulator` of float32 [B, L, h] (4 B per
 # token and hidden unit; the hidden states are replicated over TP before chunking). Its peak, with
@@ -244,7 +244,7 @@ MODEL_PARALLEL_COMMS: dict[Framework, bool] = {
 
 # Stack.token_drop per framework: Megatron-LM d98e8a64 has --moe-expert-capacity-factor and
 # --moe-pad-expert-input-to-capacity (megatron_lm_arguments.json); torchtitan 0.3.0's MoE is
-# dropless only (no capacity factor among its flags, torchtitan_0.3.0_config.json); paraplan's
+# dropless only (no capacity factor among its flags, optimizer/launch/schemas/torchtitan_0.3.0.json); paraplan's
 # DeepSpeed launch (the Megatron-DeepSpeed script) is not given a capacity flag: left unmodelled.
 TOKEN_DROP: dict[Framework, bool] = {
     Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
