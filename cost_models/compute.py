@@ -268,6 +268,68 @@ def _moe_permute_kernels(model: ModelSpec, lay: Layouts, per_direction: int) -> 
     return np.asarray(model.moe_share * (per_direction + sort), dtype=np.float64)
 
 
+# Kernels of one MoE layer's GPT-OSS expert epilogue (`expert_epilogue_bytes`), per micro-batch:
+# the clamp, two clamps and a cat forward, two clamp backwards and a cat backward; the fc2 bias,
+# per local expert a multiply and an add forward and two multiplies and two sums backward, plus
+# one cat each way.
+CLAMP_KERNELS = 3
+BIAS_KERNELS_PER_EXPERT_FWD = 2
+BIAS_KERNELS_PER_EXPERT_BWD = 4
+
+
+def expert_epilogue_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Bytes the unfused work around GPT-OSS's experts moves per micro-batch on one GPU in one mean
+    layer, (forward, backward); 0 unless the model clamps its GLU (`ModelSpec.glu_clamp`) or has
+    expert biases (an MoE model with `has_mlp_bias`), and the framework is Megatron-LM.
+
+    Megatron-Core's TEGroupedMLP (megatron/core/transformer/moe/experts.py, the same at
+    core_v0.15.0 0d7e02bd, core_v0.16.0 3bec9aa9 and core_v0.17.0 9539a12e, the Megatron Core of
+    NeMo 25.11, 26.02 and 26.04 per Megatron-Bridge docs/releases/software-versions.md @c8101293)
+    runs GPT-OSS's experts (Megatron-Bridge GPTOSSBridge.provider_bridge at 0fbfe7d3:
+    activation_func quick_gelu, activation_func_clamp_value 7.0, add_bias_linear True) as:
+      * the clamp: `weighted_bias_quick_geglu_impl` (megatron/core/fusions/fused_bias_geglu.py)
+        clamps the two halves of the fc1 output and concatenates them again before its fused
+        (compiled) activation, outside it: per element of the R x 2f/ETP fc1 output, bf16, each
+        clamp reads and writes its half (4 B) and the cat reads and writes all (4 B), 8 B
+        forward; backward each clamp's gradient reads the gradient and its saved input and
+        writes (6 B) and chunk's backward concatenates the two halves (4 B), 10 B;
+      * the fc2 bias: linear_fc2 is built with skip_bias_add=True and `_apply_bias` adds each
+        local expert's bias scaled by the routing probability in a Python loop over the experts
+        (`t + b * p` on torch.split chunks, then torch.cat): per element of the R x h fc2 output,
+        b * p written (2 B), the add (read 4 B, write 2 B), the cat (4 B), 12 B forward;
+        backward the probability and bias gradients each materialise a product and reduce it
+        (read 2 B, write 2 B, read 2 B) and split's backward concatenates the chunk gradients
+        (4 B), 16 B. The probabilities are taken as bf16 (the recipes leave moe_router_dtype
+        unset: the router's logits keep the input dtype), a lower bound if they are fp32.
+    R = T k ETP/TP routed rows as in `moe_permute_bytes`. The fused activation itself is charged
+    in `_layer_memory_bound_fwd_s`. Megatron-LM's selective recompute of "moe_act" would run the
+    clamp again; paraplan's selective recompute is the attention core's, so that is left out."""
+    zero = np.zeros(len(lay))
+    bias = model.is_moe and model.has_mlp_bias
+    if not model.is_moe or not (model.glu_clamp or bias):
+        return zero, zero
+    h = float(model.hidden_size)
+    rows = tokens * model.experts_top_k * lay.etp / lay.tp
+    fc1 = rows * 2.0 * model.ffn_hidden_size / lay.etp
+    fwd = (8.0 * fc1 if model.glu_clamp else 0.0) + (12.0 * rows * h if bias else 0.0)
+    bwd = (10.0 * fc1 if model.glu_clamp else 0.0) + (16.0 * rows * h if bias else 0.0)
+    on = lay.framework == Framework.MEGATRON
+    return (
+        np.asarray(np.where(on, model.moe_share * fwd, 0.0)),
+        np.asarray(np.where(on, model.moe_share * bwd, 0.0)),
+    )
+
+
+def _expert_epilogue_kernels(model: ModelSpec, lay: Layouts, per_expert: int) -> FloatArray:
+    """Launches of one mean layer's expert epilogue in one direction (`expert_epilogue_bytes`)."""
+    bias = model.is_moe and model.has_mlp_bias
+    if not model.is_moe or not (model.glu_clamp or bias):
+        return np.zeros(len(lay))
+    local_experts = model.num_experts / lay.floats("ep")
+    kernels = (CLAMP_KERNELS if model.glu_clamp else 0) + (per_expert * local_experts + 1.0 if bias else 0.0)
+    return np.asarray(np.where(lay.framework == Framework.MEGATRON, model.moe_share * kernels, 0.0))
+
+
 def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
     h = float(model.hidden_size)
     tp = lay.floats("tp")
@@ -494,6 +556,13 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     eager_fwd_kernels, eager_bwd_kernels = eager_extra_kernels(model, lay, stack)
     eager_fwd = _kernels_s(eager_fwd_bytes, eager_fwd_kernels, cluster)
     eager_bwd = _kernels_s(eager_bwd_bytes, eager_bwd_kernels, cluster)
+    epilogue_fwd_bytes, epilogue_bwd_bytes = expert_epilogue_bytes(model, lay, tokens)
+    eager_fwd = eager_fwd + _kernels_s(
+        epilogue_fwd_bytes, _expert_epilogue_kernels(model, lay, BIAS_KERNELS_PER_EXPERT_FWD), cluster
+    )
+    eager_bwd = eager_bwd + _kernels_s(
+        epilogue_bwd_bytes, _expert_epilogue_kernels(model, lay, BIAS_KERNELS_PER_EXPERT_BWD), cluster
+    )
     elementwise = memory_bound + permute_fwd + _memory_s(cast_fwd_bytes, cluster) + eager_fwd
     elementwise_bwd = 2.0 * memory_bound + permute_bwd + _memory_s(cast_bwd_bytes, cluster) + eager_bwd
     attention_bwd = attention * (FLASH_BACKWARD_RATIO if stack.flash_attention else 2.0)

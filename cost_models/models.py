@@ -183,6 +183,7 @@ class ModelSpec(BaseModel):
     norm_affine: bool = True  # False: OLMo's LayerNorm without weight or bias
     qk_norm: QkNorm = "none"  # "head": RMSNorm(head_dim) on q and k; "full": on the whole q and k
     attention_sinks: bool = False  # GPT-OSS: one learned sink logit per query head and layer
+    glu_clamp: bool = False  # GPT-OSS swiglu_limit: the gate and linear halves clamped before the GLU
     final_norm: bool = True
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
     embed_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)  # OPT word_embed_proj_dim
@@ -1622,6 +1623,8 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             final_norm=final_norm,
             embedding_norm=family_name == "bloom",
             attention_sinks=family_name == "gpt_oss",
+            # GptOssConfig.swiglu_limit (default 7.0; transformers GptOssExperts clamps with it)
+            glu_clamp=family_name == "gpt_oss" and config.get("swiglu_limit", 7.0) is not None,
             embed_dim=embed_dim,
             dropout=dropout,
             warnings=tuple(r.warnings),

@@ -16,6 +16,7 @@ from paraplan.cost_models.compute import (
     cp_merge_bytes,
     eager_extra_bytes,
     eager_extra_kernels,
+    expert_epilogue_bytes,
     fp8_cast_bytes,
     gemm_s,
     matmul_peak_flops,
@@ -363,6 +364,27 @@ def test_moe_permute_time_is_in_the_layer_forward_and_backward(dgx: Cluster, mon
     without = micro_batch_times(model, lay, dgx, Stack())
     assert _f(with_permute.layer_fwd_s - without.layer_fwd_s) == pytest.approx(2.7262976e-5, rel=1e-9)
     assert _f(with_permute.layer_bwd_s - without.layer_bwd_s) == pytest.approx(3.5651584e-5, rel=1e-9)
+
+
+def test_expert_epilogue_bytes_by_hand() -> None:
+    # GPT-OSS's experts under Megatron-Core's TEGroupedMLP: TP1, DP4, EP4, expert TP 1, T = 2048
+    # tokens, 8 experts top-2 of h = 1024 and f = 4096 (gpt_spec's 4h): R = 2048 * 2 = 4096
+    # routed rows on each GPU; the fc1 output is R x 2f = 4096 * 8192 = 33,554,432 elements and
+    # the fc2 output R x h = 4,194,304.
+    #   clamp  forward 8 B x 33,554,432 = 268,435,456; backward 10 B x 33,554,432 = 335,544,320
+    #   bias   forward 12 B x 4,194,304 = 50,331,648;  backward 16 B x 4,194,304 = 67,108,864
+    lay = one(dp=4, ep=4, expert_tp=1, micro_batch=1, seq_len=2048)
+    gated = _tiny_moe(mlp="gated")  # gpt_spec has biases on every linear layer
+    fwd, bwd = expert_epilogue_bytes(gated.model_copy(update={"glu_clamp": True}), lay, _a(2048.0))
+    assert _f(fwd) == 268_435_456 + 50_331_648
+    assert _f(bwd) == 335_544_320 + 67_108_864
+    no_bias = gated.model_copy(update={"linear_bias": False, "mlp_bias": False})
+    assert _f(expert_epilogue_bytes(no_bias, lay, _a(2048.0))[0]) == 0.0  # Mixtral: neither
+    assert _f(expert_epilogue_bytes(gated, lay, _a(2048.0))[0]) == 50_331_648  # bias only
+    # a dense model (biased MLP) and other frameworks' experts move none of it
+    assert _f(expert_epilogue_bytes(gpt_spec(), lay, _a(2048.0))[1]) == 0.0
+    titan = one(dp=4, ep=4, expert_tp=1, micro_batch=1, seq_len=2048, framework=Framework.TORCHTITAN)
+    assert _f(expert_epilogue_bytes(gated, titan, _a(2048.0))[0]) == 0.0
 
 
 # ------------------------------------------------------------------ the MoE host floor

@@ -581,6 +581,15 @@ def test_gpt_oss_layer_types_default_alternates_from_layer_0() -> None:
     assert model_from_config(config, "m").sliding_layer_ids == tuple(range(0, 36, 2))
 
 
+def test_gpt_oss_glu_clamp_follows_swiglu_limit() -> None:
+    # GptOssConfig.swiglu_limit (default 7.0) clamps the experts' gate and linear halves;
+    # an explicit null turns the clamp off
+    assert model_from_config(GPT_OSS_120B, "m").glu_clamp
+    assert model_from_config({k: v for k, v in GPT_OSS_120B.items() if k != "swiglu_limit"}, "m").glu_clamp
+    assert not model_from_config({**GPT_OSS_120B, "swiglu_limit": None}, "m").glu_clamp
+    assert not _real("mixtral-8x7b").glu_clamp
+
+
 def test_mamba_codestral_is_refused() -> None:
     # mistralai/Mamba-Codestral-7B-v0.1 (model_type mamba2) was read as a 128-head transformer
     with pytest.raises(InputError, match="mamba2"):
