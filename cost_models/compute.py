@@ -64,6 +64,8 @@ class MicroBatchTimes:
     attention_bwd_s: FloatArray  # ... and backward
     layer_gemm_fwd_s: FloatArray  # one layer's forward GEMMs = its weight-gradient GEMMs, the window
     #                               that hides the backward TP collectives (`Stack.tp_overlap`)
+    routed_fwd_s: FloatArray  # one MoE layer's routed-expert GEMMs, forward (= their input-gradient GEMMs)
+    routed_wgrad_s: FloatArray  # ... and their weight-gradient GEMMs (`Stack.moe_a2a_overlap`'s windows)
 
 
 def gemm_s(m: FloatArray, n: FloatArray, k: FloatArray, rate_flops: FloatArray | float, cluster: Cluster) -> FloatArray:
@@ -132,20 +134,31 @@ def _layer_gemms_fwd_s(
     dense = mlp(dense_ffn, tokens)
     if not model.is_moe:
         return np.asarray(total + dense)
-    local_experts = model.num_experts / lay.ep
-    etp = lay.floats("etp")
-    # Each GPU computes tokens x top-k / TP expert-token rows' worth of its experts' work; with
-    # expert TP below TP the experts are wider and see proportionally fewer rows each.
-    rows = tokens * model.experts_top_k * etp / (tp * local_experts)
-    ffn = float(model.ffn_hidden_size)
-    routed = local_experts * np.asarray(
-        gemm_s(rows, up * ffn / etp, h * ones, peak, cluster) + gemm_s(rows, h * ones, ffn / etp, peak, cluster)
-    )
+    routed = routed_gemms_fwd_s(model, lay, cluster, tokens, peak)
     shared_ffn = float(model.shared_expert_ffn or model.ffn_hidden_size)
     shared = model.num_shared_experts * mlp(shared_ffn, tokens) if model.num_shared_experts else 0.0
     router = gemm_s(tokens, model.num_experts * ones, h * ones, bf16_rate(cluster), cluster)
     share = model.moe_share
     return np.asarray(total + (1.0 - share) * dense + share * (routed + shared + router))
+
+
+def routed_gemms_fwd_s(
+    model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray, rate: FloatArray | float
+) -> FloatArray:
+    """The routed experts' GEMMs of one MoE layer, forward, at the large-GEMM `rate`."""
+    h = float(model.hidden_size)
+    ones = np.ones_like(tokens)
+    up = 2.0 if model.mlp == "gated" else 1.0
+    local_experts = model.num_experts / lay.ep
+    etp = lay.floats("etp")
+    # Each GPU computes tokens x top-k / TP expert-token rows' worth of its experts' work; with
+    # expert TP below TP the experts are wider and see proportionally fewer rows each.
+    rows = tokens * model.experts_top_k * etp / (lay.floats("tp") * local_experts)
+    ffn = float(model.ffn_hidden_size)
+    return np.asarray(
+        local_experts
+        * (gemm_s(rows, up * ffn / etp, h * ones, rate, cluster) + gemm_s(rows, h * ones, ffn / etp, rate, cluster))
+    )
 
 
 def _attention_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
@@ -542,9 +555,16 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     gemms = _layer_gemms_fwd_s(model, lay, cluster, tokens)
     # rowwise_with_gw_hp keeps the weight-gradient GEMM in BF16
     wgrad = gemms
+    routed = (
+        routed_gemms_fwd_s(model, lay, cluster, tokens, matmul_rate(cluster, lay)) if model.is_moe else 0.0 * tokens
+    )
+    routed_wgrad = routed
     if stack.fp8_recipe in TORCHAO_CASTS and not TORCHAO_CASTS[stack.fp8_recipe].wgrad_fp8:
         bf16_wgrad = _layer_gemms_fwd_s(model, lay, cluster, tokens, bf16_rate(cluster))
         wgrad = np.asarray(np.where(lay.precision == Precision.FP8, bf16_wgrad, gemms))
+        if model.is_moe:
+            bf16_routed = routed_gemms_fwd_s(model, lay, cluster, tokens, bf16_rate(cluster))
+            routed_wgrad = np.asarray(np.where(lay.precision == Precision.FP8, bf16_routed, routed))
     merge_fwd_bytes, merge_bwd_bytes = cp_merge_bytes(model, lay, stack)
     attention = _attention_fwd_s(model, lay, cluster, stack)
     cast_fwd_bytes, cast_bwd_bytes = fp8_cast_bytes(model, lay, stack, tokens)
@@ -586,6 +606,8 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
         attention_fwd_s=np.asarray(slow * attention),
         attention_bwd_s=np.asarray(slow * attention_bwd),
         layer_gemm_fwd_s=np.asarray(slow * wgrad),
+        routed_fwd_s=np.asarray(slow * routed),
+        routed_wgrad_s=np.asarray(slow * routed_wgrad),
     )
 
 

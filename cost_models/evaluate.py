@@ -176,7 +176,7 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
     comm = micro_batch_comm(model, lay, cluster, stack, times, chunk)
     layer_comm = comm.tp_layer_s + comm.cp_layer_s + comm.ep_layer_s
     # a host-bound (dropless MoE) layer takes at least the stack's floor: the wait is part of its slot
-    wait = moe_host_wait_s(model, lay, stack, layer + times.layer_recompute_s + layer_comm)
+    wait = moe_host_wait_s(model, lay, stack, layer + times.layer_recompute_s + layer_comm - comm.ep_hidden_s)
     first, middle, last = stage_layers(model, lay)
     head = times.head_fwd_s
     # Per stage, per micro-batch: (layers, LM head). The slot is the slowest stage's.
@@ -200,7 +200,9 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
         "recompute": m * n * times.layer_recompute_s,
         "tp_comm": m * n * comm.tp_layer_s,
         "cp_comm": m * n * comm.cp_layer_s,
-        "ep_comm": m * n * comm.ep_layer_s,
+        # the combined 1F1B hides some in the steady state; the bubble's slot (warmup and
+        # cooldown passes, which run alone) keeps all of it
+        "ep_comm": m * n * (comm.ep_layer_s - comm.ep_hidden_s),
         "pp_comm": m * comm.pp_s,
         "dp_comm": dp_exposed_s(params, lay, cluster, stack, overlap_windows(slot)),
         "bubble": bubble_s(lay, slot),
@@ -210,7 +212,7 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
     step = np.asarray(np.sum([breakdown[t] for t in TIME_TERMS], axis=0))
     memory = peak_memory(model, lay, stack, device_reserve_bytes(model, lay, cluster, stack))
     usable = usable_memory_bytes(cluster, mem_headroom)
-    checks = limit_checks(Target(model, cluster), lay)
+    checks = limit_checks(Target(model, cluster, stack), lay)
     checks["memory"] = np.asarray(memory.total > usable)
     host = host_state_bytes(params, lay, stack)
     checks["host"] = host_exceeded(cluster, lay, host)

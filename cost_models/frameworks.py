@@ -496,3 +496,26 @@ def unsupported_words(lay: Layout, num_layers: int) -> str:
     if block_recompute_unsupported(one)[0]:
         reasons.append("block recompute (full recompute of N layers per chunk)")
     return f"{fs.title} {fs.version} cannot run " + "; ".join(reasons)
+
+
+def a2a_overlap_breaks(lay: Layouts, is_moe: bool) -> list[tuple[BoolArray, str]]:
+    """What Megatron-LM's combined 1F1B (`Stack.moe_a2a_overlap`) needs of a layout, as (violated
+    mask, reason) pairs: megatron/core/transformer/transformer_config.py `__post_init__` at d98e8a64
+    asserts expert_model_parallel_size > 1, virtual_pipeline_model_parallel_size when
+    pipeline_model_parallel_size > 1, recompute_granularity != 'full' (and no recompute method or
+    layer count), bf16 or fp16 (every paraplan precision is), and the alltoall or flex dispatcher
+    (every `Stack.ep_dispatcher` is). Only Megatron-LM schedules it."""
+    return [
+        (np.asarray(lay.framework != Framework.MEGATRON), "only Megatron-LM runs it"),
+        (np.asarray((lay.ep <= 1) | (not is_moe)), "it needs expert parallelism (EP > 1, an MoE model)"),
+        (np.asarray((lay.pp > 1) & (lay.virtual_stages <= 1)), "with PP > 1 it needs virtual stages"),
+        (np.asarray(lay.recompute == Recompute.FULL), "it refuses full recompute"),
+    ]
+
+
+def a2a_overlap_unsupported(lay: Layouts, is_moe: bool) -> BoolArray:
+    """The layouts Megatron-LM refuses to run with `Stack.moe_a2a_overlap` (`a2a_overlap_breaks`)."""
+    out = np.zeros(len(lay), dtype=bool)
+    for broken, _ in a2a_overlap_breaks(lay, is_moe):
+        out |= broken
+    return np.asarray(out)

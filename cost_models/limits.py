@@ -19,7 +19,7 @@ without TP, ...): the search leaves them out; a user who gives one is not wrong.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -28,6 +28,7 @@ from paraplan.cost_models import frameworks
 from paraplan.cost_models.candidates import BoolArray, Layouts
 from paraplan.cost_models.layout import CpComm, Layout, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.stages import split_valid
 from paraplan.hardware_specs.schema import Cluster
 
@@ -43,6 +44,7 @@ class Target:
 
     model: ModelSpec
     cluster: Cluster
+    stack: Stack = field(default_factory=Stack)
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,16 @@ def _framework(t: Target, lay: Layouts) -> BoolArray:
     )
 
 
+def _a2a_overlap(t: Target, lay: Layouts) -> BoolArray:
+    return np.asarray(t.stack.moe_a2a_overlap & frameworks.a2a_overlap_unsupported(lay, t.model.is_moe))
+
+
+def _a2a_overlap_words(t: Target, lay: Layout) -> str:
+    one = Layouts.of([lay])
+    reasons = [why for broken, why in frameworks.a2a_overlap_breaks(one, t.model.is_moe) if broken[0]]
+    return f"moe-a2a-overlap (Megatron-LM's --overlap-moe-expert-parallel-comm): {'; '.join(reasons)}"
+
+
 LIMITS: tuple[Limit, ...] = (
     Limit("heads", ("tp",), lambda t, x: np.asarray(t.model.num_heads % x.tp != 0),
           lambda t, lay: f"TP {lay.tp} does not divide the {t.model.num_heads} attention heads"),
@@ -149,6 +161,8 @@ LIMITS: tuple[Limit, ...] = (
     Limit("framework", ("framework", "zero", "pp", "virtual_stages", "cp", "cp_comm", "offload", "precision",
                         "recompute", "recompute_layers", "first_stage_layers", "last_stage_layers"), _framework,
           lambda t, lay: frameworks.unsupported_words(lay, t.model.num_layers)),
+    Limit("a2a_overlap", ("framework", "ep", "dp", "cp", "tp", "expert_tp", "pp", "virtual_stages", "recompute"),
+          _a2a_overlap, _a2a_overlap_words),
 )  # fmt: skip
 
 LIMIT_NAMES = (*(lim.name for lim in LIMITS), "memory", "host")

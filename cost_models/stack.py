@@ -115,6 +115,17 @@ data from NVLink domain to RDMA domain"; DeepSeek-V3 report arXiv:2412.19437 Sec
 combine reduces in the node first and goes back the same way. Megatron dispatches BF16 on both
 (fused_a2a.py at d98e8a64: DeepEP gets the bf16 hidden states, HybridEP asserts `not fp8_dispatch`).
 Priced in `traffic.ep_per_layer_s`.
+`moe_a2a_overlap`: Megatron-LM's combined 1F1B (--overlap-moe-expert-parallel-comm; Megatron-Bridge's
+comm_overlap.overlap_moe_expert_parallel_comm, which its perf scripts' moe_a2a_overlap sets together with
+delay_wgrad_compute, scripts/performance/utils/overrides.py `_set_moe_a2a_overlap_overrides`): in the
+steady state of the schedule one micro-batch's forward and another's backward run layer by layer side by
+side, on a compute and a communication stream, so each MoE all-to-all hides under the other pass's
+compute (Megatron-LM d98e8a64 megatron/core/models/common/model_chunk_schedule_plan.py
+`TransformerLayerSchedulePlan.run`). Megatron only; EP > 1, virtual stages when PP > 1, no full
+recompute (transformer_config.py `__post_init__`). Priced in `traffic.a2a_hidden_s`.
+`delay_wgrad`: with `moe_a2a_overlap`, the expert MLP's weight-gradient GEMMs run after its
+input-gradient ones, beside the backward dispatch (--delay-wgrad-compute, which Megatron allows only
+with --overlap-moe-expert-parallel-comm).
 """
 
 from __future__ import annotations
@@ -202,6 +213,15 @@ class Stack:
     ep_dispatcher: EpDispatcher = field(
         default="alltoall",
         metadata={"help": "MoE token dispatch: alltoall, or Megatron's flex dispatcher on deepep or hybridep."},
+    )
+
+    moe_a2a_overlap: bool = field(
+        default=False,
+        metadata={"help": "MoE all-to-all hidden under another micro-batch's compute (Megatron's combined 1F1B)."},
+    )
+    delay_wgrad: bool = field(
+        default=False,
+        metadata={"help": "With moe-a2a-overlap, expert weight gradients run beside the backward dispatch."},
     )
 
     def settings(self) -> dict[str, bool | str]:

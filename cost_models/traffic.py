@@ -83,10 +83,16 @@ from paraplan.cost_models.comm import (
     reduce_scatter_s,
 )
 from paraplan.cost_models.compute import MicroBatchTimes, gemm_s, matmul_rate
-from paraplan.cost_models.frameworks import cp_sdpa_merge, deferred_grad_sync, sp_regathers_input
+from paraplan.cost_models.frameworks import (
+    a2a_overlap_unsupported,
+    cp_sdpa_merge,
+    deferred_grad_sync,
+    sp_regathers_input,
+)
 from paraplan.cost_models.layout import CpComm, Framework
 from paraplan.cost_models.memory import StageParams, kv_repeats
 from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.pipeline import combined_1f1b_share
 from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.hardware_specs.topology import members_on_node
@@ -105,6 +111,7 @@ class MicroBatchComm:
     tp_layer_s: FloatArray
     cp_layer_s: FloatArray
     ep_layer_s: FloatArray
+    ep_hidden_s: FloatArray  # of ep_layer_s, what the combined 1F1B hides in the steady state (`a2a_hidden_s`)
     pp_s: FloatArray
 
 
@@ -423,6 +430,51 @@ def hierarchical_ep_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: 
     return np.asarray(np.where(n > 1, (n - 1.0) * lat + np.maximum(network, nvlink), 0.0))
 
 
+def a2a_hidden_s(model: ModelSpec, lay: Layouts, stack: Stack, times: MicroBatchTimes,
+                 ep_layer_s: FloatArray) -> FloatArray:  # fmt: skip
+    """Per micro-batch and mean layer, the expert-parallel time that Megatron-LM's combined 1F1B
+    (`Stack.moe_a2a_overlap`) hides: 0 where it is off or the layout cannot run it
+    (`frameworks.a2a_overlap_unsupported`).
+
+    Megatron-LM d98e8a64 megatron/core/models/common/model_chunk_schedule_plan.py
+    `TransformerLayerSchedulePlan.run` runs layer i's forward of one micro-batch (F) with a layer's
+    backward of another (B) as two chains of nodes, each chain ordered by its own CUDA event
+    (pipeline_parallel/utils.py `ScheduleNode`), the all-to-alls on a communication stream and the
+    rest on the compute stream, issued
+        comm: combine_B, dispatch_F, dispatch_B, combine_F
+        comp: attn_F, mlp_B (+ its weight gradients), mlp_F, attn_B
+    where attn is gpt/fine_grained_callables.py's pre_dispatch node (attention, pre-MLP norm,
+    router, shared experts, permutation) and mlp the routed experts. Each node waits for the one
+    before it in its chain and for the one before it on its stream, so the pair takes four phases,
+        max(attn_F, x) + max(mlp_B, x) + max(mlp_F, x) + max(attn_B, x),
+    x one all-to-all (the four are equal: `ep_per_layer_s` / 4 per MoE layer), and hides
+    sum min(compute_i, x) of the serial sum. With `Stack.delay_wgrad` mlp_B's weight-gradient
+    GEMMs (W) follow its input-gradient ones (D), and dispatch_B starts after D:
+        phases 2-3 = max(max(D, x) + x, max(D + W, x) + mlp_F)   instead of   max(D + W, x) + max(mlp_F, x).
+    Only the steady state pairs passes (`pipeline.combined_1f1b_share`). Dense layers of an MoE
+    model have no all-to-all (NoopScheduleNode); the MoE layers' attention side is the mean
+    layer's less its routed experts (exact when every layer is MoE). Left out: the TP and CP
+    collectives that run on the compute stream inside attn (more window), delay_wgrad's deferral
+    of the attention weight gradients past combine_F, and the SMs the all-to-all kernels take from
+    the compute running beside them (NCCL's alltoall takes no SM count from Megatron; DeepEP and
+    HybridEP take moe_flex_dispatcher_num_sms): no figure for either is fitted here."""
+    share = model.moe_share
+    if not stack.moe_a2a_overlap or share == 0.0:
+        return np.zeros(len(lay))
+    x = ep_layer_s / (4.0 * share)
+    routed_f = times.routed_fwd_s
+    routed_w = times.routed_wgrad_s
+    attn_f = np.maximum(times.layer_fwd_s - share * routed_f, 0.0)
+    attn_b = np.maximum(times.layer_bwd_s - share * (routed_f + routed_w), 0.0) + times.layer_recompute_s
+    serial = attn_f + attn_b + 2.0 * routed_f + routed_w + 4.0 * x
+    edges = np.maximum(attn_f, x) + np.maximum(attn_b, x)
+    plain = np.maximum(routed_f + routed_w, x) + np.maximum(routed_f, x)
+    delayed = np.maximum(np.maximum(routed_f, x) + x, np.maximum(routed_f + routed_w, x) + routed_f)
+    paired = edges + (delayed if stack.delay_wgrad else plain)
+    ok = ~a2a_overlap_unsupported(lay, model.is_moe)
+    return np.asarray(np.where(ok, share * (serial - paired) * combined_1f1b_share(lay), 0.0))
+
+
 def pp_per_micro_batch_s(
     model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, chunk_compute_s: FloatArray
 ) -> FloatArray:
@@ -440,10 +492,12 @@ def micro_batch_comm(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: St
                      chunk_compute_s: FloatArray) -> MicroBatchComm:  # fmt: skip
     """`chunk_compute_s`: the compute of one model chunk per micro-batch, forward and backward
     (the window that hides the interleaved schedule's transfers)."""
+    ep = ep_per_layer_s(model, lay, cluster, stack)
     return MicroBatchComm(
         tp_layer_s=tp_per_layer_s(model, lay, cluster, stack, times.layer_gemm_fwd_s),
         cp_layer_s=cp_per_layer_s(model, lay, cluster, stack, times),
-        ep_layer_s=ep_per_layer_s(model, lay, cluster, stack),
+        ep_layer_s=ep,
+        ep_hidden_s=a2a_hidden_s(model, lay, stack, times, ep),
         pp_s=pp_per_micro_batch_s(model, lay, cluster, stack, chunk_compute_s / 2.0),
     )
 

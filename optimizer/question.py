@@ -94,6 +94,13 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
     if given.get("ep_dispatcher", "alltoall") not in runs:
         raise InputError(f"ep-dispatcher {given['ep_dispatcher']!r}: {FRAMEWORKS[framework].title} is priced with "
                          f"{' or '.join(sorted(runs))} only (the flex dispatcher is Megatron-LM's)")  # fmt: skip
+    if framework != Framework.MEGATRON and (given.get("moe_a2a_overlap") or given.get("delay_wgrad")):
+        raise InputError(f"moe-a2a-overlap / delay-wgrad: {FRAMEWORKS[framework].title} has no combined 1F1B "
+                         "schedule (Megatron-LM's --overlap-moe-expert-parallel-comm)")  # fmt: skip
+    if given.get("delay_wgrad") and not given.get("moe_a2a_overlap"):
+        # transformer_config.py at d98e8a64 asserts it
+        raise InputError("delay-wgrad needs moe-a2a-overlap (Megatron-LM: 'overlap_moe_expert_parallel_comm must "
+                         "be enabled when enabling delay_wgrad_compute')")  # fmt: skip
     return default_stack(framework).with_overrides(**given)
 
 

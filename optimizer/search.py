@@ -213,7 +213,7 @@ def why_none(ev: Evaluation, cons: Constraints, subset: BoolArray | None = None)
 def violations(ev: Evaluation, i: int) -> list[str]:
     """One sentence per limit candidate i breaks."""
     lay = ev.layouts.at(i)
-    target = Target(ev.model, ev.cluster)
+    target = Target(ev.model, ev.cluster, ev.stack)
     special = {"memory": memory_message, "host": host_message}
     out = []
     for name, mask in ev.checks.items():

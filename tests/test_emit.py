@@ -486,6 +486,10 @@ def _deepspeed(**settings: object) -> Stack:
          "tp_comm_overlap"),
         ("deepspeed", "llama2-7b", {"tp": 2, "dp": 4}, _deepspeed(tp_comm_overlap=True), "tp_comm_overlap"),
         ("torchtitan", "llama3-8b", {"tp": 2, "dp": 4}, _titan(tp_comm_overlap=True), "tp_comm_overlap"),
+        # the combined 1F1B (--overlap-moe-expert-parallel-comm) is Megatron-LM's schedule
+        ("deepspeed", "mixtral-8x7b", {"zero": 1}, _deepspeed(moe_a2a_overlap=True), "moe_a2a_overlap"),
+        ("torchtitan", "mixtral-8x7b", {}, _titan(moe_a2a_overlap=True), "moe_a2a_overlap"),
+        ("megatron", "mixtral-8x7b", {"ep": 8, "dp": 8}, Stack(delay_wgrad=True), "delay_wgrad"),
         # token dropping (capacity factor with padding) is Megatron-LM's; torchtitan's MoE is dropless
         ("deepspeed", "mixtral-8x7b", {"zero": 1}, _deepspeed(token_drop=True), "token_drop"),
         # master weights as 16-bit remainders or none: Apex's DistributedFusedAdam (NeMo) only

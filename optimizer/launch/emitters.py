@@ -30,8 +30,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
+from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
-from paraplan.cost_models.frameworks import FRAMEWORKS, default_stack
+from paraplan.cost_models.frameworks import FRAMEWORKS, a2a_overlap_breaks, default_stack
 from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offload, Precision, Recompute, layout_words
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Fp8Recipe, Stack
@@ -194,6 +195,31 @@ def _refuse_tp_comm_overlap(ctx: _Ctx, release: str) -> None:
     if ctx.stack.tp_comm_overlap:
         _refuse(ctx, "tp_comm_overlap", f"{release} has no Transformer Engine userbuffers overlap; that is "
                 "Megatron-LM's --tp-comm-overlap")  # fmt: skip
+
+
+def _refuse_a2a_overlap(ctx: _Ctx, release: str) -> None:
+    """The combined 1F1B (`Stack.moe_a2a_overlap`, `Stack.delay_wgrad`) is Megatron-LM's schedule."""
+    if ctx.stack.moe_a2a_overlap or ctx.stack.delay_wgrad:
+        _refuse(ctx, "moe_a2a_overlap", f"{release} has no combined 1F1B schedule; that is Megatron-LM's "
+                "--overlap-moe-expert-parallel-comm")  # fmt: skip
+
+
+def _megatron_a2a_overlap(ctx: _Ctx, lay: Layout) -> list[tuple[str, str | None]]:
+    """--overlap-moe-expert-parallel-comm (and --delay-wgrad-compute), which Megatron-LM runs only
+    where `frameworks.a2a_overlap_breaks` finds nothing (asserted in transformer_config.py)."""
+    if not (ctx.stack.moe_a2a_overlap or ctx.stack.delay_wgrad):
+        return []
+    if ctx.stack.delay_wgrad and not ctx.stack.moe_a2a_overlap:
+        _refuse(ctx, "delay_wgrad", f"Megatron-LM {MEGATRON_COMMIT[:8]} delays weight gradients "
+                "(--delay-wgrad-compute) only with --overlap-moe-expert-parallel-comm")  # fmt: skip
+    broken = [why for mask, why in a2a_overlap_breaks(Layouts.of([lay]), ctx.model.is_moe) if mask[0]]
+    if broken:
+        _refuse(ctx, "moe_a2a_overlap", f"Megatron-LM {MEGATRON_COMMIT[:8]}'s --overlap-moe-expert-parallel-comm: "
+                f"{'; '.join(broken)}")  # fmt: skip
+    flags: list[tuple[str, str | None]] = [("--overlap-moe-expert-parallel-comm", None)]
+    if ctx.stack.delay_wgrad:
+        flags.append(("--delay-wgrad-compute", None))
+    return flags
 
 
 def _kf(name: str, fw: Framework) -> str:
@@ -514,6 +540,7 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
             _refuse(ctx, "tp_comm_overlap", f"Megatron-LM {MEGATRON_COMMIT[:8]} overlaps TP communication with "
                     "GEMMs (--tp-comm-overlap) only with sequence parallelism and TP > 1")  # fmt: skip
         flags.append(("--tp-comm-overlap", None))
+    flags += _megatron_a2a_overlap(ctx, lay)
     if lay.precision == Precision.FP16:
         flags.append(("--fp16", None))
     else:
@@ -650,6 +677,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
     _refuse_bf16_moments(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     _refuse_partial_master(ctx, f"DeepSpeed {DEEPSPEED_VERSION}", "keeps an fp32 master copy of the bf16 weights")
     _refuse_tp_comm_overlap(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
+    _refuse_a2a_overlap(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     config = _deepspeed_config(ctx)
     per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)
     lines = _header(ctx, f"DeepSpeed {DEEPSPEED_VERSION}: the JSON keys are checked against it; the training script's "
@@ -814,6 +842,7 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
     )
     # its async TP, the same kind of overlap, is written with tp_overlap (--compile.enable_async_tensor_parallel)
     _refuse_tp_comm_overlap(ctx, f"torchtitan {TORCHTITAN_VERSION}")
+    _refuse_a2a_overlap(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     if stack.tp_overlap and not stack.compiled:
         _refuse(ctx, "tp_overlap", f"async TP without torch.compile: torchtitan {TORCHTITAN_VERSION}'s CompileConfig "
                 "raises 'Async TP requires 'model' in --compile.components and --compile.enable'")  # fmt: skip

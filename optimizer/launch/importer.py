@@ -588,6 +588,8 @@ def _megatron_stack(meg: _Megatron, fsdp: bool) -> None:
                 "modelled; read as fp32 moments")  # fmt: skip
     st.stack["tp_overlap"] = True
     st.stack["tp_comm_overlap"] = bool(meg.get("tp_comm_overlap"))
+    st.stack["moe_a2a_overlap"] = bool(meg.get("overlap_moe_expert_parallel_comm"))
+    st.stack["delay_wgrad"] = bool(meg.get("delay_wgrad_compute"))
     st.stack["p2p_overlap"] = bool(meg.get("overlap_p2p_comm", True))
     _megatron_token_drop(meg)
 
