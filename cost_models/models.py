@@ -211,6 +211,12 @@ class ModelSpec(BaseModel):
     attention_chunk: int | None = Field(default=None, ge=1, le=100_000_000)
     chunked_layer_ids: tuple[int, ...] | None = None  # None with a chunk: every layer is chunked
 
+    # --- group-limited routing (DeepSeek-V2/V3) ------------------------------------------------
+    # Group-limited routing (`n_group` / `topk_group`): the E experts form `expert_groups`
+    # contiguous groups and a token's experts lie in at most `group_top_k` of them (1, 1: none).
+    expert_groups: int = Field(default=1, ge=1, le=100_000)
+    group_top_k: int = Field(default=1, ge=1, le=100_000)
+
     warnings: tuple[str, ...] = ()  # what the loader assumed; see the module docstring
 
     @model_validator(mode="after")
@@ -226,6 +232,13 @@ class ModelSpec(BaseModel):
             raise ValueError("dense_layer_ids only apply to a mixture-of-experts model")
         if (self.num_shared_experts or self.shared_expert_gate) and not self.is_moe:
             raise ValueError("shared experts only apply to a mixture-of-experts model")
+        if self.expert_groups > 1:
+            if self.num_experts % self.expert_groups:
+                raise ValueError(f"{self.num_experts} experts do not split into {self.expert_groups} expert groups")
+            if self.group_top_k > self.expert_groups:
+                raise ValueError(f"group top-k {self.group_top_k} exceeds the {self.expert_groups} expert groups")
+            if self.experts_top_k > self.group_top_k * (self.num_experts // self.expert_groups):
+                raise ValueError("the chosen expert groups hold fewer experts than a token is routed to")
         if self.shared_expert_gate and not self.num_shared_experts:
             raise ValueError("shared_expert_gate needs a shared expert")
         if self.q_lora_rank is not None and self.kv_lora_rank is None:
@@ -1173,6 +1186,7 @@ def _moe(r: _Reader, fam: _Family, layers: int, hidden: int, dense_ffn: int) -> 
         freq = _moe_freq(r)
         # DeepSeek's modeling_deepseek.py: MoE iff layer >= first_k_dense_replace and layer % moe_layer_freq == 0
         dense_ids = [i for i in range(layers) if not (i >= first and i % freq == 0)]
+        out.update(_expert_groups(r, fam, experts, top_k))
     elif kind == "llama4":
         llama4 = _llama4_moe(r, fam, layers)
         if llama4 is None:  # no MoE layer: every layer is the dense MLP of width intermediate_size_mlp
@@ -1220,6 +1234,31 @@ def _moe(r: _Reader, fam: _Family, layers: int, hidden: int, dense_ffn: int) -> 
     )
     r.used.update(("topk_method",))
     return out
+
+
+def _expert_groups(r: _Reader, fam: _Family, experts: int, top_k: int) -> dict[str, int]:
+    """Group-limited routing, `n_group` / `topk_group`, as the reference routers apply it:
+    transformers deepseek_v3 DeepseekV3TopkRouter.get_topk_indices always (DeepseekV3Config
+    defaults n_group 8, topk_group 4), DeepSeek-V2 only under topk_method "group_limited_greedy"
+    (modeling_deepseek.py MoEGate; its "greedy" ignores the groups). Megatron-Bridge maps them to
+    Megatron-LM's --moe-router-num-groups / --moe-router-group-topk (model_bridge.py CONFIG_MAPPING
+    at v0.4.2). Read only where the config states both (a trimmed config is warned, not given the
+    class defaults). They change neither parameters nor FLOPs, only where a token's experts lie
+    (`traffic.remote_nodes_per_token`)."""
+    r.used.update(("n_group", "topk_group"))
+    v3 = fam.cls.startswith("DeepseekV3")
+    if not v3 and r.raw.get("topk_method") != "group_limited_greedy":
+        return {}
+    groups, chosen = r.raw.get("n_group"), r.raw.get("topk_group")
+    if groups is None or chosen is None:
+        if v3:
+            r.warn("'n_group' / 'topk_group' not both in the config: no group-limited routing assumed (transformers' "
+                   "DeepseekV3Config would default to 8 groups, 4 chosen)")  # fmt: skip
+        return {}
+    groups, chosen = _checked_int("n_group", groups), _checked_int("topk_group", chosen)
+    if groups <= 1 or chosen >= groups:
+        return {}  # one group, or every group chosen: no limit
+    return {"expert_groups": groups, "group_top_k": chosen}
 
 
 def _llama4_moe(r: _Reader, fam: _Family, layers: int) -> tuple[int, int, list[int]] | None:

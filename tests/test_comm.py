@@ -510,6 +510,23 @@ def test_remote_nodes_per_token_by_hand() -> None:
     assert remote_nodes_per_token(8, 2, np.array([8.0]))[0] == pytest.approx(2 * 7 / 8, rel=1e-12)
 
 
+def test_remote_nodes_with_group_limited_routing_by_hand() -> None:
+    # DeepSeek-V3's 8 groups of 32 experts, 4 chosen, 2 experts from each (Megatron-LM
+    # group_limited_topk, force-balanced). 4 nodes of 2 groups: a node is missed iff neither of its
+    # groups is chosen, C(6,4)/C(8,4) = 15/70; 4 (55/70) nodes touched, 3/4 of them remote = 165/70.
+    # 8 nodes (group = node): 7 x 4/8. 16 nodes (a group spans 2): touched with probability
+    # 4/8 (1 - C(16,2)/C(32,2)) = 0.5 x 376/496, 16 x that x 15/16 remote.
+    got = remote_nodes_per_token(256, 8, np.array([1.0, 4.0, 8.0, 16.0]), 8, 4)
+    assert got[0] == 0.0
+    assert got[1] == pytest.approx(165 / 70, rel=1e-12)
+    assert got[2] == pytest.approx(3.5, rel=1e-12)
+    assert got[3] == pytest.approx(15 * 0.5 * 376 / 496, rel=1e-12)
+    # below the unlimited count at every node count; all groups chosen is no limit at all
+    free = remote_nodes_per_token(256, 8, np.array([4.0, 8.0, 16.0]))
+    assert np.all(got[1:] < free)
+    assert remote_nodes_per_token(256, 8, np.array([4.0]), 8, 8)[0] == pytest.approx(free[0], rel=1e-12)
+
+
 # ------------------------------------------------------------------ DP
 
 

@@ -708,3 +708,22 @@ def test_bf16_adam_moments_emit_and_read_back() -> None:
     plain = emit_launch("megatron", model, Layout(zero=1, dp=8), Stack())
     assert "--exp-avg-dtype" not in plain
     assert imported("megatron", plain, model)[1].adam_moments == "fp32"
+
+
+def test_megatron_expert_groups_flags() -> None:
+    """n_group / topk_group are Megatron-LM's --moe-router-num-groups / --moe-router-group-topk
+    (both in megatron_lm_d98e8a64.json); the importer's architecture check reads them back."""
+    model = load_model(str(Path(__file__).parent / "data" / "hf_configs" / "deepseek-v3.json"))
+    lay = Layout(tp=1, pp=16, dp=16, ep=8, micro_batch=1, global_batch=2048, precision="fp8",
+                 first_stage_layers=4, last_stage_layers=1)  # fmt: skip
+    text = emit_launch("megatron", model, lay, Stack(main_grads="bf16"))
+    words = text.split()
+    assert words[words.index("--moe-router-num-groups") + 1] == "8"
+    assert words[words.index("--moe-router-group-topk") + 1] == "4"
+    assert check_emitted("megatron", text) == []
+    assert not any("architecture differs" in n for n in imported("megatron", text, model)[3])
+    other = text.replace("--moe-router-group-topk 4", "--moe-router-group-topk 2")
+    assert any("--moe-router-group-topk 2" in n for n in imported("megatron", other, model)[3])
+    assert "--moe-router-num-groups" not in emit_launch(
+        "megatron", load_model("mixtral-8x7b"), Layout(dp=8, ep=8, global_batch=64)
+    )

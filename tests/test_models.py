@@ -357,6 +357,19 @@ def test_deepseek_v3_warns_only_about_mtp() -> None:
     assert "num_nextn_predict_layers" in model.warnings[0]
 
 
+def test_expert_groups_need_the_stated_keys() -> None:
+    # DeepSeek-V3's config.json: n_group 8, topk_group 4; DeepSeek-V2 applies the groups only under
+    # topk_method group_limited_greedy (its config: 8, 3)
+    assert (_real("deepseek-v3").expert_groups, _real("deepseek-v3").group_top_k) == (8, 4)
+    assert (_real("deepseek-v2").expert_groups, _real("deepseek-v2").group_top_k) == (8, 3)
+    config = json.loads((HF_CONFIGS / "deepseek-v3.json").read_text())
+    del config["n_group"]
+    trimmed = model_from_config(config, "trimmed")
+    assert trimmed.expert_groups == 1 and any("'n_group' / 'topk_group'" in w for w in trimmed.warnings)
+    with pytest.raises(InputError, match="group"):
+        model_from_config({**json.loads((HF_CONFIGS / "deepseek-v3.json").read_text()), "n_group": 7}, "bad")
+
+
 def test_deepseek_v2_236b_total_21b_active() -> None:
     # DeepSeek-V2 (arXiv:2405.04434, abstract): 236B total, 21B activated per token.
     # h=5120, 128 heads, MLA as V3, 60 layers, first 1 dense (12288), then 160 routed + 2 shared

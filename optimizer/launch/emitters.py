@@ -386,6 +386,14 @@ def megatron_model_flags(
                 flags.append(("--moe-shared-expert-gate", None))
         if m.router_bias:
             flags.append(("--moe-router-enable-expert-bias", None))
+        if m.expert_groups > 1:
+            if m.experts_top_k % m.group_top_k:
+                no(
+                    f"{m.name} limits routing to {m.group_top_k} of {m.expert_groups} expert groups with top-"
+                    f"{m.experts_top_k}; Megatron-LM's group_limited_topk needs top-k a multiple of the groups chosen"
+                )
+            flags += [("--moe-router-num-groups", str(m.expert_groups)),
+                      ("--moe-router-group-topk", str(m.group_top_k))]  # fmt: skip
         if m.dense_layer_ids:
             flags.append(("--moe-layer-freq", _moe_pattern(m)))
     return flags

@@ -277,7 +277,7 @@ _MEGATRON_MODEL_DESTS = frozenset({
     "vocab_size", "qk_layernorm", "window_size", "multi_latent_attention", "kv_lora_rank", "q_lora_rank",
     "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_router_enable_expert_bias",
-    "moe_layer_freq", "padded_vocab_size",
+    "moe_layer_freq", "padded_vocab_size", "moe_router_num_groups", "moe_router_group_topk",
 })  # fmt: skip
 
 
