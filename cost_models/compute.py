@@ -60,6 +60,7 @@ class MicroBatchTimes:
     layer_bwd_s: FloatArray
     layer_recompute_s: FloatArray
     head_fwd_s: FloatArray  # LM head and loss, forward (the backward is twice it)
+    eh_proj_fwd_s: FloatArray  # an MTP module's eh_proj GEMM, forward (`Stack.mtp`; see `eh_proj_fwd_s`)
     attention_fwd_s: FloatArray  # core attention of one layer, forward (CP overlaps with it)
     attention_bwd_s: FloatArray  # ... and backward
     layer_gemm_fwd_s: FloatArray  # one layer's forward GEMMs = its weight-gradient GEMMs, the window
@@ -542,6 +543,17 @@ def head_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
     return np.asarray(gemm + _memory_s(tokens * vocab * 4.0 * 2.0, cluster))
 
 
+def eh_proj_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
+    """An MTP module's eh_proj, forward: [T, 2h] x [2h, h/TP], a Transformer Engine linear in
+    Megatron-LM (multi_token_prediction.py builds it from the spec's column-parallel linear), so at
+    the layout precision's GEMM rate. Its two norms move a few T*h bytes: left out like the
+    embedding lookup."""
+    tokens = lay.tokens_per_micro_batch
+    h = float(model.hidden_size)
+    ones = np.ones_like(tokens)
+    return gemm_s(tokens, h / lay.floats("tp"), 2.0 * h * ones, matmul_rate(cluster, lay), cluster)
+
+
 def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> MicroBatchTimes:
     """One layer's times and the LM head's, per micro-batch. (The first stage's extra work, the
     embedding lookup, moves T*h*2 bytes: negligible next to the head's GEMM.)
@@ -603,6 +615,7 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
         layer_bwd_s=np.asarray(slow * layer_bwd),
         layer_recompute_s=np.asarray(slow * layer_recompute),
         head_fwd_s=np.asarray(slow * head_fwd_s(model, lay, cluster)),
+        eh_proj_fwd_s=np.asarray(slow * eh_proj_fwd_s(model, lay, cluster)),
         attention_fwd_s=np.asarray(slow * attention),
         attention_bwd_s=np.asarray(slow * attention_bwd),
         layer_gemm_fwd_s=np.asarray(slow * wgrad),

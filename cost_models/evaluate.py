@@ -179,35 +179,50 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
     wait = moe_host_wait_s(model, lay, stack, layer + times.layer_recompute_s + layer_comm - comm.ep_hidden_s)
     first, middle, last = stage_layers(model, lay)
     head = times.head_fwd_s
-    # Per stage, per micro-batch: (layers, LM head). The slot is the slowest stage's.
-    stages = [(first, np.where(lay.pp == 1, head, 0.0)), (middle, np.zeros(len(lay))), (last, head)]
-    slots = [n * (layer + times.layer_recompute_s + layer_comm + wait) + 3.0 * h + comm.pp_s for n, h in stages]
+    # Trained MTP modules (Stack.mtp) sit on the last stage: each is one more layer, an eh_proj
+    # and one more pass through the LM head and loss. Its layer is priced as the mean layer; when it
+    # has routed experts (`ModelSpec.mtp_layer_is_moe`) its EP exchanges and host wait are an MoE
+    # layer's, of which the mean layer carries `moe_share`.
+    depth = float(model.mtp_layers) if stack.mtp else 0.0
+    to_moe = 1.0 / model.moe_share if model.mtp_layer_is_moe else 0.0
+    mtp_ep, mtp_wait = comm.ep_layer_s * to_moe, wait * to_moe
+    mtp_comm = comm.tp_layer_s + comm.cp_layer_s + mtp_ep
+    mtp_module = layer + times.layer_recompute_s + mtp_comm + mtp_wait + 3.0 * (times.eh_proj_fwd_s + head)
+    on_first = np.where(lay.pp == 1, depth, 0.0)
+    # Per stage, per micro-batch: (layers, LM head, MTP modules). The slot is the slowest stage's.
+    zeros = np.zeros(len(lay))
+    stages = [(first, np.where(lay.pp == 1, head, 0.0), on_first), (middle, zeros, zeros), (last, head, zeros + depth)]
+    slots = [n * (layer + times.layer_recompute_s + layer_comm + wait) + 3.0 * h + d * mtp_module + comm.pp_s
+             for n, h, d in stages]  # fmt: skip
     critical = np.asarray(np.argmax(np.stack(slots), axis=0), dtype=np.int64)
     n = _pick(critical, [s[0] for s in stages])
     h = _pick(critical, [s[1] for s in stages])
+    d = _pick(critical, [s[2] for s in stages])
     slot = _pick(critical, slots)
     m = lay.num_micro_batches
     # DP traffic and the optimizer step scale with the stage holding the most weights.
     candidates = [
-        stage_params(model, lay, first, first=True, last=lay.pp == 1),
+        stage_params(model, lay, first, first=True, last=lay.pp == 1, mtp=on_first),
         stage_params(model, lay, middle, first=False, last=False),
-        stage_params(model, lay, last, first=lay.pp == 1, last=True),
+        stage_params(model, lay, last, first=lay.pp == 1, last=True, mtp=depth),
     ]
     heaviest = np.asarray(np.argmax(np.stack([c.dense + c.expert for c in candidates]), axis=0), dtype=np.int64)
     params = StageParams(*(_pick(heaviest, [getattr(c, f) for c in candidates]) for f in StageParams.FIELDS))
     breakdown = {
-        "compute": m * (n * layer + 3.0 * h) + optimizer_step_s(params, lay, cluster, stack),
-        "recompute": m * n * times.layer_recompute_s,
-        "tp_comm": m * n * comm.tp_layer_s,
-        "cp_comm": m * n * comm.cp_layer_s,
-        # the combined 1F1B hides some in the steady state; the bubble's slot (warmup and
-        # cooldown passes, which run alone) keeps all of it
-        "ep_comm": m * n * (comm.ep_layer_s - comm.ep_hidden_s),
+        "compute": m * (n * layer + 3.0 * h + d * (layer + 3.0 * (times.eh_proj_fwd_s + head)))
+        + optimizer_step_s(params, lay, cluster, stack),
+        "recompute": m * (n + d) * times.layer_recompute_s,
+        "tp_comm": m * (n + d) * comm.tp_layer_s,
+        "cp_comm": m * (n + d) * comm.cp_layer_s,
+        # the combined 1F1B hides some in the steady state (an MTP layer is scheduled like a
+        # decoder layer there: model_chunk_schedule_plan.py TransformerLayerSchedulePlan at
+        # d98e8a64); the bubble's slot (warmup and cooldown passes, which run alone) keeps all of it
+        "ep_comm": m * (n + d * to_moe) * (comm.ep_layer_s - comm.ep_hidden_s),
         "pp_comm": m * comm.pp_s,
         "dp_comm": dp_exposed_s(params, lay, cluster, stack, overlap_windows(slot)),
         "bubble": bubble_s(lay, slot),
         "offload": offload_s(params, lay, cluster, stack),
-        "host_wait": m * n * wait,
+        "host_wait": m * (n * wait + d * mtp_wait),
     }
     step = np.asarray(np.sum([breakdown[t] for t in TIME_TERMS], axis=0))
     memory = peak_memory(model, lay, stack, device_reserve_bytes(model, lay, cluster, stack))
@@ -226,8 +241,8 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
         usable_bytes=usable,
         times={k: np.asarray(v, dtype=np.float64) for k, v in breakdown.items()},
         step_time_s=step,
-        model_flops=model_flops_per_step(model, lay, causal=True),
-        model_flops_palm=model_flops_per_step(model, lay, causal=False),
+        model_flops=model_flops_per_step(model, lay, causal=True, mtp=stack.mtp),
+        model_flops_palm=model_flops_per_step(model, lay, causal=False, mtp=stack.mtp),
         recompute_flops=recompute_flops_per_step(model, lay),
         peak_flops=matmul_peak_flops(cluster, lay),
         host_bytes=host,

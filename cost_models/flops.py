@@ -58,10 +58,23 @@ def forward_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
     return np.asarray(layers + 2.0 * model.vocab_size * model.word_embed_dim)
 
 
-def model_flops_per_step(model: ModelSpec, lay: Layouts, causal: bool = True) -> FloatArray:
+def mtp_forward_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
+    """Forward FLOPs per token of the model's multi-token-prediction modules when trained
+    (`Stack.mtp`): per module 2 * (eh_proj 2h*h + the layer's active weights + the output head V*e)
+    and the layer's attention core, as `forward_flops_per_token` prices a layer (`ModelSpec.
+    mtp_matmul_params_active`). Megatron-LM d98e8a64 training.py num_floating_point_operations
+    counts the same matmuls (and the 3h of the norms, left out here as for every layer's norms)."""
+    per_module = 2.0 * model.mtp_matmul_params_active + 2.0 * keys * model.attention_core_width
+    return np.asarray(model.mtp_layers * per_module)
+
+
+def model_flops_per_step(model: ModelSpec, lay: Layouts, causal: bool = True, mtp: bool = False) -> FloatArray:
+    """`mtp`: the multi-token-prediction modules are trained (`Stack.mtp`); their FLOPs count as
+    model FLOPs, as in Megatron-Bridge's published TFLOP/s (the DeepSeek-V3 'w/ MTP' rows)."""
     seq = lay.floats("seq_len")
     keys = causal_keys(model, seq) if causal else seq
-    return np.asarray(3.0 * lay.global_batch * seq * forward_flops_per_token(model, keys))
+    per_token = forward_flops_per_token(model, keys) + (mtp_forward_flops_per_token(model, keys) if mtp else 0.0)
+    return np.asarray(3.0 * lay.global_batch * seq * per_token)
 
 
 def recompute_flops_per_step(model: ModelSpec, lay: Layouts) -> FloatArray:

@@ -116,6 +116,7 @@ class FrameworkSpec:
     fp8_saves_quantized_inputs: bool  # FP8 GEMMs keep their FP8 input for the backward (see FP8_SAVES below)
     model_parallel_comms: bool  # communicators over TP x PP and, with FP8, TP x DP x CP (see MODEL_PARALLEL_COMMS)
     token_drop: bool  # Stack.token_drop can run: MoE capacity factor with padding (see TOKEN_DROP)
+    mtp: bool  # Stack.mtp can run: multi-token-prediction modules (see MTP)
     ep_dispatchers: frozenset[str]  # the Stack.ep_dispatcher values it runs (see EP_DISPATCHERS)
     moe_host_floor_s: float  # a dropless MoE layer's least forward + backward time per micro-batch (MOE_HOST_FLOOR_S)
 
@@ -250,6 +251,13 @@ TOKEN_DROP: dict[Framework, bool] = {
     Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
 }  # fmt: skip
 
+# Stack.mtp per framework: Megatron-LM d98e8a64 has --mtp-num-layers (megatron_lm_d98e8a64.json;
+# multi_token_prediction.py); torchtitan 0.3.0's job config has no MTP option (torchtitan_0.3.0.json)
+# and paraplan's DeepSpeed launch (Megatron-DeepSpeed script) none either.
+MTP: dict[Framework, bool] = {
+    Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
+}  # fmt: skip
+
 # Stack.ep_dispatcher per framework: Megatron-LM d98e8a64 has --moe-token-dispatcher-type
 # {allgather,alltoall,flex} and --moe-flex-dispatcher-backend {deepep,hybridep,ncclep}
 # (megatron_lm_arguments.json); paraplan's DeepSpeed launch (Megatron-DeepSpeed) and torchtitan
@@ -301,7 +309,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
-        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON], token_drop=TOKEN_DROP[Framework.MEGATRON],
+        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON], token_drop=TOKEN_DROP[Framework.MEGATRON], mtp=MTP[Framework.MEGATRON],
         ep_dispatchers=EP_DISPATCHERS[Framework.MEGATRON], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
@@ -316,7 +324,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
-        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED], token_drop=TOKEN_DROP[Framework.DEEPSPEED],
+        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED], token_drop=TOKEN_DROP[Framework.DEEPSPEED], mtp=MTP[Framework.DEEPSPEED],
         ep_dispatchers=EP_DISPATCHERS[Framework.DEEPSPEED], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
@@ -331,7 +339,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
-        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN], token_drop=TOKEN_DROP[Framework.TORCHTITAN],
+        model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN], token_drop=TOKEN_DROP[Framework.TORCHTITAN], mtp=MTP[Framework.TORCHTITAN],
         ep_dispatchers=EP_DISPATCHERS[Framework.TORCHTITAN], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.TORCHTITAN],
     ),
 }  # fmt: skip

@@ -149,9 +149,15 @@ class MemoryBreakdown:
         return MemoryBreakdown(*(np.concatenate([getattr(p, t) for p in parts]) for t in MEMORY_TERMS))
 
 
-def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stage, last: Stage) -> StageParams:
+def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stage, last: Stage,
+                 mtp: FloatArray | float = 0.0) -> StageParams:  # fmt: skip
     """A GPU of a stage holding `layers` layers; `first`/`last`: whether it is the first/last stage
-    (per candidate, or for all). Layers are priced as the model's mean layer."""
+    (per candidate, or for all). Layers are priced as the model's mean layer. `mtp`: the trained
+    multi-token-prediction modules on this stage (`Stack.mtp`, the last stage): each one's own
+    parameters (`ModelSpec.mtp_module_params`: eh_proj and the layer's matrices TP-sharded, its
+    routed experts over EP x expert TP, the norms whole), and, off the first stage, Megatron-LM's
+    copy of the word embedding (gpt_model.py at d98e8a64: `self.embedding` where
+    `pre_process or mtp_process`)."""
     tp = lay.floats("tp")
     norms = model.layer_norm_params
     dense_layer = (model.mean_layer_dense_params - norms) / tp + norms
@@ -162,9 +168,15 @@ def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stag
     head_matrix = model.vocab_size * model.word_embed_dim / tp
     head = np.where(head_is_separate, head_matrix, 0.0) + model.final_norm_params
     dense = layers * dense_layer + np.where(first, embedding, 0.0) + np.where(last, head, 0.0)
+    h = model.hidden_size
+    routed = model.num_experts * model.expert_params if model.mtp_layer_is_moe else 0
+    mtp_matrices = 2 * h * h + model.layer_param_counts()[-1] - routed - norms
+    mtp_dense = mtp_matrices / tp + norms + 3 * model.norm_params
+    mtp_copy = np.where(np.asarray(mtp) > 0, np.where(first, 0.0, embedding), 0.0)
+    dense = dense + mtp * mtp_dense + mtp_copy
     return StageParams(
-        dense=np.asarray(dense), expert=np.asarray(layers * expert_layer),
-        layer_max=np.asarray(dense_layer + expert_layer), layers=np.asarray(layers, dtype=np.float64),
+        dense=np.asarray(dense), expert=np.asarray(layers * expert_layer + mtp * routed / lay.ep / lay.etp),
+        layer_max=np.asarray(dense_layer + expert_layer), layers=np.asarray(layers + mtp, dtype=np.float64),
         head=np.asarray(np.where(last, head_matrix + model.final_norm_params, 0.0)),
     )  # fmt: skip
 
@@ -362,17 +374,20 @@ class LayerActivations:
 
 
 def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: FloatArray, stage: FloatArray | float,
-                     first: Stage, last: Stage, per_token: LayerActivations | None = None) -> FloatArray:  # fmt: skip
-    """Activations at the peak of stage `stage` (0 = first) holding `layers` layers."""
+                     first: Stage, last: Stage, per_token: LayerActivations | None = None,
+                     mtp: FloatArray | float = 0.0) -> FloatArray:  # fmt: skip
+    """Activations at the peak of stage `stage` (0 = first) holding `layers` layers and `mtp`
+    trained MTP modules (the last stage): each saves a mean layer's activations per micro-batch in
+    flight and holds its own logits and loss at the peak (its 2h eh_proj input is left out)."""
     tokens = lay.tokens_per_micro_batch
     acts = per_token or LayerActivations.of(model, lay, stack)
     per_layer = acts.stored * tokens
     in_flight = in_flight_micro_batches(lay, stage)
-    stored = per_layer * layers * in_flight
+    stored = per_layer * (layers + mtp) * in_flight
     cp_buffers = cp_gathered_kv_bytes(model, lay, stack) + cp_backward_buffer_bytes(model, lay, stack)
     recompute_peak = tokens * acts.recompute_extra + cp_buffers
     embedding_dropout = model.hidden_size * tokens / lay.tp * in_flight if model.dropout else 0.0
-    logits = loss_bytes_per_token(model, lay, stack) * tokens + kept_outputs_bytes(model, lay, stack)
+    logits = (1.0 + mtp) * loss_bytes_per_token(model, lay, stack) * tokens + kept_outputs_bytes(model, lay, stack)
     boundaries = recv_buffer_bytes(model, lay, in_flight, first, last)
     boundaries = boundaries + stage_output_bytes(model, lay, stack, in_flight, last)
     total = stored + recompute_peak + np.where(first, embedding_dropout, 0.0) + np.where(last, logits, 0.0) + boundaries
@@ -524,14 +539,15 @@ def device_reserve_bytes(model: ModelSpec, lay: Layouts, cluster: Cluster, stack
 
 def stage_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: float | FloatArray, layers: FloatArray,
                  stage: FloatArray | float, first: Stage, last: Stage,
-                 per_token: LayerActivations | None = None) -> MemoryBreakdown:  # fmt: skip
-    """Whole bytes (rounded up), so that every consumer compares the same integers."""
-    weights, grads, optimizer = model_state_bytes(stage_params(model, lay, layers, first, last), lay, stack)
+                 per_token: LayerActivations | None = None, mtp: FloatArray | float = 0.0) -> MemoryBreakdown:  # fmt: skip
+    """Whole bytes (rounded up), so that every consumer compares the same integers. `mtp`: the
+    trained MTP modules on this stage (see `stage_params`, `activation_bytes`)."""
+    weights, grads, optimizer = model_state_bytes(stage_params(model, lay, layers, first, last, mtp), lay, stack)
     return MemoryBreakdown(
         params=np.ceil(weights),
         grads=np.ceil(grads),
         optimizer=np.ceil(optimizer),
-        activations=np.ceil(activation_bytes(model, lay, stack, layers, stage, first, last, per_token)),
+        activations=np.ceil(activation_bytes(model, lay, stack, layers, stage, first, last, per_token, mtp)),
         other=np.ceil(np.broadcast_to(np.asarray(reserve_bytes, dtype=np.float64), (len(lay),))),
     )
 
@@ -544,6 +560,7 @@ def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: flo
     n = len(lay)
     single = lay.pp == 1
     acts = LayerActivations.of(model, lay, stack)
+    depth = float(model.mtp_layers) if stack.mtp else 0.0  # trained MTP modules, on the last stage
     # A one-stage row is its own first and last stage: only pipelined rows are priced again as a
     # last stage. A middle stage can outweigh the first only where it holds more layers (an uneven
     # split, PP > 2) or more receive buffers (`pp_recv_buffers`): with the same layers it has no
@@ -561,6 +578,7 @@ def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: flo
         first=np.concatenate([np.ones(n, dtype=bool), np.zeros(k + j, dtype=bool)]),
         last=np.concatenate([single, np.ones(k, dtype=bool), np.zeros(j, dtype=bool)]),
         per_token=LayerActivations(acts.stored[rows], acts.recompute_extra[rows]),
+        mtp=np.concatenate([np.where(single, depth, 0.0), np.full(k, depth), np.zeros(j)]),
     )  # fmt: skip
     peak = stages.take(np.arange(n))
     last = stages.take(np.arange(n, n + k))

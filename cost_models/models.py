@@ -94,8 +94,9 @@ sliding-window layouts. It never returns a silently wrong model:
   config class does not read (the value is then used: `intermediate_size` in a BLOOM, OPT or
   Falcon config, whose classes read 4*hidden / `ffn_dim` / `ffn_hidden_size`), a size absent
   from the file and taken from the config class default (e.g. Mixtral's 8 experts), DeepSeek's
-  multi-token-prediction module (`num_nextn_predict_layers`: not counted, as transformers drops
-  it and the published 671B excludes it), DeepSeek-V3.2's sparse-attention indexer
+  multi-token-prediction module (`num_nextn_predict_layers`: read as `ModelSpec.mtp_layers`, but
+  not in the totals, as transformers drops it and the published 671B excludes it; priced only when
+  trained, `Stack.mtp`), DeepSeek-V3.2's sparse-attention indexer
   (`index_topk`, ...), chunked attention (`attention_chunk_size`) outside model_type llama4_text,
   Llama 4 layout keys absent and taken from Llama4TextConfig (`interleave_moe_layer_step`,
   `no_rope_layers`, `attention_chunk_size`, ...), and any key paraplan
@@ -211,7 +212,10 @@ class ModelSpec(BaseModel):
     attention_chunk: int | None = Field(default=None, ge=1, le=100_000_000)
     chunked_layer_ids: tuple[int, ...] | None = None  # None with a chunk: every layer is chunked
 
-    # --- group-limited routing (DeepSeek-V2/V3) ------------------------------------------------
+    # --- DeepSeek-V3 multi-token prediction and node-limited routing -----------------------------
+    # MTP depth D (`num_nextn_predict_layers`): modules outside `num_layers` and outside the
+    # parameter totals; they cost anything only when trained (`Stack.mtp`, see `mtp_params`).
+    mtp_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
     # Group-limited routing (`n_group` / `topk_group`): the E experts form `expert_groups`
     # contiguous groups and a token's experts lie in at most `group_top_k` of them (1, 1: none).
     expert_groups: int = Field(default=1, ge=1, le=100_000)
@@ -488,6 +492,43 @@ class ModelSpec(BaseModel):
         shared += h if self.shared_expert_gate else 0
         moe = attention + h * self.num_experts + shared + self.experts_top_k * m * h * self.ffn_hidden_size
         return tuple(dense if kind == "dense" else moe for kind in self.layer_kinds())
+
+    # --- multi-token prediction (trained only under `Stack.mtp`) --------------------------------
+    # DeepSeek-V3 (arXiv:2412.19437 Sec 2.2): module k combines RMSNorm(h_i) and RMSNorm(Emb(t_{i+k}))
+    # through a 2h x h projection M_k, runs one transformer block and shares the embedding and the
+    # output head with the main model. Megatron-LM d98e8a64 builds it so
+    # (megatron/core/transformer/multi_token_prediction.py MultiTokenPredictionLayer: enorm, hnorm,
+    # eh_proj ColumnParallelLinear(2h, h, bias=False), the transformer layer, final_layernorm; the
+    # layer's spec is the decoder's last, gpt_layer_specs.py get_gpt_mtp_block_spec
+    # `spec.layer_specs[-1]`; GPTModel reuses `self.embedding` and `output_layer`).
+
+    @property
+    def mtp_layer_is_moe(self) -> bool:
+        """Whether the MTP modules' transformer layer has routed experts (as the last layer)."""
+        return self.is_moe and self.layer_kinds()[-1] == "moe"
+
+    @property
+    def mtp_module_params(self) -> int:
+        """One MTP module's own parameters: enorm, hnorm and final_layernorm (3 norms), eh_proj
+        2h*h and one transformer layer like the decoder's last; embedding and head are shared.
+        DeepSeek-V3: 3*7168 + 2*7168^2 + 11,507,286,272 (its last, MoE, layer) = 11,610,068,224;
+        with the checkpoint's own copies of embedding and head (2 x 129280*7168) 13.46B, against the
+        model card's "14B of the Multi-Token Prediction (MTP) Module weights" (671.03B + 13.46B =
+        684.49B, the card's 685B total)."""
+        h = self.hidden_size
+        return 3 * self.norm_params + 2 * h * h + self.layer_param_counts()[-1]
+
+    @property
+    def mtp_params(self) -> int:
+        """All MTP modules' own parameters (not in `params_total`: DeepSeek-V3's 671B excludes them)."""
+        return self.mtp_layers * self.mtp_module_params
+
+    @property
+    def mtp_matmul_params_active(self) -> int:
+        """Per MTP module, the matrix weights one token is multiplied by: eh_proj 2h*h, the layer's
+        active weights and the shared output head V*e (its own logits and loss)."""
+        h = self.hidden_size
+        return 2 * h * h + self.layer_matmul_params_active()[-1] + self.vocab_size * self.word_embed_dim
 
     # --- per-layer means, for cost models that price "a layer" of a stage ------------------------
     # A stage's layers are priced as the model's mean layer: exact for uniform models, and for
@@ -887,9 +928,6 @@ _REFUSED_KEYS = {
 _LLAMA4_KEYS = frozenset({"interleave_moe_layer_step", "intermediate_size_mlp", "moe_layers"})
 # Keys that change parameters or FLOPs, not modelled: warned (value assumed as stated).
 _WARNED_KEYS = {
-    "num_nextn_predict_layers": "multi-token-prediction module(s) not counted: transformers drops them on load "
-    "and DeepSeek's published totals exclude them; training with MTP adds about one MoE layer and a 2h*h "
-    "projection per module",
     "index_topk": "DeepSeek sparse-attention indexer not modelled: its parameters are not counted and "
     "attention is taken as dense",
     "index_n_heads": "DeepSeek sparse-attention indexer not modelled (parameters not counted)",
@@ -1633,6 +1671,13 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     # model_type are read as GPT-2, dropout included
     keys = DROPOUT_FAMILIES.get(family_name, ())
     dropout = _dropout(r, bool(keys) and (model_type in FAMILIES or not model_type), keys)
+    if family_name.startswith("deepseek"):
+        # DeepSeek-V3's MTP depth; counted only when trained (Stack.mtp), see ModelSpec.mtp_params
+        fields["mtp_layers"] = r.int(("num_nextn_predict_layers",), default=0, minimum=0)
+        if fields["mtp_layers"]:
+            r.warn(f"'num_nextn_predict_layers' = {fields['mtp_layers']}: the multi-token-prediction module(s) are "
+                   "not in the parameter totals (transformers drops them on load; DeepSeek's published 671B "
+                   "excludes them); they are trained, and priced, only with the stack setting mtp")  # fmt: skip
     _warn_leftovers(r, fam, model_type)
 
     try:

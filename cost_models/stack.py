@@ -126,6 +126,17 @@ recompute (transformer_config.py `__post_init__`). Priced in `traffic.a2a_hidden
 `delay_wgrad`: with `moe_a2a_overlap`, the expert MLP's weight-gradient GEMMs run after its
 input-gradient ones, beside the backward dispatch (--delay-wgrad-compute, which Megatron allows only
 with --overlap-moe-expert-parallel-comm).
+`mtp`: the model's multi-token-prediction modules (`ModelSpec.mtp_layers`, DeepSeek-V3's
+`num_nextn_predict_layers`) are trained: Megatron-LM's --mtp-num-layers D (Megatron-Bridge's
+DeepSeek-V3 recipes keep the config's D = 1: recipes/deepseek/deepseek_v3.py at v0.4.2
+`cfg.model.mtp_num_layers = 1`). Megatron-LM d98e8a64 places them on the last pipeline stage
+(multi_token_prediction.py `mtp_on_this_rank`: without a custom layout "all of MTP layers on the
+last pipeline stage"; Megatron-Bridge's DeepSeek-V3 layouts end in [decoder, "mtp", "loss"]), with
+a copy of the word embedding there (gpt_model.py builds `self.embedding` when
+`pre_process or mtp_process`). Each module adds, per token, its eh_proj, one transformer layer like
+the decoder's last and a second pass through the output head and the loss (`ModelSpec.mtp_params`);
+Megatron-LM's own FLOP count adds the same (training.py num_floating_point_operations:
+`mtp_num_layers` more layers of the last layer's kind, eh_proj and `(mtp_num_layers + 1)` logits).
 """
 
 from __future__ import annotations
@@ -222,6 +233,12 @@ class Stack:
     delay_wgrad: bool = field(
         default=False,
         metadata={"help": "With moe-a2a-overlap, expert weight gradients run beside the backward dispatch."},
+    )
+    mtp: bool = field(
+        default=False,
+        metadata={
+            "help": "Train the model's multi-token-prediction modules on the last stage (Megatron, DeepSeek-V3)."
+        },
     )
 
     def settings(self) -> dict[str, bool | str]:

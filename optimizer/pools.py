@@ -294,6 +294,9 @@ def pool_question(model: ModelSpec, pool: Pool, knobs: Mapping[str, object] | No
         raise InputError("torchtitan has no ZeRO-1: pool plans use Megatron-LM or DeepSpeed")
     if not 0.0 <= mem_headroom < 1.0:
         raise InputError(f"mem-headroom {mem_headroom} must be in 0..0.9")
+    if (stack or {}).get("mtp") and model.mtp_layers:
+        # the per-stage tables (stage_costs) price the LM head on the last stage, not MTP modules
+        raise InputError("mtp: pool plans do not price multi-token-prediction modules on the last stage")
     base = Layout(global_batch=settings_knobs["global_batch"], seq_len=settings_knobs["seq_len"],
                   precision=settings_knobs["precision"], framework=settings_knobs["framework"])  # fmt: skip
     low, high = _bounds(bounds)

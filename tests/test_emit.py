@@ -13,7 +13,7 @@ import functools
 import io
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -727,3 +727,27 @@ def test_megatron_expert_groups_flags() -> None:
     assert "--moe-router-num-groups" not in emit_launch(
         "megatron", load_model("mixtral-8x7b"), Layout(dp=8, ep=8, global_batch=64)
     )
+
+
+def test_megatron_mtp_round_trip_and_refusals() -> None:
+    """Stack.mtp is Megatron-LM's --mtp-num-layers with the config's num_nextn_predict_layers (1 for
+    DeepSeek-V3; the flag is in megatron_lm_d98e8a64.json); the importer reads it back, names
+    another depth, and a model without MTP modules or a stack without MTP refuses."""
+    model = load_model(str(Path(__file__).parent / "data" / "hf_configs" / "deepseek-v3.json"))
+    lay = Layout(tp=1, pp=16, dp=16, ep=8, micro_batch=1, global_batch=2048, precision="fp8",
+                 first_stage_layers=4, last_stage_layers=1)  # fmt: skip
+    text = emit_launch("megatron", model, lay, Stack(mtp=True, main_grads="bf16"))
+    words = text.split()
+    assert words[words.index("--mtp-num-layers") + 1] == "1"
+    assert check_emitted("megatron", text) == []
+    _, stack, _, notes = imported("megatron", text, model)
+    assert stack.mtp is True and not any("architecture differs" in n for n in notes)
+    deeper = text.replace("--mtp-num-layers 1", "--mtp-num-layers 2")
+    _, stack, _, notes = imported("megatron", deeper, model)
+    assert stack.mtp is False and any("--mtp-num-layers 2: not modelled" in n for n in notes)
+    assert "--mtp-num-layers" not in emit_launch("megatron", model, lay, Stack(main_grads="bf16")).split()
+    with pytest.raises(InputError, match="mtp"):
+        emit_launch("megatron", load_model("mixtral-8x7b"), Layout(dp=8, ep=8, global_batch=64), Stack(mtp=True))
+    tt = Layout(dp=256, global_batch=2048, framework="torchtitan")
+    with pytest.raises(InputError, match="mtp"):
+        emit_launch("torchtitan", model, tt, replace(default_stack(Framework.TORCHTITAN), mtp=True))

@@ -5,6 +5,7 @@ offload, and the micro-batches in flight under 1F1B and Megatron's interleaved s
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,8 +31,9 @@ from paraplan.cost_models.memory import (
     stage_params,
     userbuffers_bytes,
 )
-from paraplan.cost_models.models import ModelSpec, load_model
+from paraplan.cost_models.models import ModelSpec, load_hf_config, load_model
 from paraplan.cost_models.stack import Stack
+from paraplan.hardware_specs.loader import load_cluster
 from paraplan.hardware_specs.schema import Cluster, Host
 
 NO_FLASH = Stack(flash_attention=False)
@@ -670,3 +672,32 @@ def test_bf16_adam_moments_hold_two_thirds_of_megatrons_optimizer_state() -> Non
     assert light.optimizer[0] == pytest.approx(full.optimizer[0] * 8.0 / 12.0, rel=1e-12)
     assert light.params[0] == full.params[0] and light.grads[0] == full.grads[0]
     assert light.activations[0] == full.activations[0]
+
+
+def test_mtp_module_on_the_last_stage_by_hand() -> None:
+    # DeepSeek-V3 with its MTP module trained (Stack.mtp), TP1 EP8: the last stage holds, besides
+    # its layer, the module's own weights and Megatron-LM's copy of the word embedding:
+    # eh_proj 2*7168^2 = 102,760,448 + the MoE layer without its routed experts
+    # (11,507,286,272 - 256*44,040,192 = 232,997,120) + 3 norms 21,504 + embedding 129280*7168
+    # = 926,679,040 -> 1,262,458,112 dense; 256*44,040,192 / 8 = 1,409,286,144 expert weights.
+    model = load_hf_config(Path(__file__).parent / "data" / "hf_configs" / "deepseek-v3.json")
+    lay = one(pp=16, dp=16, ep=8, micro_batch=1, global_batch=4096, precision="fp8",
+              first_stage_layers=4, last_stage_layers=1)  # fmt: skip
+    layers = np.array([1.0])
+    plain = stage_params(model, lay, layers, first=False, last=True)
+    mtp = stage_params(model, lay, layers, first=False, last=True, mtp=1.0)
+    assert _f(mtp.dense - plain.dense) == pytest.approx(1_262_458_112, rel=1e-12)
+    assert _f(mtp.expert - plain.expert) == pytest.approx(1_409_286_144, rel=1e-12)
+    # evaluated: the last stage now holds more work and memory than without; a model without MTP
+    # modules evaluates the same either way
+    cluster = load_cluster("b200")
+    stack = Stack(main_grads="bf16", ep_dispatcher="hybridep")
+    base = evaluate(model, cluster, lay, stack)
+    with_mtp = evaluate(model, cluster, lay, replace(stack, mtp=True))
+    assert _f(with_mtp.step_time_s) > _f(base.step_time_s)
+    assert _f(with_mtp.model_flops) > _f(base.model_flops)
+    mixtral = load_model("mixtral-8x7b")
+    small = one(pp=4, dp=2, ep=2, micro_batch=1, global_batch=64)
+    assert _f(evaluate(mixtral, cluster, small, replace(stack, mtp=True)).step_time_s) == _f(
+        evaluate(mixtral, cluster, small, stack).step_time_s
+    )

@@ -357,6 +357,21 @@ def test_deepseek_v3_warns_only_about_mtp() -> None:
     assert "num_nextn_predict_layers" in model.warnings[0]
 
 
+def test_deepseek_v3_mtp_module_by_hand() -> None:
+    # config.json: num_nextn_predict_layers 1. One MTP module (Megatron-LM
+    # MultiTokenPredictionLayer): enorm + hnorm + final_layernorm 3*7168 = 21,504, eh_proj
+    # 2*7168*7168 = 102,760,448, and a layer like the last (MoE) one, 11,507,286,272
+    # (test_deepseek_v3_671b_total_37b_active) = 11,610,068,224; with the checkpoint's own
+    # embedding and head copies (2*129280*7168 = 1,853,358,080) 13,463,426,304: the card's "14B"
+    model = _real("deepseek-v3")
+    assert model.mtp_layers == 1 and model.mtp_layer_is_moe
+    assert model.mtp_module_params == 11_610_068_224 == model.mtp_params
+    assert model.mtp_params + 2 * 129280 * 7168 == pytest.approx(14e9, rel=0.04)
+    assert model.total_params == 671_026_419_200  # the totals stay the published 671B
+    # per token: eh_proj 102,760,448 + the MoE layer's 585,302,016 + head 926,679,040
+    assert model.mtp_matmul_params_active == 1_614_741_504
+
+
 def test_expert_groups_need_the_stated_keys() -> None:
     # DeepSeek-V3's config.json: n_group 8, topk_group 4; DeepSeek-V2 applies the groups only under
     # topk_method group_limited_greedy (its config: 8, 3)

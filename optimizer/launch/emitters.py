@@ -463,6 +463,19 @@ def _token_drop(ctx: _Ctx, fw: Framework, release: str) -> list[Flag]:
     return [("--moe-expert-capacity-factor", "1.0"), ("--moe-pad-expert-input-to-capacity", None)]
 
 
+def _mtp(ctx: _Ctx, fw: Framework, release: str) -> list[Flag]:
+    """`Stack.mtp`: Megatron-LM's --mtp-num-layers with the model's MTP depth
+    (`ModelSpec.mtp_layers`); a model without MTP modules, or a framework without MTP
+    (`FrameworkSpec.mtp`), refuses."""
+    if not ctx.stack.mtp:
+        return []
+    if not ctx.model.mtp_layers:
+        _refuse(ctx, "mtp", f"{ctx.model.name} has no multi-token-prediction modules (num_nextn_predict_layers)")
+    if not FRAMEWORKS[fw].mtp:
+        _refuse(ctx, "mtp", f"{release} has no multi-token-prediction training; it is Megatron-LM's --mtp-num-layers")
+    return [("--mtp-num-layers", str(ctx.model.mtp_layers))]
+
+
 def _ep_dispatcher(ctx: _Ctx, fw: Framework, release: str) -> str:
     """`Stack.ep_dispatcher` where the framework runs it (`FrameworkSpec.ep_dispatchers`), else a
     refusal. Megatron-LM's flex dispatcher with DeepEP rejects padding to capacity
@@ -512,6 +525,7 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     flags.append((_kf("ep", fw), str(lay.ep)))
     flags += _expert_tp(ctx)
     flags += _token_drop(ctx, fw, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
+    flags += _mtp(ctx, fw, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
     if lay.sequence_parallel and lay.tp > 1:
         flags.append(("--sequence-parallel", None))
     flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),
@@ -681,6 +695,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
                 "cross entropy in eager mode")  # fmt: skip
     _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     _token_drop(ctx, Framework.DEEPSPEED, f"DeepSpeed {DEEPSPEED_VERSION}")
+    _mtp(ctx, Framework.DEEPSPEED, f"DeepSpeed {DEEPSPEED_VERSION}")
     _ep_dispatcher(ctx, Framework.DEEPSPEED, f"DeepSpeed {DEEPSPEED_VERSION}")
     _refuse_bf16_moments(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     _refuse_partial_master(ctx, f"DeepSpeed {DEEPSPEED_VERSION}", "keeps an fp32 master copy of the bf16 weights")
@@ -843,6 +858,7 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
                 "the output of every SDPA backend (op_sac_save_list, since b39377f9f)")  # fmt: skip
     _refuse_older_stack(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     _token_drop(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
+    _mtp(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
     _ep_dispatcher(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
     _refuse_bf16_moments(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     _refuse_partial_master(

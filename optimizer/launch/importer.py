@@ -594,6 +594,20 @@ def _megatron_stack(meg: _Megatron, fsdp: bool) -> None:
     _megatron_token_drop(meg)
 
 
+def _megatron_mtp(meg: _Megatron) -> None:
+    """--mtp-num-layers D is `Stack.mtp` where D is the model's MTP depth (what the emitter
+    writes); another depth is named as not modelled (read without MTP)."""
+    if not meg.has("mtp_num_layers"):
+        return
+    depth = meg.get("mtp_num_layers")
+    model = meg.st.model
+    if depth is not None and _same_number(depth, model.mtp_layers) and model.mtp_layers > 0:
+        meg.st.stack["mtp"] = True
+    elif depth not in (None, 0, "0"):
+        meg.st.note(f"{meg.flag('mtp_num_layers')} {depth}: not modelled ({model.name} has "
+                    f"{model.mtp_layers} multi-token-prediction module(s)); read without MTP")  # fmt: skip
+
+
 def _megatron_token_drop(meg: _Megatron) -> None:
     """--moe-expert-capacity-factor: 1.0 with --moe-pad-expert-input-to-capacity is `Stack.token_drop`
     (what the emitter writes); any other capacity is named as not modelled (read as dropless)."""
@@ -691,10 +705,10 @@ def _megatron_specials(meg: _Megatron) -> None:
     st = meg.st
     if meg.get("cpu_offloading") or meg.has("cpu_offloading_num_layers"):
         st.note("activation CPU offloading is not modelled")
+    _megatron_mtp(meg)
     for dest in (
         "hybrid_layer_pattern",
         "hybrid_override_pattern",
-        "mtp_num_layers",
         "heterogeneous_layers_config_path",
     ):
         if meg.has(dest):
