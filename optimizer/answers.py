@@ -67,7 +67,9 @@ def evaluated(
         peak_flops=float(ev.peak_flops[i]),
         tflops_per_gpu=float(ev.tflops_per_gpu[i]),
         tokens_per_s=float(ev.tokens_per_s[i]),
-        params=ParamsOut(total=ev.model.total_params, active=ev.model.active_params),
+        params=ParamsOut(
+            total=ev.model.total_params, active=ev.model.active_params, mtp=ev.model.mtp_params if ev.stack.mtp else 0
+        ),
         bottleneck=BottleneckOut(term=term, share=min(max(share, 0.0), 1.0), explanation=bottleneck_sentence(ev, i)),
         cost_usd_per_step=cost_per_step,
         train_time_s=train,

@@ -64,6 +64,12 @@ class TimeOut(_Out):
 class ParamsOut(_Out):
     total: int = Field(ge=0, description="the model's parameter count as paraplan reads it")
     active: int = Field(ge=0, description="touched by one token (top-k experts); equal to total for dense models")
+    mtp: int = Field(
+        default=0,
+        ge=0,
+        description="trained multi-token-prediction modules' own parameters (stack setting mtp), "
+        "not in total (DeepSeek-V3: 11.6B beside the published 671B); 0 without",
+    )
 
 
 class BottleneckOut(_Out):

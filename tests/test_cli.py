@@ -79,7 +79,7 @@ def test_validate_readme_example(outputs: dict[str, Invocation]) -> None:
     assert [layout[k] for k in ("tp", "pp", "dp", "cp", "ep")] == [8, 4, 8, 1, 1]
     assert (layout["seq_len"], layout["global_batch"]) == (4096, 1024)  # 4,194,304 tokens / 4096
     assert (layout["precision"], layout["framework"]) == ("bf16", "megatron")  # the defaults
-    assert obj["params"] == {"total": LLAMA2_70B_PARAMS, "active": LLAMA2_70B_PARAMS}  # dense: equal
+    assert obj["params"] == {"total": LLAMA2_70B_PARAMS, "active": LLAMA2_70B_PARAMS, "mtp": 0}  # dense: equal
     # 312 TFLOP/s A100s training a 70B model: Megatron-LM reports MFU in the 0.4-0.6 range
     assert 0.3 <= obj["mfu"] <= 0.75
 
@@ -326,7 +326,22 @@ def test_moe_params_total_and_active(invoke: Invoke) -> None:
     assert obj["params"] == {
         "total": 32 * (attention + 8 * expert) + rest,
         "active": 32 * (attention + 2 * expert) + rest,
+        "mtp": 0,
     }
+
+
+def test_trained_mtp_params_are_named_beside_the_published_total(invoke: Invoke) -> None:
+    # DeepSeek-V3 with --mtp: the total stays the published 671B (671,026,419,200) and the trained
+    # MTP module's own 11,610,068,224 (tests/test_models.py: 3 norms, eh_proj, one MoE layer) is named
+    config = str(Path(__file__).parent / "data" / "hf_configs" / "deepseek-v3.json")
+    args = ["validate", "--model", config, "--gpus", "256", "--hardware", "b200", "--plan", "TP1/PP16/DP16/EP8",
+            "--precision", "fp8", "--global-batch", "4096", "--first-stage-layers", "4", "--last-stage-layers", "1",
+            "--main-grads", "bf16", "--json"]  # fmt: skip
+    plain, trained = invoke(*args).json(), invoke(*args, "--mtp").json()
+    assert plain["params"]["mtp"] == 0
+    assert trained["params"] == {**plain["params"], "mtp": 11_610_068_224}
+    assert trained["params"]["total"] == 671_026_419_200
+    assert trained["step_time_s"] > plain["step_time_s"]
 
 
 FP8_PRESETS = [name for name in preset_names() if load_cluster(name).gpu.peak_fp8_flops]
