@@ -77,12 +77,16 @@ def model_flops_per_step(model: ModelSpec, lay: Layouts, causal: bool = True, mt
     return np.asarray(3.0 * lay.global_batch * seq * per_token)
 
 
-def recompute_flops_per_step(model: ModelSpec, lay: Layouts) -> FloatArray:
-    """FLOPs spent again by activation recompute (the HFU - MFU numerator), causal-aware."""
+def recompute_flops_per_step(model: ModelSpec, lay: Layouts, mtp: bool = False) -> FloatArray:
+    """FLOPs spent again by activation recompute (the HFU - MFU numerator), causal-aware. `mtp`:
+    trained MTP modules' layers are recomputed like a mean layer, as `evaluate` prices their time
+    (Megatron-LM d98e8a64 multi_token_prediction.py: under recompute_granularity 'full' the MTP
+    layer's forward goes through `_checkpointed_forward`, "mirrors transformer_block")."""
     tokens = (lay.global_batch * lay.seq_len).astype(np.float64)
+    layers = model.num_layers + (model.mtp_layers if mtp else 0)
     attention_core = 2.0 * causal_keys(model, lay.floats("seq_len")) * model.attention_core_width
-    attention_core = attention_core * model.num_layers
-    matmuls = model.num_layers * 2.0 * layer_matmul_weights_active(model)
+    attention_core = attention_core * layers
+    matmuls = layers * 2.0 * layer_matmul_weights_active(model)
     full = matmuls + attention_core
     # torchtitan's op-level policy recomputes every other matmul; Megatron's the attention core.
     selective = np.where(lay.framework == Framework.TORCHTITAN, 0.5 * matmuls, attention_core)

@@ -193,3 +193,15 @@ def test_mtp_flops_by_hand() -> None:
     assert with_mtp / plain == pytest.approx(557 / 534, rel=0.01)
     dense = load_model("llama3-8b")
     assert _f(model_flops_per_step(dense, lay, mtp=True)) == _f(model_flops_per_step(dense, lay))
+
+
+def test_mtp_layer_recomputed_like_the_others() -> None:
+    # full recompute of every layer: 61 decoder layers + 1 MTP layer priced as the mean layer, so
+    # the recompute FLOPs grow by exactly 62/61 with the module trained; none stays none
+    model = load_hf_config(Path(__file__).parent / "data" / "hf_configs" / "deepseek-v3.json")
+    lay = one(dp=256, ep=8, seq_len=4096, global_batch=2048, micro_batch=1, recompute="full")
+    assert _f(recompute_flops_per_step(model, lay, mtp=True)) == pytest.approx(
+        _f(recompute_flops_per_step(model, lay)) * 62 / 61, rel=1e-12
+    )
+    none = one(dp=256, ep=8, seq_len=4096, global_batch=2048, micro_batch=1)
+    assert _f(recompute_flops_per_step(model, none, mtp=True)) == 0.0
