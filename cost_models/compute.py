@@ -116,6 +116,19 @@ def _layer_gemms_fwd_s(
     dense layer, or for an MoE layer the router, the shared experts (on every token) and the
     routed experts (top-k tokens spread over the E/EP local experts), weighted by the share of
     each kind of layer. `rate`: the large-GEMM rate, by default the layout precision's."""
+    parts = _gemm_parts(model, lay, cluster, tokens, rate)
+    if not model.is_moe:
+        return np.asarray(parts["attention"] + parts["dense"])
+    share = model.moe_share
+    moe = parts["routed"] + parts["shared"] + parts["router"]
+    return np.asarray(parts["attention"] + (1.0 - share) * parts["dense"] + share * moe)
+
+
+def _gemm_parts(
+    model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray, rate: FloatArray | float | None = None
+) -> dict[str, FloatArray]:
+    """`_layer_gemms_fwd_s`'s parts, forward, each for a layer that has it: "attention" (every
+    layer), "dense" (a dense layer's MLP), "routed", "shared", "router" (an MoE layer's)."""
     h = float(model.hidden_size)
     tp = lay.floats("tp")
     peak = matmul_rate(cluster, lay) if rate is None else rate
@@ -123,8 +136,8 @@ def _layer_gemms_fwd_s(
     up = 2.0 if model.mlp == "gated" else 1.0
     out_width = float(model.num_heads * (model.v_head_dim or model.head_dim))
     attention_in = (model.attention_matmul_params - out_width * h) / h
-    total = gemm_s(tokens, attention_in / tp, h * ones, peak, cluster)
-    total = total + gemm_s(tokens, h * ones, out_width / tp, peak, cluster)
+    attention = gemm_s(tokens, attention_in / tp, h * ones, peak, cluster)
+    attention = attention + gemm_s(tokens, h * ones, out_width / tp, peak, cluster)
 
     def mlp(width: float, rows: FloatArray) -> FloatArray:
         return np.asarray(
@@ -132,15 +145,35 @@ def _layer_gemms_fwd_s(
         )
 
     dense_ffn = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
-    dense = mlp(dense_ffn, tokens)
+    zero = np.zeros(len(lay))
+    parts = {"attention": np.asarray(attention), "dense": mlp(dense_ffn, tokens), "routed": zero, "shared": zero,
+             "router": zero}  # fmt: skip
     if not model.is_moe:
-        return np.asarray(total + dense)
-    routed = routed_gemms_fwd_s(model, lay, cluster, tokens, peak)
+        return parts
+    parts["routed"] = routed_gemms_fwd_s(model, lay, cluster, tokens, peak)
     shared_ffn = float(model.shared_expert_ffn or model.ffn_hidden_size)
-    shared = model.num_shared_experts * mlp(shared_ffn, tokens) if model.num_shared_experts else 0.0
-    router = gemm_s(tokens, model.num_experts * ones, h * ones, bf16_rate(cluster), cluster)
-    share = model.moe_share
-    return np.asarray(total + (1.0 - share) * dense + share * (routed + shared + router))
+    if model.num_shared_experts:
+        parts["shared"] = np.asarray(model.num_shared_experts * mlp(shared_ffn, tokens))
+    parts["router"] = gemm_s(tokens, model.num_experts * ones, h * ones, bf16_rate(cluster), cluster)
+    return parts
+
+
+def _mla_up_proj_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
+    """What Megatron's mla_up_proj checkpoint runs (`qkv_up_proj_and_rope_apply`,
+    multi_latent_attention.py at d98e8a64): the Q projection from the q-LoRA latent (or from the
+    hidden state without q-LoRA), the KV up-projection from the KV latent, and RoPE on Q and K."""
+    if not model.is_mla:
+        return np.zeros(len(lay))
+    tp = lay.floats("tp")
+    ones = np.ones_like(tokens)
+    peak = matmul_rate(cluster, lay)
+    a, d, rope = model.num_heads, model.head_dim, model.qk_rope_head_dim
+    d_v = model.v_head_dim or d
+    q_in = float(model.q_lora_rank or model.hidden_size)
+    q = gemm_s(tokens, a * d / tp, q_in * ones, peak, cluster)
+    kv = gemm_s(tokens, a * (d - rope + d_v) / tp, float(model.kv_lora_rank or 0) * ones, peak, cluster)
+    rotary = tokens * 4.0 * (model.q_dim + model.kv_dim) / tp
+    return np.asarray(q + kv + _kernels_s(rotary, np.ones(len(lay)), cluster))
 
 
 def routed_gemms_fwd_s(
@@ -316,8 +349,8 @@ def expert_epilogue_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) ->
         (4 B), 16 B. The probabilities are taken as bf16 (the recipes leave moe_router_dtype
         unset: the router's logits keep the input dtype), a lower bound if they are fp32.
     R = T k ETP/TP routed rows as in `moe_permute_bytes`. The fused activation itself is charged
-    in `_layer_memory_bound_fwd_s`. Megatron-LM's selective recompute of "moe_act" would run the
-    clamp again; paraplan's selective recompute is the attention core's, so that is left out."""
+    in `_layer_memory_bound_fwd_s`. Megatron-LM's selective recompute of "moe_act" runs the
+    clamp again (`selective_recompute_fwd_s`)."""
     zero = np.zeros(len(lay))
     bias = model.is_moe and model.has_mlp_bias
     if not model.is_moe or not (model.glu_clamp or bias):
@@ -534,6 +567,62 @@ def fp8_cast_bytes(model: ModelSpec, lay: Layouts, stack: Stack, tokens: FloatAr
     return np.asarray(np.where(fp8, fwd, 0.0)), np.asarray(np.where(fp8, bwd, 0.0))
 
 
+def selective_recompute_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, tokens: FloatArray,
+                              attention: FloatArray, permute_fwd: FloatArray) -> FloatArray:  # fmt: skip
+    """Megatron-LM's selective recompute per micro-batch and mean layer: each module of
+    `Stack.recompute_modules` (where its checkpoint wraps code: the `stack` module docstring) runs
+    its forward again in the backward, priced as in the forward:
+      core_attn       the attention core (`attention`, flash or not);
+      layernorm       the separate norms (the input norm of MLA layers, the pre-MLP norm of MoE
+                      layers), memory-bound: read and write 2h each, one kernel each;
+      mla_up_proj     the Q and KV up-projection GEMMs and RoPE (`_mla_up_proj_fwd_s`);
+      mlp             a dense layer's MLP GEMMs and activation;
+      moe             an MoE layer's router, routed and shared experts' GEMMs, activation, token
+                      permutation (`permute_fwd`); its dispatch and combine again in
+                      `traffic.ep_per_layer_s`;
+      moe_act         the routed experts' activation (and GPT-OSS's clamp, `expert_epilogue_bytes`);
+      shared_experts  the shared experts' GEMMs and activation.
+    Nested checkpoints run again inside the outer one's recompute and once more in its backward, so
+    the times add up. The tensor-parallel collectives inside a recomputed MLP or MoE layer (the
+    sequence-parallel all-gather and reduce-scatter) run again too; not priced (a lower bound)."""
+    modules = stack.recompute_modules
+    h = float(model.hidden_size)
+    tp = lay.floats("tp")
+    one = np.ones(len(lay))
+    act = 6.0 if model.mlp == "gated" else 4.0  # activation bytes per element of the MLP width
+    moe_share = model.moe_share if model.is_moe else 0.0
+    dense_share = 1.0 - moe_share
+    total = np.where("core_attn" in modules, attention, 0.0)
+    if "layernorm" in modules:
+        norms = (1.0 if model.is_mla else 0.0) + moe_share
+        per_token = np.where(lay.seq_parallel_active, 4.0 * h / tp, 4.0 * h)
+        total = total + _kernels_s(tokens * per_token * norms, norms * one, cluster)
+    if "mla_up_proj" in modules:
+        total = total + _mla_up_proj_fwd_s(model, lay, cluster, tokens)
+    if not modules & {"mlp", "moe", "moe_act", "shared_experts"}:
+        return np.asarray(total)
+    parts = _gemm_parts(model, lay, cluster, tokens)
+    routed_inner = float(model.experts_top_k * model.ffn_hidden_size) if model.is_moe else 0.0
+    shared_inner = model.num_shared_experts * float(model.shared_expert_ffn or model.ffn_hidden_size)
+    if "mlp" in modules:
+        dense_ffn = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
+        total = total + dense_share * (parts["dense"] + _kernels_s(tokens * act * dense_ffn / tp, one, cluster))
+    if model.is_moe and "moe" in modules:
+        gemms = parts["routed"] + parts["shared"] + parts["router"]
+        activation = _kernels_s(tokens * act * (routed_inner + shared_inner) / tp, one, cluster)
+        total = total + moe_share * (gemms + activation) + permute_fwd
+    if model.is_moe and "moe_act" in modules:
+        clamp: float | FloatArray = 0.0
+        if model.glu_clamp:
+            rows = tokens * model.experts_top_k * lay.etp / tp
+            clamp = _kernels_s(8.0 * rows * 2.0 * model.ffn_hidden_size / lay.etp, CLAMP_KERNELS * one, cluster)
+        total = total + moe_share * (_kernels_s(tokens * act * routed_inner / tp, one, cluster) + clamp)
+    if model.is_moe and "shared_experts" in modules and model.num_shared_experts:
+        activation = _kernels_s(tokens * act * shared_inner / tp, one, cluster)
+        total = total + moe_share * (parts["shared"] + activation)
+    return np.asarray(total)
+
+
 def head_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> FloatArray:
     """LM head GEMM (kept in BF16 under FP8 training) and the fp32 cross entropy, forward."""
     tokens = lay.tokens_per_micro_batch
@@ -559,8 +648,9 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     embedding lookup, moves T*h*2 bytes: negligible next to the head's GEMM.)
 
     Recompute, per micro-batch: full recompute runs the forward of the recomputed layers again;
-    Megatron's selective recompute runs core attention again (flash or not: Megatron-Core
-    checkpoints core attention whatever the backend); torchtitan's op-level policy recomputes
+    Megatron's selective recompute runs its modules again (`selective_recompute_fwd_s`; by default
+    core attention, flash or not: Megatron-Core checkpoints it whatever the backend), DeepSpeed's
+    core attention; torchtitan's op-level policy recomputes
     every other matmul and all elementwise work (about half the GEMM time plus the memory-bound
     kernels; the attention output is saved unless `Stack.attention_saved` is false)."""
     tokens = lay.tokens_per_micro_batch
@@ -603,7 +693,10 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     layer_fwd = gemms + attention + elementwise
     layer_bwd = gemms + wgrad + elementwise_bwd + attention_bwd
     op_level = 0.5 * gemms + elementwise + (0.0 if stack.attention_saved else attention)
-    selective = np.where(lay.framework == Framework.TORCHTITAN, op_level, attention)
+    modules = selective_recompute_fwd_s(model, lay, cluster, stack, tokens, attention, permute_fwd)
+    # DeepSpeed's selective is the attention core (frameworks `selective`), Megatron's its modules
+    selective = np.where(lay.framework == Framework.TORCHTITAN, op_level,
+                         np.where(lay.framework == Framework.MEGATRON, modules, attention))  # fmt: skip
     layer_recompute = np.where(
         lay.recompute == Recompute.FULL,
         lay.full_recompute_share(model.num_layers) * layer_fwd,

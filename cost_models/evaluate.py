@@ -243,7 +243,7 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
         step_time_s=step,
         model_flops=model_flops_per_step(model, lay, causal=True, mtp=stack.mtp),
         model_flops_palm=model_flops_per_step(model, lay, causal=False, mtp=stack.mtp),
-        recompute_flops=recompute_flops_per_step(model, lay, mtp=stack.mtp),
+        recompute_flops=recompute_flops_per_step(model, lay, stack.recompute_modules, mtp=stack.mtp),
         peak_flops=matmul_peak_flops(cluster, lay),
         host_bytes=host,
         gpu_count=np.asarray(lay.gpus, dtype=np.float64),

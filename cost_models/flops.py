@@ -77,9 +77,12 @@ def model_flops_per_step(model: ModelSpec, lay: Layouts, causal: bool = True, mt
     return np.asarray(3.0 * lay.global_batch * seq * per_token)
 
 
-def recompute_flops_per_step(model: ModelSpec, lay: Layouts, mtp: bool = False) -> FloatArray:
-    """FLOPs spent again by activation recompute (the HFU - MFU numerator), causal-aware. `mtp`:
-    trained MTP modules' layers are recomputed like a mean layer, as `evaluate` prices their time
+def recompute_flops_per_step(
+    model: ModelSpec, lay: Layouts, modules: frozenset[str] = frozenset({"core_attn"}), mtp: bool = False
+) -> FloatArray:
+    """FLOPs spent again by activation recompute (the HFU - MFU numerator), causal-aware.
+    `modules`: Megatron's selective recompute modules (`Stack.recompute_modules`). `mtp`: trained
+    MTP modules' layers are recomputed like a mean layer, as `evaluate` prices their time
     (Megatron-LM d98e8a64 multi_token_prediction.py: under recompute_granularity 'full' the MTP
     layer's forward goes through `_checkpointed_forward`, "mirrors transformer_block")."""
     tokens = (lay.global_batch * lay.seq_len).astype(np.float64)
@@ -88,8 +91,11 @@ def recompute_flops_per_step(model: ModelSpec, lay: Layouts, mtp: bool = False) 
     attention_core = attention_core * layers
     matmuls = layers * 2.0 * layer_matmul_weights_active(model)
     full = matmuls + attention_core
-    # torchtitan's op-level policy recomputes every other matmul; Megatron's the attention core.
-    selective = np.where(lay.framework == Framework.TORCHTITAN, 0.5 * matmuls, attention_core)
+    # torchtitan's op-level policy recomputes every other matmul; DeepSpeed's the attention core;
+    # Megatron's its modules' GEMMs (`selective_module_flops_per_token`) and, with core_attn, the core.
+    megatron = selective_module_flops_per_token(model, modules) + (attention_core if "core_attn" in modules else 0.0)
+    selective = np.where(lay.framework == Framework.TORCHTITAN, 0.5 * matmuls,
+                         np.where(lay.framework == Framework.MEGATRON, megatron, attention_core))  # fmt: skip
     return np.asarray(
         tokens
         * np.where(
@@ -98,3 +104,26 @@ def recompute_flops_per_step(model: ModelSpec, lay: Layouts, mtp: bool = False) 
             np.where(lay.recompute == Recompute.SELECTIVE, selective, 0.0),
         )
     )
+
+
+def selective_module_flops_per_token(model: ModelSpec, modules: frozenset[str]) -> float:
+    """GEMM FLOPs per token, all layers, that Megatron's selective recompute modules run again
+    (`compute.selective_recompute_fwd_s` prices their time): mla_up_proj the Q projection and the
+    KV up-projection, mlp the dense layers' MLP, moe the MoE layers' router, routed (top-k) and
+    shared experts, shared_experts the shared experts alone. Nested modules run again each."""
+    h, m = model.hidden_size, model.mlp_matrices
+    flops = 0.0
+    if "mla_up_proj" in modules and model.is_mla:
+        a, d, rope, d_v = model.num_heads, model.head_dim, model.qk_rope_head_dim, model.v_head_dim or model.head_dim
+        q = (model.q_lora_rank or h) * a * d
+        flops += model.num_layers * 2.0 * (q + (model.kv_lora_rank or 0) * a * (d - rope + d_v))
+    if "mlp" in modules:
+        flops += model.num_dense_layers * 2.0 * m * h * (model.dense_ffn_hidden_size or model.ffn_hidden_size)
+    if model.is_moe:
+        shared = model.num_shared_experts * m * h * (model.shared_expert_ffn or model.ffn_hidden_size)
+        if "moe" in modules:
+            routed = model.experts_top_k * m * h * model.ffn_hidden_size + h * model.num_experts
+            flops += model.num_moe_layers * 2.0 * (routed + shared)
+        if "shared_experts" in modules:
+            flops += model.num_moe_layers * 2.0 * shared
+    return flops

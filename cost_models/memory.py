@@ -254,7 +254,11 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     split: float | FloatArray = 4.0 * model.q_dim + kv_saved + mlp_inner
     if not stack.flash_attention:
         scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout)
-        split = split + np.where(lay.recompute == Recompute.NONE, scores, 0.0)
+        # kept unless recomputed: selective recompute without core_attn (Stack.recompute_modules) keeps them
+        kept = (lay.recompute == Recompute.NONE) | (
+            (lay.recompute == Recompute.SELECTIVE) & ("core_attn" not in stack.recompute_modules)
+        )
+        split = split + np.where(kept, scores, 0.0)
     fp8_inputs = (lay.precision == Precision.FP8) & (_per_framework(lay, "fp8_saves_quantized_inputs") > 0)
     # FP8 GEMM inputs kept at 1 B (module docstring): the two norm outputs, the second MLP GEMM's
     # input and the dispatched copies shrink; the attention output gains an FP8 copy.
@@ -276,8 +280,70 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
         + (attention_kept + 2.0 * model.v_dim + 2.0 * model.mean_mlp_inner_active) / tp
     )
     share = lay.full_recompute_share(model.num_layers)
-    stored = share * layer_input + (1.0 - share) * full_layer
+    stored = share * layer_input + (1.0 - share) * full_layer - selective_dropped_bytes(model, lay, stack)
     return np.asarray(np.where(_selective_op(lay), op_policy, stored))
+
+
+def _selective_modules(lay: Layouts) -> BoolArray:
+    """Where `Stack.recompute_modules` applies: Megatron-LM's selective recompute."""
+    return np.asarray((lay.recompute == Recompute.SELECTIVE) & (lay.framework == Framework.MEGATRON))
+
+
+def selective_dropped_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
+    """What Megatron-LM's selective recompute modules (`Stack.recompute_modules`, where each
+    checkpoint wraps code: the `stack` module docstring) keep of a mean layer less, per token on one
+    GPU, against no recompute: each module's saved activations in the table of the module
+    docstring, its input being saved anyway (by the module before it, or as the norm's input).
+    "Replicated" terms are per TP rank unless sequence parallel, the others split over TP.
+      layernorm       a separate norm's output (the next linear's saved input): 2h, the input norm
+                      of MLA layers and the pre-MLP norm of MoE layers (the fused ones are
+                      TELayerNormColumnParallelLinear's own: not discarded);
+      mla_up_proj     Q, K and V as the core attention saves them: 2(a d_qk + a d_qk + a d_v);
+      mlp             a dense layer's MLP inner (gated 6f, plain 4f) and fc1's saved norm output
+                      2h (the checkpoint keeps the residual, the fused norm's input, instead);
+      moe             an MoE layer's experts' inner x top-k, the dispatched copies 2h x top-k x ETP
+                      and the shared experts' inner (the checkpoint keeps the pre-MLP norm output);
+      moe_act         the routed experts' activation output, fc2's input: 2f x top-k;
+      shared_experts  the shared experts' inner (gated 6f, plain 4f each).
+    FP8 (`FP8_SAVES`): the norm outputs and fc2 inputs were counted at 1 B, so that is what goes
+    (Megatron has the linear save its original input under these checkpoints, `set_save_original_input`).
+    Modules nest (moe holds moe_act and shared_experts): the memory is the union, counted once.
+    core_attn is the scores term in `activation_bytes_per_token_layer` (flash attention keeps no more)."""
+    modules = stack.recompute_modules
+    on = _selective_modules(lay)
+    if not on.any() or not (modules - {"core_attn"}):
+        return np.zeros(len(lay))
+    h = float(model.hidden_size)
+    tp = lay.floats("tp")
+    fp8 = (lay.precision == Precision.FP8) & (_per_framework(lay, "fp8_saves_quantized_inputs") > 0)
+    gemm_input = np.where(fp8, 1.0, 2.0)  # bytes per element of a saved linear input
+    inner = 6.0 if model.mlp == "gated" else 4.0
+    inner_kept = inner - np.where(fp8, 1.0, 0.0)  # fc2's input at 1 B under FP8
+    moe_share = model.moe_share if model.is_moe else 0.0
+    dense_share = 1.0 - moe_share
+    replicated: float | FloatArray = 0.0
+    split: float | FloatArray = 0.0
+    if "layernorm" in modules:
+        replicated = replicated + gemm_input * h * ((1.0 if model.is_mla else 0.0) + moe_share)
+    if "mla_up_proj" in modules and model.is_mla:
+        split = split + 2.0 * (model.q_dim + model.kv_dim + model.v_dim)
+    if "mlp" in modules:
+        dense_ffn = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
+        replicated = replicated + dense_share * gemm_input * h
+        split = split + dense_share * inner_kept * dense_ffn
+    if model.is_moe:
+        routed_inner = model.experts_top_k * model.ffn_hidden_size
+        shared_inner = model.num_shared_experts * float(model.shared_expert_ffn or model.ffn_hidden_size)
+        if "moe" in modules:
+            copies = model.experts_top_k * gemm_input * h * lay.etp
+            split = split + moe_share * (inner_kept * (routed_inner + shared_inner) + copies)
+        else:
+            if "moe_act" in modules:
+                split = split + moe_share * gemm_input * routed_inner
+            if "shared_experts" in modules:
+                split = split + moe_share * inner_kept * shared_inner
+    dropped = np.where(lay.seq_parallel_active, replicated / tp, replicated) + split / tp
+    return np.asarray(np.where(on, dropped, 0.0), dtype=np.float64)
 
 
 def kv_repeats(model: ModelSpec, stack: Stack) -> float:
@@ -365,10 +431,11 @@ class LayerActivations:
         # While a layer is recomputed in the backward, the rest of its activations exist again on
         # top of what is stored for it (its input under full recompute; the saved tensors under
         # torchtitan's op-level policy): one layer at a time.
+        # Megatron's selective modules: what they dropped exists again while the layer's backward runs.
         extra = np.where(
             lay.recompute == Recompute.FULL,
             full_layer - _layer_input_bytes_per_token(model, lay),
-            np.where(_selective_op(lay), full_layer - stored, 0.0),
+            np.where(_selective_op(lay), full_layer - stored, selective_dropped_bytes(model, lay, stack)),
         )
         return LayerActivations(stored, np.asarray(extra))
 

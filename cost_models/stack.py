@@ -137,6 +137,35 @@ a copy of the word embedding there (gpt_model.py builds `self.embedding` when
 the decoder's last and a second pass through the output head and the loss (`ModelSpec.mtp_params`);
 Megatron-LM's own FLOP count adds the same (training.py num_floating_point_operations:
 `mtp_num_layers` more layers of the last layer's kind, eh_proj and `(mtp_num_layers + 1)` logits).
+`recompute_modules`: what Megatron-LM's selective recompute (--recompute-granularity selective
+--recompute-modules ...) checkpoints, read only where the layout's recompute is selective. Megatron-LM
+d98e8a64 megatron/core/transformer/transformer_config.py `recompute_modules` (default ["core_attn"];
+an empty list recomputes nothing). Each module below is one of `RECOMPUTE_MODULES`, with where its
+checkpoint wraps code at d98e8a64; what its recompute costs is priced in `compute.
+selective_recompute_fwd_s` (its forward again in the backward) and what it saves in
+`memory.selective_dropped_bytes` (its saved activations dropped, its input kept):
+  core_attn       attention.py `_checkpointed_attention_forward` (`checkpoint_core_attention`): the
+                  attention core (QK^T, softmax, PV) under tensor_parallel.checkpoint.
+  layernorm       transformer_layer.py `recompute_input_layernorm` / `recompute_pre_mlp_layernorm`:
+                  output-discarding checkpoints (CheckpointWithoutOutput) of the input and pre-MLP
+                  norms, only where the norm is a module of its own (not IdentityOp): with the
+                  Transformer Engine spec (models/gpt/gpt_layer_specs.py) the input norm of MLA
+                  layers and the pre-MLP norm of MoE layers; the others are fused into the next
+                  linear (TELayerNormColumnParallelLinear), which keeps its output.
+  mla_up_proj     multi_latent_attention.py `qkv_up_proj_and_rope_apply` under CheckpointWithoutOutput:
+                  the Q projection (q_up_proj, or q_proj without q-LoRA), the KV up-projection and
+                  RoPE; Q, K and V are discarded after the core attention's forward.
+  mlp             transformer_layer.py `recompute_mlp` (dense layers only, `not self.is_moe_layer`):
+                  the dense MLP under tensor_parallel.checkpoint from the pre-MLP norm's output.
+  moe             moe/moe_layer.py `moe_layer_recompute`: the whole MoE layer (router, dispatch,
+                  experts, combine, shared experts) under tensor_parallel.checkpoint.
+  moe_act         moe/experts.py `activation_recompute`: the routed experts' activation (and the
+                  probability scaling) under CheckpointWithoutOutput; the second expert GEMM's input
+                  is discarded after it runs.
+  shared_experts  moe/moe_layer.py `shared_experts_compute`: the shared experts under
+                  tensor_parallel.checkpoint.
+Megatron-LM also accepts gdn_norm_out, gdp_in_proj, gdp_qkv and mhc (GatedDeltaNet/Product and
+HyperConnection layers), which paraplan's decoders do not have: refused.
 """
 
 from __future__ import annotations
@@ -156,6 +185,9 @@ MasterWeights = Literal["fp32", "remainders", "none"]
 MASTER_WEIGHTS: tuple[MasterWeights, ...] = get_args(MasterWeights)
 EpDispatcher = Literal["alltoall", "deepep", "hybridep"]
 EP_DISPATCHERS: tuple[EpDispatcher, ...] = get_args(EpDispatcher)
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
+RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)  # Megatron-LM's order
+DEFAULT_RECOMPUTE_MODULES: frozenset[RecomputeModule] = frozenset({"core_attn"})
 
 
 @dataclass(frozen=True)
@@ -240,10 +272,23 @@ class Stack:
             "help": "Train the model's multi-token-prediction modules on the last stage (Megatron, DeepSeek-V3)."
         },
     )
+    recompute_modules: frozenset[RecomputeModule] = field(
+        default=DEFAULT_RECOMPUTE_MODULES,
+        metadata={
+            "help": "Megatron's selective recompute modules, comma-separated: "
+            + ", ".join(RECOMPUTE_MODULES)
+            + " (core_attn by default)."
+        },
+    )
 
-    def settings(self) -> dict[str, bool | str]:
-        """Every setting by name, as the JSON reports them."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+    def __post_init__(self) -> None:
+        # a list or a comma-separated string given for the module set becomes the set (ValueError if unknown)
+        object.__setattr__(self, "recompute_modules", parse_modules(self.recompute_modules))
+
+    def settings(self) -> dict[str, bool | str | list[str]]:
+        """Every setting by name, as the JSON reports them (module sets as lists, Megatron's order)."""
+        return {f.name: module_list(v) if isinstance(v, frozenset) else v for f in fields(self)
+                for v in (getattr(self, f.name),)}  # fmt: skip
 
     @property
     def grad_bytes(self) -> int:
@@ -285,5 +330,32 @@ STACK_CHOICES: dict[str, tuple[str, ...]] = {
     "master_weights": MASTER_WEIGHTS,
     "ep_dispatcher": EP_DISPATCHERS,
 }
+# the stack settings that take a set of words (a list in JSON, comma-separated on the command line)
+STACK_SETS: dict[str, tuple[str, ...]] = {"recompute_modules": RECOMPUTE_MODULES}
+
+
+def module_list(modules: frozenset[str]) -> list[str]:
+    """A module set in Megatron-LM's order (RECOMPUTE_MODULES), as JSON and launch flags write it."""
+    return [m for m in RECOMPUTE_MODULES if m in modules]
+
+
+def parse_modules(value: object) -> frozenset[RecomputeModule]:
+    """A recompute module set from a list, a set or a comma/space-separated string; ValueError
+    naming the unknown ones. An empty one is Megatron's empty list (selective recompute of nothing)."""
+    if isinstance(value, str):
+        items: list[object] = [v for v in value.replace(",", " ").split() if v]
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+    else:
+        raise ValueError(f"must be a list of module names, not {value!r}")
+    unknown = [str(v) for v in items if v not in RECOMPUTE_MODULES]
+    if unknown:
+        raise ValueError(
+            f"{', '.join(unknown)} not among {', '.join(RECOMPUTE_MODULES)} (Megatron-LM's, as paraplan "
+            "prices them; gdn_norm_out, gdp_in_proj, gdp_qkv and mhc belong to layers it does not model)"
+        )
+    return frozenset(m for m in RECOMPUTE_MODULES if m in items)
+
+
 BF16_BYTES = 2  # bf16/fp16 weights and activations
 FP32_BYTES = 4

@@ -90,7 +90,7 @@ from paraplan.cost_models.frameworks import (
     deferred_grad_sync,
     sp_regathers_input,
 )
-from paraplan.cost_models.layout import CpComm, Framework
+from paraplan.cost_models.layout import CpComm, Framework, Recompute
 from paraplan.cost_models.memory import StageParams, kv_repeats
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.pipeline import combined_1f1b_share
@@ -389,7 +389,11 @@ def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stac
         return np.zeros(len(lay))
     tokens = np.where(lay.seq_parallel_active, lay.tokens_per_micro_batch / lay.tp, lay.tokens_per_micro_batch)
     # per mean layer, like the compute terms: the dense layers of an MoE model exchange nothing
-    exchanges = 2.0 * (_forward_passes(model, lay) + 1.0) * model.moe_share
+    # Megatron's selective recompute of "moe" (Stack.recompute_modules) runs the whole MoE forward,
+    # dispatch and combine included, again in the backward (moe_layer.py `moe_layer_recompute`)
+    moe_again = (lay.recompute == Recompute.SELECTIVE) & (lay.framework == Framework.MEGATRON)
+    passes = _forward_passes(model, lay) + np.where(moe_again & ("moe" in stack.recompute_modules), 1.0, 0.0)
+    exchanges = 2.0 * (passes + 1.0) * model.moe_share
     if stack.hierarchical_ep:
         return np.asarray(exchanges * hierarchical_ep_s(model, lay, cluster, tokens))
     bw, lat = links(cluster, lay.ep, lay.etp, all_to_all=True)

@@ -648,7 +648,14 @@ def plan_figures(tables: StageTables, plan: StagePlan) -> PlanFigures:
         opt = tables.options[st.option]
         used[opt.member] += tables.dp * opt.tp
         peak += tables.dp * opt.tp * float(tables.peak_flops[st.option])
-        rc_flops += float(recompute_flops_per_step(model, tables.rows.take(np.array([st.option])))[0]) * st.layers
+        rc_flops += (
+            float(
+                recompute_flops_per_step(
+                    model, tables.rows.take(np.array([st.option])), tables.settings.stack.recompute_modules
+                )[0]
+            )
+            * st.layers
+        )
     rc_flops /= model.num_layers
     base = tables.rows.take(np.array([0]))
     return PlanFigures(

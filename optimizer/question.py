@@ -24,12 +24,21 @@ from paraplan.cost_models.layout import (
     SETTINGS,
     Framework,
     Layout,
+    Precision,
     Recompute,
     default_global_batch,
     parse_knob,
 )
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, Stack
+from paraplan.cost_models.stack import (
+    DEFAULT_RECOMPUTE_MODULES,
+    STACK_CHOICES,
+    STACK_FIELDS,
+    STACK_SETS,
+    Stack,
+    module_list,
+    parse_modules,
+)
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.space import Bounds, enumerate_space, expand
 
@@ -87,9 +96,20 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
     for name, choices in STACK_CHOICES.items():
         if name in given and given[name] not in choices:
             raise InputError(f"{name.replace('_', '-')} {given[name]!r} is not {' or '.join(choices)}")
+    for name in STACK_SETS:
+        if name in given:
+            try:
+                given[name] = parse_modules(given[name])
+            except ValueError as exc:
+                raise InputError(f"{name.replace('_', '-')}: {exc}") from None
     for name, value in given.items():
-        if name not in STACK_CHOICES and not isinstance(value, bool):
+        if name not in STACK_CHOICES and name not in STACK_SETS and not isinstance(value, bool):
             raise InputError(f"{name.replace('_', '-')} must be true or false, not {value!r}")
+    modules = parse_modules(given.get("recompute_modules", DEFAULT_RECOMPUTE_MODULES))
+    if modules != DEFAULT_RECOMPUTE_MODULES and framework != Framework.MEGATRON:
+        raise InputError(f"recompute-modules {','.join(module_list(modules)) or '(none)'}: "
+                         f"{FRAMEWORKS[framework].title}'s selective recompute is its own "
+                         f"({FRAMEWORKS[framework].selective}); recompute modules are Megatron-LM's")  # fmt: skip
     runs = FRAMEWORKS[framework].ep_dispatchers
     if given.get("ep_dispatcher", "alltoall") not in runs:
         raise InputError(f"ep-dispatcher {given['ep_dispatcher']!r}: {FRAMEWORKS[framework].title} is priced with "
@@ -102,6 +122,25 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
         raise InputError("delay-wgrad needs moe-a2a-overlap (Megatron-LM: 'overlap_moe_expert_parallel_comm must "
                          "be enabled when enabling delay_wgrad_compute')")  # fmt: skip
     return default_stack(framework).with_overrides(**given)
+
+
+def check_recompute_modules(model: ModelSpec, stack: Stack, precision: Precision) -> None:
+    """What Megatron-LM d98e8a64 refuses of the selective recompute modules (transformer_config.py
+    `__post_init__`): moe_act "only supported with moe_grouped_gemm" (experts, run as grouped
+    GEMMs), mla_up_proj "only supported with multi_latent_attention", and under FP8 "Delayed
+    scaling does not support moe_act and layernorm recompute"."""
+    modules = stack.recompute_modules
+    if "moe_act" in modules and not model.is_moe:
+        raise InputError(f"recompute-modules moe_act: {model.name} has no experts (Megatron-LM: 'moe_act in "
+                         "recompute_modules is only supported with moe_grouped_gemm')")  # fmt: skip
+    if "mla_up_proj" in modules and not model.is_mla:
+        raise InputError(f"recompute-modules mla_up_proj: {model.name} has no multi-head latent attention "
+                         "(Megatron-LM: 'only supported with multi_latent_attention')")  # fmt: skip
+    delayed = modules & {"moe_act", "layernorm"}
+    if delayed and precision == Precision.FP8 and stack.fp8_recipe == "delayed":
+        raise InputError(f"recompute-modules {','.join(sorted(delayed))} with fp8-recipe delayed: Megatron-LM "
+                         "'Delayed scaling does not support moe_act and layernorm recompute for fp8' "
+                         "(give --fp8-recipe tensorwise or mxfp8)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -119,7 +158,9 @@ class Question:
         given = with_settings(knobs_from(knobs))
         if not 0.0 <= mem_headroom < 1.0:
             raise InputError(f"mem-headroom {mem_headroom} must be in 0..0.9")
-        return Question(model, cluster, given, stack_from(given["framework"], stack), mem_headroom, bounds or Bounds())
+        settled = stack_from(given["framework"], stack)
+        check_recompute_modules(model, settled, Precision(given["precision"]))
+        return Question(model, cluster, given, settled, mem_headroom, bounds or Bounds())
 
     @property
     def framework(self) -> Framework:

@@ -35,7 +35,7 @@ from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.frameworks import FRAMEWORKS, a2a_overlap_breaks, default_stack
 from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offload, Precision, Recompute, layout_words
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import Fp8Recipe, Stack
+from paraplan.cost_models.stack import DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
 
 from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION
 
@@ -69,6 +69,7 @@ MEGATRON_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8")
 TITAN_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("rowwise", "rowwise_with_gw_hp")
 
 Flag = tuple[str, str | None]
+LIST_FLAGS = frozenset({"--recompute-modules"})  # nargs "+": the value's words are separate arguments
 Refuser = Callable[[str, str], NoReturn]  # (knob, why): raise InputError naming the knob
 
 
@@ -279,7 +280,10 @@ def _header(ctx: _Ctx, pinned: str) -> list[str]:
 def _render_command(head: str, flags: Sequence[Flag], tail: Sequence[str] = ()) -> str:
     parts = [head]
     for flag, value in flags:
-        parts.append(flag if value is None else f"{flag} {shlex.quote(value)}")
+        if value is not None and flag in LIST_FLAGS:  # several values, one argument each
+            parts.append(" ".join([flag, *(shlex.quote(v) for v in value.split(" "))]))
+        else:
+            parts.append(flag if value is None else f"{flag} {shlex.quote(value)}")
     parts.extend(tail)
     return " \\\n    ".join(parts)
 
@@ -492,7 +496,14 @@ def _ep_dispatcher(ctx: _Ctx, fw: Framework, release: str) -> str:
     return chosen
 
 
-def _megatron_recompute(lay: Layout) -> list[Flag]:
+def _megatron_recompute(lay: Layout, modules: frozenset[str] = DEFAULT_RECOMPUTE_MODULES) -> list[Flag]:
+    """Megatron-LM's recompute flags; `modules` (`Stack.recompute_modules`, Megatron-LM's only):
+    --recompute-modules where they are not the default core_attn. No module at all recomputes
+    nothing, which Megatron's nargs "+" flag cannot say: no recompute flags then."""
+    if lay.recompute == Recompute.SELECTIVE and not modules:
+        return []
+    if lay.recompute == Recompute.SELECTIVE and modules != DEFAULT_RECOMPUTE_MODULES:
+        return [("--recompute-granularity", "selective"), ("--recompute-modules", " ".join(module_list(modules)))]
     if lay.recompute == Recompute.SELECTIVE:
         return [("--recompute-granularity", "selective")]
     if lay.recompute == Recompute.FULL and lay.recompute_layers > 0:
@@ -532,7 +543,7 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
               (_kf("seq_len", fw), str(lay.seq_len))]  # fmt: skip
     dispatcher = _ep_dispatcher(ctx, fw, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
     flags += megatron_model_flags(ctx.model, lay, _bind(ctx), dispatcher)
-    flags += _megatron_recompute(lay)
+    flags += _megatron_recompute(lay, ctx.stack.recompute_modules)
     fsdp = lay.zero >= 2
     if fsdp:
         strategy = "optim_grads" if lay.zero == 2 else "optim_grads_params"

@@ -34,6 +34,7 @@ from typing import Any
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import CpComm, Layout, Offload, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import parse_modules
 
 from .emitters import TITAN_REGISTRY, TitanConfig, megatron_model_flags
 from .readers import Framework, LaunchSettings, _label, _read_text, parse_launch_text, read_launch
@@ -465,9 +466,11 @@ def _megatron_recompute(meg: _Megatron) -> None:
     if granularity == "selective":
         st.knobs["recompute"] = Recompute.SELECTIVE
         modules = meg.get("recompute_modules")
-        if modules not in (None, ["core_attn"], "core_attn"):
-            st.note(f"{meg.flag('recompute_modules')} {modules}: modelled as Megatron's default selective recompute "
-                    "(core attention)")  # fmt: skip
+        if modules is not None:
+            try:
+                st.stack["recompute_modules"] = parse_modules(modules)
+            except ValueError as exc:
+                raise InputError(f"{meg.flag('recompute_modules')}: {exc}") from None
     elif granularity == "full":
         st.knobs["recompute"] = Recompute.FULL
         if method == "block" and n is not None and n > 0:
