@@ -20,7 +20,8 @@ Two conventions for s_eff, the keys each token attends to on average:
 
 MFU = F_model / (step time * GPUs * peak); HFU adds the FLOPs that recompute spends again: full
 recompute runs every recomputed layer's forward once more (Narayanan eq. 3: 96 instead of 72),
-Megatron's selective recompute the attention core (Korthikanti Sec 4.2). The peak is the dense
+Megatron's selective recompute its modules (by default the attention core, Korthikanti Sec 4.2;
+`selective_module_flops_per_token`). The peak is the dense
 tensor-core peak of the precision the projection and MLP GEMMs run in (`compute.matmul_peak_flops`:
 FP8 runs against the FP8 peak), so the ratios stay within 0..1; `peak_flops` in the JSON says
 which peak it was.

@@ -13,9 +13,10 @@ Megatron-LM, main @ d98e8a64 (2026-08; Megatron-Core 0.19 era), `megatron/traini
   * Optimizer offload: --optimizer-cpu-offload (HybridDeviceOptimizer over the distributed
     optimizer's shards, so ZeRO-1: not combined with Megatron-FSDP here). Parameters are not
     offloaded.
-  * Selective recompute (--recompute-granularity selective) recomputes core attention
-    (--recompute-modules core_attn, the default) whatever the attention backend: with flash
-    attention the flash forward runs again in the backward pass and little memory is saved.
+  * Selective recompute (--recompute-granularity selective) recomputes the --recompute-modules
+    (`Stack.recompute_modules`); by default core attention (core_attn) whatever the attention
+    backend: with flash attention the flash forward runs again in the backward pass and little
+    memory is saved.
   * Gradients: fp32 main grads (bf16 training accumulates and all-reduces in fp32).
   * Sequence parallelism: a column-parallel linear saves only its input's local shard and
     all-gathers it again in the backward for the weight gradient

@@ -39,7 +39,8 @@ its all-to-all), so each rank keeps the copies of the tokens of all ETP sequence
 2h x top-k x ETP / TP per token of its micro-batch, not 2h x top-k / TP (megatron/core/transformer/
 moe/token_dispatcher.py and experts.py at d98e8a64; core_v0.6.0 holds a second such copy, the
 expert output it scales by the router probabilities in `token_unpermutation`).
-Selective recompute: Megatron's (core attention) drops the a*s score terms, which flash attention
+Selective recompute: Megatron's drops what its modules save (`selective_dropped_bytes`,
+`Stack.recompute_modules`); its default, core attention, the a*s score terms, which flash attention
 never stores anyway; torchtitan's op-level policy (`_apply_op_sac`: save every other matmul's
 output and the attention output, recompute the rest) keeps the layer input 2h, Q 2ad, V 2gd, the
 MLP's first projection 2f, the second's output 2h and the attention output 2ad; where the policy

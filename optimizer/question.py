@@ -87,6 +87,9 @@ def with_settings(knobs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+SELECTIVE_WORDS = {"core_attention": "core attention", "op": "its per-op policy"}  # frameworks `selective`
+
+
 def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> Stack:
     """The framework's stack with the user's overrides (None keeps the framework's)."""
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
@@ -109,7 +112,7 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
     if modules != DEFAULT_RECOMPUTE_MODULES and framework != Framework.MEGATRON:
         raise InputError(f"recompute-modules {','.join(module_list(modules)) or '(none)'}: "
                          f"{FRAMEWORKS[framework].title}'s selective recompute is its own "
-                         f"({FRAMEWORKS[framework].selective}); recompute modules are Megatron-LM's")  # fmt: skip
+                         f"({SELECTIVE_WORDS[FRAMEWORKS[framework].selective]}); recompute modules are Megatron-LM's")  # fmt: skip
     runs = FRAMEWORKS[framework].ep_dispatchers
     if given.get("ep_dispatcher", "alltoall") not in runs:
         raise InputError(f"ep-dispatcher {given['ep_dispatcher']!r}: {FRAMEWORKS[framework].title} is priced with "
