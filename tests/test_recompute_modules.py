@@ -156,3 +156,19 @@ def test_more_modules_never_raise_the_activation_peak(moonlight: ModelSpec) -> N
         for small, big in itertools.product(peaks, peaks):
             if small < big:
                 assert peaks[big] <= peaks[small] * (1 + 1e-12), (sorted(small), sorted(big))
+
+
+def test_moe_module_by_hand(moonlight: ModelSpec) -> None:
+    # The whole MoE layer: the routed experts' inner (gated 6f x top-6, f 1408), the 2 shared experts'
+    # (6 x 2 x 1408) and the 6 dispatched copies of the token, 2h each (ETP 1), on the 26/27 MoE layers.
+    dropped = _f(selective_dropped_bytes(moonlight, _one(), Stack(recompute_modules=parse_modules("moe"))))
+    assert dropped == pytest.approx(26 / 27 * (6 * 6 * 1408 + 6 * 2 * 1408 + 6 * 2 * 2048))
+    # and its dispatch and combine run again: 3 forward-direction passes' exchanges + the backward's,
+    # 2 x (2 + 1) = 6 all-to-alls per MoE layer instead of 2 x (1 + 1) = 4
+    from paraplan.cost_models.traffic import ep_per_layer_s
+
+    cluster = load_cluster("h100-sxm")
+    lay = _one(dp=8, ep=8)
+    plain = _f(ep_per_layer_s(moonlight, lay, cluster, Stack()))
+    again = _f(ep_per_layer_s(moonlight, lay, cluster, Stack(recompute_modules=parse_modules("moe"))))
+    assert again == pytest.approx(plain * 6 / 4)
