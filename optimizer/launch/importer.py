@@ -34,7 +34,7 @@ from typing import Any
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import CpComm, Layout, Offload, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import parse_modules
+from paraplan.cost_models.stack import module_list, parse_modules
 
 from .emitters import TITAN_REGISTRY, TitanConfig, megatron_model_flags
 from .readers import Framework, LaunchSettings, _label, _read_text, parse_launch_text, read_launch
@@ -779,6 +779,10 @@ def _import_deepspeed(st: _State) -> None:
     _deepspeed_offload(st, config)
     _deepspeed_precision(st, config, meg)
     _megatron_recompute(meg)
+    modules = st.stack.pop("recompute_modules", None)  # Megatron-LM's; DeepSpeed's selective is core attention
+    if modules is not None:
+        st.note(f"--recompute-modules {' '.join(module_list(parse_modules(modules)))}: Megatron-LM's flag; DeepSpeed's selective "
+                "recompute is modelled as core attention")  # fmt: skip
     if "--checkpoint-activations" in script:
         st.knobs["recompute"] = Recompute.FULL
         st.knobs["recompute_layers"] = 0
