@@ -507,24 +507,27 @@ def unsupported_words(lay: Layout, num_layers: int) -> str:
     return f"{fs.title} {fs.version} cannot run " + "; ".join(reasons)
 
 
-def a2a_overlap_breaks(lay: Layouts, is_moe: bool) -> list[tuple[BoolArray, str]]:
+def a2a_overlap_breaks(lay: Layouts, is_moe: bool, modules: frozenset[str]) -> list[tuple[BoolArray, str]]:
     """What Megatron-LM's combined 1F1B (`Stack.moe_a2a_overlap`) needs of a layout, as (violated
     mask, reason) pairs: megatron/core/transformer/transformer_config.py `__post_init__` at d98e8a64
     asserts expert_model_parallel_size > 1, virtual_pipeline_model_parallel_size when
     pipeline_model_parallel_size > 1, recompute_granularity != 'full' (and no recompute method or
-    layer count), bf16 or fp16 (every paraplan precision is), and the alltoall or flex dispatcher
-    (every `Stack.ep_dispatcher` is). Only Megatron-LM schedules it."""
+    layer count), "moe" not in recompute_modules (`modules`, read under selective recompute), bf16
+    or fp16 (every paraplan precision is), and the alltoall or flex dispatcher (every
+    `Stack.ep_dispatcher` is). Only Megatron-LM schedules it."""
     return [
         (np.asarray(lay.framework != Framework.MEGATRON), "only Megatron-LM runs it"),
         (np.asarray((lay.ep <= 1) | (not is_moe)), "it needs expert parallelism (EP > 1, an MoE model)"),
         (np.asarray((lay.pp > 1) & (lay.virtual_stages <= 1)), "with PP > 1 it needs virtual stages"),
         (np.asarray(lay.recompute == Recompute.FULL), "it refuses full recompute"),
-    ]
+        (np.asarray((lay.recompute == Recompute.SELECTIVE) & ("moe" in modules)),
+         "it refuses the moe recompute module"),
+    ]  # fmt: skip
 
 
-def a2a_overlap_unsupported(lay: Layouts, is_moe: bool) -> BoolArray:
+def a2a_overlap_unsupported(lay: Layouts, is_moe: bool, modules: frozenset[str]) -> BoolArray:
     """The layouts Megatron-LM refuses to run with `Stack.moe_a2a_overlap` (`a2a_overlap_breaks`)."""
     out = np.zeros(len(lay), dtype=bool)
-    for broken, _ in a2a_overlap_breaks(lay, is_moe):
+    for broken, _ in a2a_overlap_breaks(lay, is_moe, modules):
         out |= broken
     return np.asarray(out)

@@ -122,12 +122,18 @@ def _framework(t: Target, lay: Layouts) -> BoolArray:
 
 
 def _a2a_overlap(t: Target, lay: Layouts) -> BoolArray:
-    return np.asarray(t.stack.moe_a2a_overlap & frameworks.a2a_overlap_unsupported(lay, t.model.is_moe))
+    return np.asarray(
+        t.stack.moe_a2a_overlap & frameworks.a2a_overlap_unsupported(lay, t.model.is_moe, t.stack.recompute_modules)
+    )
 
 
 def _a2a_overlap_words(t: Target, lay: Layout) -> str:
     one = Layouts.of([lay])
-    reasons = [why for broken, why in frameworks.a2a_overlap_breaks(one, t.model.is_moe) if broken[0]]
+    reasons = [
+        why
+        for broken, why in frameworks.a2a_overlap_breaks(one, t.model.is_moe, t.stack.recompute_modules)
+        if broken[0]
+    ]
     return f"moe-a2a-overlap (Megatron-LM's --overlap-moe-expert-parallel-comm): {'; '.join(reasons)}"
 
 

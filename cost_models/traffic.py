@@ -524,7 +524,7 @@ def a2a_hidden_s(model: ModelSpec, lay: Layouts, stack: Stack, times: MicroBatch
     plain = np.maximum(routed_f + routed_w, x) + np.maximum(routed_f, x)
     delayed = np.maximum(np.maximum(routed_f, x) + x, np.maximum(routed_f + routed_w, x) + routed_f)
     paired = edges + (delayed if stack.delay_wgrad else plain)
-    ok = ~a2a_overlap_unsupported(lay, model.is_moe)
+    ok = ~a2a_overlap_unsupported(lay, model.is_moe, stack.recompute_modules)
     return np.asarray(np.where(ok, share * (serial - paired) * combined_1f1b_share(lay), 0.0))
 
 

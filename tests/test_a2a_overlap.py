@@ -91,6 +91,18 @@ def test_layouts_megatron_refuses_are_infeasible_and_not_priced(knobs: dict[str,
         emit_launch("megatron", MIXTRAL, lay.at(0), Stack(moe_a2a_overlap=True))
 
 
+def test_the_moe_recompute_module_is_refused_with_it() -> None:
+    # transformer_config.py at d98e8a64: "disable moe in recompute_modules when enabling
+    # overlap_moe_expert_parallel_comm"; moe_act is allowed
+    cluster = load_cluster("h100-sxm")
+    lay = Layouts.of([Layout(framework="megatron", ep=8, dp=8, global_batch=64, recompute="selective")])
+    moe = evaluate(MIXTRAL, cluster, lay, Stack(moe_a2a_overlap=True, recompute_modules=frozenset({"moe"})))
+    act = evaluate(MIXTRAL, cluster, lay, Stack(moe_a2a_overlap=True, recompute_modules=frozenset({"moe_act"})))
+    assert moe.checks["a2a_overlap"][0] and not act.checks["a2a_overlap"][0]
+    with pytest.raises(InputError, match="moe recompute module"):
+        emit_launch("megatron", MIXTRAL, lay.at(0), Stack(moe_a2a_overlap=True, recompute_modules=frozenset({"moe"})))
+
+
 def test_overlap_lowers_a_runnable_layouts_ep_time_only() -> None:
     cluster = load_cluster("h100-sxm")
     lay = Layouts.of([Layout(framework="megatron", ep=8, dp=16, pp=2, virtual_stages=2, global_batch=256)])

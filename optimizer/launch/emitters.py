@@ -213,7 +213,11 @@ def _megatron_a2a_overlap(ctx: _Ctx, lay: Layout) -> list[tuple[str, str | None]
     if ctx.stack.delay_wgrad and not ctx.stack.moe_a2a_overlap:
         _refuse(ctx, "delay_wgrad", f"Megatron-LM {MEGATRON_COMMIT[:8]} delays weight gradients "
                 "(--delay-wgrad-compute) only with --overlap-moe-expert-parallel-comm")  # fmt: skip
-    broken = [why for mask, why in a2a_overlap_breaks(Layouts.of([lay]), ctx.model.is_moe) if mask[0]]
+    broken = [
+        why
+        for mask, why in a2a_overlap_breaks(Layouts.of([lay]), ctx.model.is_moe, ctx.stack.recompute_modules)
+        if mask[0]
+    ]
     if broken:
         _refuse(ctx, "moe_a2a_overlap", f"Megatron-LM {MEGATRON_COMMIT[:8]}'s --overlap-moe-expert-parallel-comm: "
                 f"{'; '.join(broken)}")  # fmt: skip
