@@ -188,7 +188,7 @@ def host_floor_error(runs: list[Run], clusters: dict[str, Cluster], framework: F
     Not the kernel efficiencies' mean |log error|: a floor only raises predictions, and under the
     log error the runs predicted far too fast (-60% is |log| 0.92, +60% only 0.47) pull it up
     until those are fixed and the other MoE runs overshoot. On the runs of 2026-12 the log error
-    fits 16.3 ms and leave-one-source-out MAPE gets worse (18.6% -> 19.0%); this error fits 11.9 ms
+    fits 16.3 ms and leave-one-source-out MAPE gets worse (18.6% -> 19.0%); this error fitted 11.9 ms there
     (18.6% -> 16.2%), each Megatron-Bridge release then counted as its own source."""
     return _mean_error_with(runs, clusters, framework, lambda spec: replace(spec, moe_host_floor_s=floor_s),
                             lambda r: abs(r - 1.0))  # fmt: skip

@@ -131,8 +131,8 @@ class FrameworkSpec:
 # the README). Compute time is divided by it; communication is not.
 KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.MEGATRON: 1.0,
-    Framework.DEEPSPEED: 0.756,
-    Framework.TORCHTITAN: 0.857,
+    Framework.DEEPSPEED: 0.733,
+    Framework.TORCHTITAN: 0.851,
 }
 
 # The loss at its peak, bytes per token and vocabulary entry of the TP shard, on top of the stored
@@ -290,12 +290,12 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # 9691): 2.8x the throughput for 4x the micro-batch, about 7.5 ms fixed per MoE layer and
 # micro-batch plus 0.32 us per token. Token-drop runs (`Stack.token_drop`) have no floor.
 # Fitted by `python benchmarks/fit_presets.py` on the dropless Megatron-family MoE runs (step 3
-# of its docstring; 40 runs: 11.9 ms, their MAPE 37.3% -> 26.0%). One figure for every host and
+# of its docstring; 40 runs: 12.4 ms, their MAPE 31.9% -> 19.3%). One figure for every host and
 # recipe: it overshoots the B200 Qwen3-30B rows at MBS 1 (whose recipe CUDA-graphs the router and
 # preprocessing, less host work) and leaves the H100 Qwen3-30B row of 25.11 (VP 24, one layer per
 # chunk) and Moonlight far too fast. The other stacks' MoE is not modelled for this: 0 (no floor).
 MOE_HOST_FLOOR_S: dict[Framework, float] = {
-    Framework.MEGATRON: 0.0119, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
+    Framework.MEGATRON: 0.0124, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
 }  # fmt: skip
 
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
