@@ -291,9 +291,12 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # micro-batch plus 0.32 us per token. Token-drop runs (`Stack.token_drop`) have no floor.
 # Fitted by `python benchmarks/fit_presets.py` on the dropless Megatron-family MoE runs (step 3
 # of its docstring; 40 runs: 12.4 ms, their MAPE 31.9% -> 19.3%). One figure for every host and
-# recipe: it overshoots the B200 Qwen3-30B rows at MBS 1 (whose recipe CUDA-graphs the router and
-# preprocessing, less host work) and leaves the H100 Qwen3-30B row of 25.11 (VP 24, one layer per
-# chunk) and Moonlight far too fast. The other stacks' MoE is not modelled for this: 0 (no floor).
+# recipe: it overshoots the Qwen3-30B rows at MBS 1 on B200 and on H100 alike (solved per row, both
+# need 8.6-9.3 ms, although only the B200 recipes CUDA-graph the router and preprocessing, so the
+# graphs do not explain it), and leaves the H100 Qwen3-30B row of 25.11 (VP 24, one layer per
+# chunk) and Moonlight (one micro-batch per step; 16-18 ms) far too fast. Tried and not kept: a
+# forward-only floor (the backward has no sync and can run ahead), 6.6 ms, better in-sample but
+# worse held out (mbridge_perf 25.9% -> 32.8%). The other stacks' MoE is not modelled: 0 (no floor).
 MOE_HOST_FLOOR_S: dict[Framework, float] = {
     Framework.MEGATRON: 0.0124, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
 }  # fmt: skip
