@@ -19,7 +19,9 @@ import numpy as np
 
 from paraplan.api import MAX_GPUS, gpu_count_domain
 from paraplan.cost_models.candidates import INDEX, Layouts
+from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation
+from paraplan.cost_models.frameworks import default_stack
 from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, Layout, bounds, layout_words
 from paraplan.cost_models.limits import LIMITS, Target
 from paraplan.question import Question
@@ -58,7 +60,7 @@ def certainly_blocked(fix: Question, gpus: int) -> bool:
         row = Layouts.of([Layout.model_validate(values)])
     except ValueError:  # values a layout refuses: let the search say what it finds
         return False
-    target = Target(fix.model, fix.cluster)
+    target = Target(fix.model, fix.cluster, fix.stack)
     return any(set(lim.knobs) <= values.keys() and bool(lim.violated(target, row)[0]) for lim in LIMITS)
 
 
@@ -68,6 +70,20 @@ def _best(question: Question, counts: Sequence[int], cons: Constraints) -> tuple
     try:
         return _search(question, counts, cons)
     except SpaceTooLarge:  # a fix is a suggestion: one too large to search is no reason to refuse the answer
+        return None
+
+
+def _in_framework(question: Question, given: dict[str, object], framework: Framework) -> Question | None:
+    """The question under another framework, with the stack settings the user changed from the
+    current framework's defaults kept (multi-token prediction, the combined 1F1B, recompute
+    modules, ...: they change what is trained or how); None where that framework cannot run them,
+    as its own question would refuse them."""
+    ours, default = question.stack.settings(), default_stack(question.framework).settings()
+    changed = {k: v for k, v in ours.items() if v != default[k]}
+    try:
+        return Question.of(question.model, question.cluster, {**given, "framework": framework}, changed,
+                           question.mem_headroom, question.bounds)  # fmt: skip
+    except InputError:
         return None
 
 
@@ -136,9 +152,8 @@ def _fixes_for(question: Question, counts: Sequence[int], ev: Evaluation, cons: 
     for framework in Framework:
         if framework == question.framework or len(out) >= MAX_FIXES:
             continue
-        given = {**{k: v for k, v in question.given.items() if k != "framework"}, "framework": framework}
-        found = _best(Question.of(question.model, question.cluster, given, None, question.mem_headroom,
-                                  question.bounds), counts, cons)  # fmt: skip
+        other = _in_framework(question, {k: v for k, v in question.given.items() if k != "framework"}, framework)
+        found = _best(other, counts, cons) if other else None
         if found:
             out.append(f"framework {framework}: {_words(found)}")
     return out[:MAX_FIXES]
@@ -177,9 +192,8 @@ def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: C
     for framework in Framework:
         if framework == question.framework or len(out) >= MAX_FIXES:
             continue
-        given = {**{k: v for k, v in planned.given.items() if k != "framework"}, "framework": framework}
-        other = Question.of(question.model, question.cluster, given, None, question.mem_headroom, question.bounds)
-        found = _best(other, [gpus], cons)
+        other = _in_framework(planned, {k: v for k, v in planned.given.items() if k != "framework"}, framework)
+        found = _best(other, [gpus], cons) if other else None
         if found:
             out.append(f"framework {framework}: {_words(found)}")
     return out[:MAX_FIXES]

@@ -28,12 +28,12 @@ from hypothesis.control import currently_in_test_context
 import paraplan
 from paraplan.api import gpu_count_domain, gpu_counts
 from paraplan.cost_models.candidates import Layouts
-from paraplan.cost_models.layout import DEGREES
+from paraplan.cost_models.layout import DEGREES, Framework
 from paraplan.cost_models.models import ModelSpec, load_model, model_preset_names
 from paraplan.cost_models.tco import usd_per_gpu_hour
 from paraplan.hardware_specs.loader import load_cluster, preset_names
 from paraplan.hardware_specs.schema import Cluster
-from paraplan.question import Question
+from paraplan.question import Question, stack_from
 from paraplan.search import Constraints, rank_space
 from paraplan.space import Bounds, SpaceTooLarge
 
@@ -450,3 +450,22 @@ def test_more_data_parallel_ranks_than_the_batch_divides_need_no_search() -> Non
     bigger = asked.fixed(tp=2, pp=1, cp=1)
     assert certainly_blocked(bigger, 64)
     assert not certainly_blocked(bigger, 16)
+
+
+def test_another_framework_is_suggested_only_with_the_settings_the_user_changed() -> None:
+    """A fix that moves to another framework keeps what the user set on the stack: multi-token
+    prediction or the combined 1F1B change what is trained or how, and torchtitan runs neither, so
+    it is not offered; with the defaults kept, it is, under its own defaults."""
+    from paraplan.fixes import _in_framework
+
+    mixtral = load_model("mixtral-8x7b")
+    cluster = load_cluster("h100-sxm")
+    overlap = Question.of(mixtral, cluster, {"global_batch": 64}, {"moe_a2a_overlap": True}, 0.0)
+    assert _in_framework(overlap, {"global_batch": 64}, Framework.TORCHTITAN) is None
+    plain = Question.of(mixtral, cluster, {"global_batch": 64}, None, 0.0)
+    moved = _in_framework(plain, {"global_batch": 64}, Framework.TORCHTITAN)
+    assert moved is not None and moved.framework == Framework.TORCHTITAN
+    assert moved.stack == stack_from(Framework.TORCHTITAN, None)
+    loss = Question.of(mixtral, cluster, {"global_batch": 64}, {"dp_overlap": False}, 0.0)
+    kept = _in_framework(loss, {"global_batch": 64}, Framework.TORCHTITAN)
+    assert kept is not None and kept.stack.dp_overlap is False
