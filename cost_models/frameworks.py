@@ -301,6 +301,33 @@ MOE_HOST_FLOOR_S: dict[Framework, float] = {
     Framework.MEGATRON: 0.0124, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
 }  # fmt: skip
 
+# Pipeline transfers per micro-batch and stage that the step waits for, one after another, without
+# the interleaved schedule's overlap (`traffic.pp_per_micro_batch_s`):
+#  * Megatron-LM 2: the 1F1B steady state pairs each send with the opposite receive in one batched
+#    isend/irecv (`send_forward_recv_backward`, `send_backward_recv_forward` in
+#    megatron/core/pipeline_parallel/p2p_communication.py at d98e8a64): an activation and a gradient.
+#  * DeepSpeed 4: its PipelineEngine runs `TrainSchedule` instruction by instruction
+#    (deepspeed/runtime/pipe/schedule.py and engine.py `_exec_schedule`, v0.5.8 9aa288d7 of the
+#    MT-NLG era and v0.19.5 cf443004 alike): every step of the 2(m + p - 1) steps sends the previous
+#    step's result and receives the current input as two separate blocking calls (p2p.py `send`/`recv`:
+#    `dist.send`/`dist.recv`, or `dist.broadcast` over a two-rank group before torch 1.8; `async_op`
+#    is asserted False), so a stage's recv_act, send_grad, send_act and recv_grad of one micro-batch
+#    all wait in line. A simulation of that schedule with blocking rendezvous transfers (p = 35,
+#    m = 240, forward 1, backward 3, transfer x) takes (m + p - 1)(4 + 4x) within 1%, not the
+#    (m + p - 1)(4 + 2x) of paired transfers (with x = 0 both give 1F1B's (m + p - 1)(f + b)).
+#  * torchtitan 2: PyTorch's pipelining schedules post a stage's sends and receives of a step together.
+PP_SERIAL_TRANSFERS: dict[Framework, int] = {Framework.MEGATRON: 2, Framework.DEEPSPEED: 4, Framework.TORCHTITAN: 2}
+# With TP > 1 DeepSpeed's pipeline engine sends only a TP rank's slice of the boundary activation and
+# gradient (`is_pipe_partitioned`, `is_grad_partitioned` = model parallel, on by default: engine.py
+# `PartitionedTensor` over the slice-parallel group) and rebuilds the whole tensor with an all-gather
+# over TP on the compute stream: the receiver before its forward (`_exec_forward_pass`
+# `part_input.full()`), the sender before its backward (`_exec_backward_pass`: the output
+# `part_output.full()` and the received gradient `part_grad.full()`): 3 all-gathers per micro-batch
+# on a middle stage. Megatron-LM's scatter/gather optimisation does the same in the forward only
+# (`--no-scatter-gather-tensors-in-pipeline` of 2021-22; not at d98e8a64, which sends whole
+# sequence-parallel shards): 0 here.
+PP_PARTITION_GATHERS: dict[Framework, int] = {Framework.MEGATRON: 0, Framework.DEEPSPEED: 3, Framework.TORCHTITAN: 0}
+
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
         Framework.MEGATRON, "Megatron-LM", "main @ d98e8a64 (Megatron-Core 0.19 era)",
@@ -444,6 +471,16 @@ def sp_regathers_input(lay: Layouts) -> FloatArray:
     """1 where the framework all-gathers a column-parallel linear's input again in the backward
     (`FrameworkSpec.sp_regathers_input`), else 0."""
     return per_framework_value(lay, lambda fs: 1.0 if fs.sp_regathers_input else 0.0)
+
+
+def pp_serial_transfers(lay: Layouts) -> FloatArray:
+    """Pipeline transfers per micro-batch that wait in line (`PP_SERIAL_TRANSFERS`)."""
+    return per_framework_value(lay, lambda fs: PP_SERIAL_TRANSFERS[fs.framework])
+
+
+def pp_partition_gathers(lay: Layouts) -> FloatArray:
+    """TP all-gathers per micro-batch that rebuild partitioned pipeline tensors (`PP_PARTITION_GATHERS`)."""
+    return per_framework_value(lay, lambda fs: PP_PARTITION_GATHERS[fs.framework])
 
 
 def cp_sdpa_merge(lay: Layouts) -> BoolArray:

@@ -88,6 +88,8 @@ from paraplan.cost_models.frameworks import (
     a2a_overlap_unsupported,
     cp_sdpa_merge,
     deferred_grad_sync,
+    pp_partition_gathers,
+    pp_serial_transfers,
     sp_regathers_input,
 )
 from paraplan.cost_models.layout import CpComm, Framework, Recompute
@@ -532,13 +534,19 @@ def pp_per_micro_batch_s(
     model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, chunk_compute_s: FloatArray
 ) -> FloatArray:
     """Exposed point-to-point time per micro-batch: 2v transfers, hidden behind a chunk's
-    compute in the interleaved schedule when the stack overlaps them."""
+    compute in the interleaved schedule when the stack overlaps them; without that overlap the
+    framework's transfers that wait in line (`frameworks.PP_SERIAL_TRANSFERS`: DeepSpeed's
+    blocking sends and receives, 4 per micro-batch) and, with TP > 1, its TP all-gathers of the
+    partitioned boundary tensors (`frameworks.PP_PARTITION_GATHERS`)."""
     bw, lat = pair_links(cluster, lay.tp * lay.cp * lay.dp)
-    nbytes = lay.tokens_per_micro_batch * model.hidden_size * ACTIVATION_BYTES / lay.tp
-    one = p2p_s(nbytes, bw, lat)
+    whole = lay.tokens_per_micro_batch * model.hidden_size * ACTIVATION_BYTES
+    one = p2p_s(whole / lay.tp, bw, lat)
     hidden = (lay.virtual_stages > 1) & stack.p2p_overlap
-    exposed = np.where(hidden, np.maximum(one - chunk_compute_s, 0.0), one)
-    return np.asarray(np.where(lay.pp > 1, 2.0 * lay.virtual_stages * exposed, 0.0))
+    exposed = np.where(hidden, 2.0 * lay.virtual_stages * np.maximum(one - chunk_compute_s, 0.0),
+                       np.maximum(2.0 * lay.virtual_stages, pp_serial_transfers(lay)) * one)  # fmt: skip
+    tp_bw, tp_lat = links(cluster, lay.tp, np.ones(len(lay), dtype=np.int64))
+    gathers = pp_partition_gathers(lay) * all_gather_s(whole, lay.tp, tp_bw, tp_lat)
+    return np.asarray(np.where(lay.pp > 1, exposed + gathers, 0.0))
 
 
 def micro_batch_comm(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, times: MicroBatchTimes,

@@ -353,6 +353,23 @@ def test_pp_1f1b_transfers_are_blocking(dgx: Cluster, models: dict[str, ModelSpe
     assert _f(pp_per_micro_batch_s(model, one(pp=1), dgx, Stack(), _a(0.0))) == 0.0
 
 
+def test_deepspeed_pipeline_engine_waits_on_four_transfers_and_three_tp_gathers(
+    dgx: Cluster, models: dict[str, ModelSpec]
+) -> None:
+    # DeepSpeed's PipelineEngine (frameworks.PP_SERIAL_TRANSFERS / PP_PARTITION_GATHERS): recv_act,
+    # send_grad, send_act, recv_grad one after another, 4 x 8.488608e-4 = 3.3954432e-3 s; and with
+    # TP 8 three all-gathers of the whole boundary tensor, 4096 * 8192 * 2 = 67,108,864 bytes, over
+    # NVLink (100e9 B/s, 2 us): 7 * 2e-6 + 7/8 * 67108864 / 1e11 = 6.0120256e-4 s each
+    model = models["llama2-70b"]
+    expected = 4 * PP_ONE + 3 * 6.0120256e-4
+    assert _pp(model, dgx, Stack(p2p_overlap=False), 1.0, framework="deepspeed") == pytest.approx(expected, rel=1e-9)
+    # TP 1: no partitioned tensors, no gathers; four whole-tensor transfers to the neighbour one rank
+    # away, on the same node (NVLink): 2e-6 + 67108864 / 1e11 = 6.7308864e-4 s each
+    lay = one(tp=1, pp=2, micro_batch=1, seq_len=4096, global_batch=8, framework="deepspeed")
+    whole = 6.7308864e-4
+    assert _f(pp_per_micro_batch_s(model, lay, dgx, Stack(), _a(1.0))) == pytest.approx(4 * whole, rel=1e-9)
+
+
 def test_pp_interleaved_transfers_overlap_the_next_chunk(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
     # v = 2 chunks: 2 v = 4 transfers per micro-batch
     model = models["llama2-70b"]
