@@ -43,7 +43,7 @@ from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.flops import causal_keys
 from paraplan.cost_models.frameworks import cp_sdpa_merge, per_framework_value
 from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
-from paraplan.cost_models.memory import StageParams, kv_repeats
+from paraplan.cost_models.memory import StageParams, cpu_checkpointed, kv_repeats, layer_input_bytes_per_token
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.hardware_specs.schema import Cluster
@@ -803,3 +803,16 @@ def offload_s(params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack)
     per_micro_batch = np.where(lay.offload == Offload.ALL, 2.0 * BF16_BYTES * shard / pcie, 0.0)
     total = adam + transfers + np.maximum(lay.num_micro_batches, 1.0) * per_micro_batch
     return np.asarray(np.where(lay.offload == Offload.NONE, 0.0, total))
+
+
+def cpu_checkpoint_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
+    """Per layer and micro-batch, the wait for DeepSpeed's CPU checkpointing (`Stack.cpu_checkpointing`,
+    mechanism there): the layer's input (2h per token, the SP shard with sequence parallelism) goes
+    to the host in the forward and comes back before the recompute in the backward, each a blocking
+    copy on the compute stream, over the GPU's PCIe link (`intra_node.pcie`, as offload traffic).
+    The copies land in pageable host memory (`tensor.to('cpu')` without pin_memory), which the
+    driver stages through pinned buffers, so the link's rate is an upper bound on theirs: a
+    lower bound on the wait."""
+    nbytes = layer_input_bytes_per_token(model, lay) * lay.tokens_per_micro_batch
+    wait = 2.0 * nbytes / cluster.intra_node.pcie.effective_bw_bytes_per_s
+    return np.asarray(np.where(cpu_checkpointed(lay, stack), wait, 0.0))

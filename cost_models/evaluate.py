@@ -2,11 +2,13 @@
 
 Works on arrays of candidates (`Layouts`), so the search evaluates thousands at once; a single
 layout is an array of one. Step time (one optimizer step of the global batch):
-    step = m * (fwd + bwd + recompute + tp + cp + ep + wait + pp)_slowest stage [compute, comms, host_wait]
+    step = m * (fwd + bwd + recompute + tp + cp + ep + wait + ckpt + pp)_slowest stage
+                                                             [compute, comms, host_wait, offload]
          + (p-1)/v * slot                                                      [bubble]
          + exposed DP time + per-step work (optimizer, gradient norm)          [dp, compute]
+         + offload traffic and the host's optimizer step                       [offload]
 `wait` is what a host-bound dropless MoE layer waits on the CPU beyond its GPU work
-(`compute.moe_host_wait_s`).
+(`compute.moe_host_wait_s`); `ckpt` DeepSpeed's CPU checkpoint copies (`compute.cpu_checkpoint_s`).
 with m micro-batches per pipeline and `slot` the slowest stage's time per micro-batch (the last
 stage, which adds the LM head, or the first). Each `time_s` entry is exposed time, so they sum
 to the step time.
@@ -24,6 +26,7 @@ import numpy.typing as npt
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.compute import (
+    cpu_checkpoint_s,
     matmul_peak_flops,
     micro_batch_times,
     moe_host_wait_s,
@@ -35,6 +38,7 @@ from paraplan.cost_models.limits import Target, limit_checks
 from paraplan.cost_models.memory import (
     MemoryBreakdown,
     StageParams,
+    cpu_checkpoint_bytes,
     device_reserve_bytes,
     host_state_bytes,
     peak_memory,
@@ -192,7 +196,9 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
     # Per stage, per micro-batch: (layers, LM head, MTP modules). The slot is the slowest stage's.
     zeros = np.zeros(len(lay))
     stages = [(first, np.where(lay.pp == 1, head, 0.0), on_first), (middle, zeros, zeros), (last, head, zeros + depth)]
-    slots = [n * (layer + times.layer_recompute_s + layer_comm + wait) + 3.0 * h + d * mtp_module + comm.pp_s
+    # DeepSpeed's CPU checkpointing waits on each layer's copies to and from the host (0 otherwise)
+    ckpt = cpu_checkpoint_s(model, lay, cluster, stack)
+    slots = [n * (layer + times.layer_recompute_s + layer_comm + wait + ckpt) + 3.0 * h + d * mtp_module + comm.pp_s
              for n, h, d in stages]  # fmt: skip
     critical = np.asarray(np.argmax(np.stack(slots), axis=0), dtype=np.int64)
     n = _pick(critical, [s[0] for s in stages])
@@ -221,7 +227,7 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
         "pp_comm": m * comm.pp_s,
         "dp_comm": dp_exposed_s(params, lay, cluster, stack, overlap_windows(slot)),
         "bubble": bubble_s(lay, slot),
-        "offload": offload_s(params, lay, cluster, stack),
+        "offload": offload_s(params, lay, cluster, stack) + m * n * ckpt,
         "host_wait": m * (n * wait + d * mtp_wait),
     }
     step = np.asarray(np.sum([breakdown[t] for t in TIME_TERMS], axis=0))
@@ -229,7 +235,7 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
     usable = usable_memory_bytes(cluster, mem_headroom)
     checks = limit_checks(Target(model, cluster, stack), lay)
     checks["memory"] = np.asarray(memory.total > usable)
-    host = host_state_bytes(params, lay, stack)
+    host = host_state_bytes(params, lay, stack) + cpu_checkpoint_bytes(model, lay, stack, first)
     checks["host"] = host_exceeded(cluster, lay, host)
     return Evaluation(
         model=model,

@@ -398,9 +398,25 @@ def kept_outputs_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArr
     return np.asarray(np.where(lay.pp > 1, kept, 0.0))
 
 
-def _layer_input_bytes_per_token(model: ModelSpec, lay: Layouts) -> FloatArray:
+def layer_input_bytes_per_token(model: ModelSpec, lay: Layouts) -> FloatArray:
     """What full recompute keeps of a layer: its 2h input (split over TP with sequence parallelism)."""
     return np.asarray(np.where(lay.seq_parallel_active, 2.0 * model.hidden_size / lay.tp, 2.0 * model.hidden_size))
+
+
+def cpu_checkpointed(lay: Layouts, stack: Stack) -> BoolArray:
+    """Rows whose full-recompute checkpoints live in host memory (`Stack.cpu_checkpointing`:
+    DeepSpeed's activation checkpointing only, and only where it checkpoints whole layers)."""
+    return np.asarray(
+        stack.cpu_checkpointing & (lay.recompute == Recompute.FULL) & (lay.framework == Framework.DEEPSPEED)
+    )
+
+
+def cpu_checkpoint_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: FloatArray) -> FloatArray:
+    """Host bytes per GPU of CPU checkpoints (`Stack.cpu_checkpointing`) on a stage of `layers`
+    layers: each layer's input per micro-batch in flight (the first stage holds the most)."""
+    per_layer = layer_input_bytes_per_token(model, lay) * lay.tokens_per_micro_batch
+    held = per_layer * layers * in_flight_micro_batches(lay, 0.0)
+    return np.asarray(np.where(cpu_checkpointed(lay, stack), held, 0.0))
 
 
 def _full_layer_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
@@ -435,10 +451,14 @@ class LayerActivations:
         # Megatron's selective modules: what they dropped exists again while the layer's backward runs.
         extra = np.where(
             lay.recompute == Recompute.FULL,
-            full_layer - _layer_input_bytes_per_token(model, lay),
+            full_layer - layer_input_bytes_per_token(model, lay),
             np.where(_selective_op(lay), full_layer - stored, selective_dropped_bytes(model, lay, stack)),
         )
-        return LayerActivations(stored, np.asarray(extra))
+        # DeepSpeed's CPU checkpointing keeps the inputs on the host; the one being recomputed is
+        # back on the GPU with the rest of its layer's activations
+        on_host = cpu_checkpointed(lay, stack)
+        return LayerActivations(np.asarray(np.where(on_host, 0.0, stored)),
+                                np.asarray(np.where(on_host, full_layer, extra)))  # fmt: skip
 
 
 def activation_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: FloatArray, stage: FloatArray | float,

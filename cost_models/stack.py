@@ -66,6 +66,18 @@ what the published torchtitan benchmarks mostly ran; a launch file read without 
 `fused_norm`: with `compiled` false, torchtitan's norm is the Triton `FusedRMSNorm`
 (norm_type "fused_rmsnorm", torchtitan/models/norms.py at 9dec370; the llama3_8b and llama2_13b
 tomls of April 2024 set it), one kernel each way, instead of the eager `RMSNorm`.
+`cpu_checkpointing`: DeepSpeed's activation checkpointing keeps each checkpointed layer's input in
+host memory instead of the GPU's (DeepSpeed JSON activation_checkpointing.cpu_checkpointing;
+Megatron-DeepSpeed's --checkpoint-in-cpu, which overrides that key: megatron/initialize.py at
+microsoft/Megatron-DeepSpeed f4157bea passes checkpoint_in_cpu=args.checkpoint_in_cpu, a store_true
+flag, to deepspeed.checkpointing.configure, and configure sets CPU_CHECKPOINT whenever the argument
+is not None). Only with full recompute, only DeepSpeed. deepspeed/runtime/activation_checkpointing/
+checkpointing.py `CheckpointFunction` (v0.6.2 32d97976 and v0.19.5 cf443004 alike): the forward copies
+the input with `copy_to_device(args, torch.device('cpu'), ...)` (`tensor.to('cpu')`: a blocking copy
+into pageable memory, on the compute stream) and the backward brings it back with
+`move_to_device(..., cuda_device, ...)` before the recompute: both wait in line
+(`compute.cpu_checkpoint_s`). The GPU keeps none of the checkpoints (`memory.LayerActivations`); the
+host holds them (`memory.cpu_checkpoint_bytes`).
 `adam_moments`: the precision of Adam's two moments, "fp32" or "bf16" (Megatron-LM's
 precision-aware optimizer: --use-precision-aware-optimizer --exp-avg-dtype bf16
 --exp-avg-sq-dtype bf16, which megatron/core/optimizer/__init__.py at d98e8a64 passes to
@@ -271,6 +283,10 @@ class Stack:
         metadata={
             "help": "Train the model's multi-token-prediction modules on the last stage (Megatron, DeepSeek-V3)."
         },
+    )
+    cpu_checkpointing: bool = field(
+        default=False,
+        metadata={"help": "Full recompute keeps each layer's checkpoint in host memory (DeepSpeed cpu_checkpointing)."},
     )
     recompute_modules: frozenset[RecomputeModule] = field(
         default=DEFAULT_RECOMPUTE_MODULES,

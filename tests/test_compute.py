@@ -501,3 +501,26 @@ def test_eager_time_is_in_the_layer_forward_recompute_and_backward(
     assert _f(eager.layer_fwd_s - fused.layer_fwd_s) == pytest.approx(3.288334336e-3, rel=1e-12)
     assert _f(eager.layer_recompute_s - fused.layer_recompute_s) == pytest.approx(3.288334336e-3, rel=1e-12)
     assert _f(eager.layer_bwd_s - fused.layer_bwd_s) == pytest.approx(6.845104128e-3, rel=1e-12)
+
+
+def test_cpu_checkpointing_moves_layer_inputs_to_the_host_over_pcie(dgx: Cluster) -> None:
+    # DeepSpeed's cpu_checkpointing with full recompute, one stage of 4 layers, micro-batch 2 of
+    # 2048 tokens, 4 micro-batches: each layer's input, 2 * 2048 * 1024 * 2 B = 8,388,608 B, goes to
+    # the host in the forward and back in the backward over PCIe (10e9 B/s): 2 * 8388608 / 1e10 =
+    # 1.6777216e-3 s per layer and micro-batch, 4 x 4 x that = 2.68435456e-2 s per step
+    model = gpt_spec(h=1024, layers=4, heads=16, seq=2048)
+    lay = one(framework="deepspeed", tp=1, pp=1, dp=1, micro_batch=2, global_batch=8, seq_len=2048, recompute="full")
+    kept = evaluate(model, dgx, lay, Stack(main_grads="bf16", p2p_overlap=False))
+    moved = evaluate(model, dgx, lay, Stack(main_grads="bf16", p2p_overlap=False, cpu_checkpointing=True))
+    checkpoint = 2 * 2048 * 1024 * 2
+    assert moved.times["offload"][0] - kept.times["offload"][0] == pytest.approx(2.68435456e-2, rel=1e-9)
+    assert moved.step_time_s[0] - kept.step_time_s[0] == pytest.approx(2.68435456e-2, rel=1e-9)
+    # the GPU keeps none of the 4 checkpoints, save the one back for the layer being recomputed
+    assert kept.memory.activations[0] - moved.memory.activations[0] == pytest.approx(3 * checkpoint, abs=1.0)
+    assert moved.host_bytes[0] - kept.host_bytes[0] == pytest.approx(4 * checkpoint)
+    # Megatron-LM keeps its checkpoints on the GPU: the setting changes nothing there
+    meg = one(framework="megatron", tp=1, pp=1, dp=1, micro_batch=2, global_batch=8, seq_len=2048, recompute="full")
+    assert (
+        evaluate(model, dgx, meg, Stack(cpu_checkpointing=True)).step_time_s[0]
+        == evaluate(model, dgx, meg, Stack()).step_time_s[0]
+    )

@@ -751,3 +751,26 @@ def test_megatron_mtp_round_trip_and_refusals() -> None:
     tt = Layout(dp=256, global_batch=2048, framework="torchtitan")
     with pytest.raises(InputError, match="mtp"):
         emit_launch("torchtitan", model, tt, replace(default_stack(Framework.TORCHTITAN), mtp=True))
+
+
+def test_cpu_checkpointing_round_trips_through_megatron_deepspeed_flags() -> None:
+    # DeepSpeed's CPU checkpointing: the JSON key and Megatron-DeepSpeed's three flags (its
+    # --checkpoint-in-cpu overrides the key), checked and read back; other stacks and other
+    # recompute modes have no such checkpoints and refuse it
+    model = load_model("llama2-7b")
+    lay = Layout(framework="deepspeed", tp=1, pp=1, dp=8, micro_batch=1, global_batch=64, recompute="full")
+    stack = default_stack(Framework.DEEPSPEED).with_overrides(cpu_checkpointing=True)
+    text = emit_launch("deepspeed", model, lay, stack)
+    assert '"cpu_checkpointing": true' in text and "--checkpoint-in-cpu" in text
+    assert check_emitted("deepspeed", text) == []
+    back, back_stack, _, _ = imported("deepspeed", text, model)
+    assert back.recompute == lay.recompute and back_stack.cpu_checkpointing
+    assert not imported("deepspeed", emit_launch("deepspeed", model, lay), model)[1].cpu_checkpointing
+    with pytest.raises(InputError, match="cpu_checkpointing"):
+        emit_launch(
+            "deepspeed", model, lay.model_copy(update={"recompute": parse_knob("recompute", "selective")}), stack
+        )
+    with pytest.raises(InputError, match="cpu_checkpointing"):
+        emit_launch(
+            "megatron", model, lay.model_copy(update={"framework": Framework.MEGATRON}), Stack(cpu_checkpointing=True)
+        )

@@ -57,8 +57,13 @@ __all__ = [
 EMITTERS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan")
 DEEPSPEED_CONFIG_NAME = "ds_config.json"
 # The Megatron-DeepSpeed integration's own flags (not Megatron-LM's): the only script flags of the
-# DeepSpeed launch that the pinned Megatron-LM schema cannot check.
-DEEPSPEED_INTEGRATION_FLAGS: frozenset[str] = frozenset({"--deepspeed", "--deepspeed_config"})
+# DeepSpeed launch that the pinned Megatron-LM schema cannot check. The last three, for
+# `Stack.cpu_checkpointing` only, are in microsoft/Megatron-DeepSpeed megatron/arguments.py at
+# f4157bea (--checkpoint-activations; `_add_activation_checkpoint_args`: the other two).
+DEEPSPEED_INTEGRATION_FLAGS: frozenset[str] = frozenset({
+    "--deepspeed", "--deepspeed_config", "--checkpoint-activations", "--deepspeed-activation-checkpointing",
+    "--checkpoint-in-cpu",
+})  # fmt: skip
 MEGATRON_SCRIPT = "pretrain_gpt.py"
 GB = 1e9
 # Stack.fp8_recipe values each framework can be told: Megatron-LM's --fp8-recipe choices at the
@@ -196,6 +201,13 @@ def _refuse_tp_comm_overlap(ctx: _Ctx, release: str) -> None:
     if ctx.stack.tp_comm_overlap:
         _refuse(ctx, "tp_comm_overlap", f"{release} has no Transformer Engine userbuffers overlap; that is "
                 "Megatron-LM's --tp-comm-overlap")  # fmt: skip
+
+
+def _refuse_cpu_checkpointing(ctx: _Ctx, release: str) -> None:
+    """CPU checkpointing (`Stack.cpu_checkpointing`) is DeepSpeed's activation checkpointing."""
+    if ctx.stack.cpu_checkpointing:
+        _refuse(ctx, "cpu_checkpointing", f"{release} keeps activation checkpoints on the GPU; host checkpoints are "
+                "DeepSpeed's cpu_checkpointing")  # fmt: skip
 
 
 def _refuse_a2a_overlap(ctx: _Ctx, release: str) -> None:
@@ -530,6 +542,7 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
         _refuse(ctx, "loss", f"a {stack.loss} loss: Megatron-LM {MEGATRON_COMMIT[:8]} computes the whole logits' "
                 "cross entropy with its VocabParallelCrossEntropy")  # fmt: skip
     _refuse_older_stack(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]}", repeats_kv=not stack.flash_attention)
+    _refuse_cpu_checkpointing(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
     flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp))]
     if lay.virtual_stages > 1:
         flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.virtual_stages)))
@@ -663,6 +676,8 @@ def _deepspeed_config(ctx: _Ctx) -> dict[str, object]:
     else:
         config["bf16"] = {"enabled": True}
     config["data_types"] = {"grad_accum_dtype": "fp32" if stack.main_grads == "fp32" else low}
+    if stack.cpu_checkpointing:
+        config["activation_checkpointing"] = {"cpu_checkpointing": True}
     return config
 
 
@@ -675,7 +690,13 @@ def _deepspeed_script_flags(ctx: _Ctx) -> list[Flag]:
     flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),
               (_kf("seq_len", fw), str(lay.seq_len))]  # fmt: skip
     flags += megatron_model_flags(ctx.model, lay, _bind(ctx))
-    flags += _megatron_recompute(lay)
+    if stack.cpu_checkpointing:
+        # Megatron-DeepSpeed's: layers checkpointed by DeepSpeed's checkpointing, which moves the
+        # checkpoints to the host; --checkpoint-in-cpu overrides the JSON key (`Stack.cpu_checkpointing`)
+        flags += [("--checkpoint-activations", None), ("--deepspeed-activation-checkpointing", None),
+                  ("--checkpoint-in-cpu", None)]  # fmt: skip
+    else:
+        flags += _megatron_recompute(lay)
     flags.append(("--fp16", None) if lay.precision == Precision.FP16 else ("--bf16", None))
     flags.append(("--attention-backend", "flash" if stack.flash_attention else "unfused"))
     flags += [("--deepspeed", None), ("--deepspeed_config", DEEPSPEED_CONFIG_NAME)]
@@ -693,6 +714,9 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
         _refuse(ctx, "precision", f"DeepSpeed {DEEPSPEED_VERSION} has no FP8 training")
     if lay.recompute == Recompute.FULL and lay.recompute_layers > 0:
         _refuse(ctx, "recompute_layers", "DeepSpeed has no block method (full recompute of N layers per chunk)")
+    if stack.cpu_checkpointing and lay.recompute != Recompute.FULL:
+        _refuse(ctx, "cpu_checkpointing", f"recompute {lay.recompute}: DeepSpeed's cpu_checkpointing moves the "
+                "checkpoints of full recompute, and there are none")  # fmt: skip
     if lay.pp > 1 and lay.zero > spec.zero_with_pp:
         _refuse(ctx, "zero", f"ZeRO-{lay.zero} with PP {lay.pp}: DeepSpeed's pipeline engine asserts ZeRO stage < 2")
     if lay.first_stage_layers or lay.last_stage_layers:
@@ -872,6 +896,7 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
         _refuse(ctx, "attention_saved", f"torchtitan {TORCHTITAN_VERSION}'s op-level selective recompute saves "
                 "the output of every SDPA backend (op_sac_save_list, since b39377f9f)")  # fmt: skip
     _refuse_older_stack(ctx, f"torchtitan {TORCHTITAN_VERSION}")
+    _refuse_cpu_checkpointing(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     _token_drop(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
     _mtp(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
     _ep_dispatcher(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")

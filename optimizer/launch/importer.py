@@ -788,9 +788,9 @@ def _import_deepspeed(st: _State) -> None:
         st.knobs["recompute_layers"] = 0
         st.notes[:] = [n for n in st.notes if not n.startswith("--checkpoint-activations")]
         st.note("--checkpoint-activations (Megatron-DeepSpeed): full recompute of every layer")
-    for key in ("activation_checkpointing.partition_activations", "activation_checkpointing.cpu_checkpointing"):
-        if config.get(key) is True:
-            st.unmodelled.append(key)
+    if config.get("activation_checkpointing.partition_activations") is True:
+        st.unmodelled.append("activation_checkpointing.partition_activations")
+    _deepspeed_cpu_checkpointing(st, config)
     _deepspeed_stack(st, config, meg)
     if meg.has("num_layers") or meg.has("hidden_size"):
         _megatron_model_check(meg)
@@ -805,7 +805,8 @@ def _import_deepspeed(st: _State) -> None:
             continue
         st.unmodelled.append(key)
     integration = {"--deepspeed", "--deepspeed_config", "--deepspeed-config", "--zero-stage", "--no-pipeline-parallel",
-                   "--checkpoint-activations", "--deepspeed-activation-checkpointing", "--use-flash-attn-v2",
+                   "--checkpoint-activations", "--deepspeed-activation-checkpointing", "--checkpoint-in-cpu",
+                   "--use-flash-attn-v2",
                    "--use-flash-attn-v1", "--use-flash-attn-triton"}  # fmt: skip
     table = megatron_args()
     others = [f for f in script if f not in table and f not in integration and f.startswith("--")]
@@ -813,6 +814,22 @@ def _import_deepspeed(st: _State) -> None:
         st.note(f"training-script flags that are not Megatron-LM {MEGATRON_COMMIT[:8]}'s (listed, not used): "
                 f"{', '.join(others)}")  # fmt: skip
     st.unmodelled.extend(meg.leftover())
+
+
+def _deepspeed_cpu_checkpointing(st: _State, config: Mapping[str, Any]) -> None:
+    """`Stack.cpu_checkpointing` from Megatron-DeepSpeed's --checkpoint-in-cpu or the JSON's
+    activation_checkpointing.cpu_checkpointing (which that flag overrides: see the Stack field)."""
+    flag = "--checkpoint-in-cpu" in st.settings.values
+    key = config.get("activation_checkpointing.cpu_checkpointing") is True
+    if not (flag or key):
+        return
+    if st.knobs.get("recompute") != Recompute.FULL:
+        st.note("CPU checkpointing without full recompute (--checkpoint-activations): no checkpoints to move, ignored")
+        return
+    st.stack["cpu_checkpointing"] = True
+    if key and not flag:
+        st.note("activation_checkpointing.cpu_checkpointing without --checkpoint-in-cpu: read as on, but "
+                "Megatron-DeepSpeed's initialize.py overrides the key with that flag (off when absent)")  # fmt: skip
 
 
 def _deepspeed_batch(st: _State, meg: _Megatron, config: Mapping[str, Any], dp: int | None) -> None:
