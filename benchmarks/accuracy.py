@@ -34,7 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from paraplan.calibration import Run, chosen_layouts, load_runs, predict  # noqa: E402
+from paraplan.calibration import Run, chosen_layouts, infeasible_reasons, load_runs, predict  # noqa: E402
 from paraplan.cost_models import frameworks  # noqa: E402
 from paraplan.cost_models.errors import InputError  # noqa: E402
 from paraplan.cost_models.layout import layout_short  # noqa: E402
@@ -61,6 +61,7 @@ class RunResult:
     measured_s: float
     predicted_s: float
     layout: str
+    infeasible: str | None = None  # why validate finds the published plan infeasible (None: it fits)
 
     @property
     def error(self) -> float:
@@ -91,8 +92,10 @@ def assess(runs: list[Run], clusters: dict[str, Cluster] | None = None) -> list[
             print(f"skipped {run.label}: {exc}", file=sys.stderr)
             continue
         predicted = float(predict([run], [layout], cluster)[0])
+        reason = infeasible_reasons([run], cluster)[0]
         out.append(RunResult(run.label, run.group, cluster.name, cluster.gpu_family, str(layout.precision),
-                             str(layout.framework), run.model.num_experts > 1, run.gpus, run.measured_s, predicted, layout_short(layout)))  # fmt: skip
+                             str(layout.framework), run.model.num_experts > 1, run.gpus, run.measured_s, predicted,
+                             layout_short(layout), reason))  # fmt: skip
     return out
 
 
@@ -222,6 +225,10 @@ def main() -> int:
         print(f"{source:32} {len(rs):4} {stats['per_source'][source]:7.1%}")
     print(f"\nruns {stats['runs']}, sources {stats['sources']}: macro MAPE {stats['macro_mape']:.1%}, "
           f"micro {stats['micro_mape']:.1%}, worst {stats['worst']:.1%}")  # fmt: skip
+    infeasible = [r for r in results if r.infeasible]
+    print(f"published plans predicted infeasible under their stack: {len(infeasible)}")
+    for r in infeasible:
+        print(f"  {r.run}: {r.infeasible}")
     if args.cv:
         print("\nleave-one-source-out calibrate (fit on the family's other sources):")
         for source, cv in report["cross_validation"].items():

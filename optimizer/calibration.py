@@ -259,6 +259,13 @@ def chosen_layouts(runs: list[Run], cluster: Cluster) -> list[Layout]:
     return out
 
 
+def infeasible_reasons(runs: list[Run], cluster: Cluster) -> list[str | None]:
+    """Per run, why `validate` finds its published plan infeasible under its stack (None: it fits).
+    A plan that trained in public is feasible; a reason here is a model or rule to fix."""
+    cache: dict[str, _Choice] = {}
+    return [_choose(run, cluster, cache).reason for run in runs]
+
+
 def predict(runs: list[Run], layouts: list[Layout], cluster: Cluster) -> npt.NDArray[np.float64]:
     """Each run's predicted step time. Runs of the same model and stack are evaluated together,
     in one vectorized call: the fit calls this a few hundred times."""
