@@ -258,6 +258,13 @@ TOKEN_DROP: dict[Framework, bool] = {
     Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
 }  # fmt: skip
 
+# Stack.cpu_checkpointing per framework: DeepSpeed's activation checkpointing (the JSON's
+# activation_checkpointing.cpu_checkpointing, Megatron-DeepSpeed's --checkpoint-in-cpu); Megatron-LM
+# d98e8a64 and torchtitan 0.3.0 have no host checkpoints among their options (their schemas).
+CPU_CHECKPOINTING: dict[Framework, bool] = {
+    Framework.MEGATRON: False, Framework.DEEPSPEED: True, Framework.TORCHTITAN: False,
+}  # fmt: skip
+
 # Stack.mtp per framework: Megatron-LM d98e8a64 has --mtp-num-layers (megatron_lm_d98e8a64.json;
 # multi_token_prediction.py); torchtitan 0.3.0's job config has no MTP option (torchtitan_0.3.0.json)
 # and paraplan's DeepSpeed launch (Megatron-DeepSpeed script) none either.

@@ -137,6 +137,10 @@ def _a2a_overlap_words(t: Target, lay: Layout) -> str:
     return f"moe-a2a-overlap (Megatron-LM's --overlap-moe-expert-parallel-comm): {'; '.join(reasons)}"
 
 
+def _cpu_checkpointing(t: Target, lay: Layouts) -> BoolArray:
+    return np.asarray(t.stack.cpu_checkpointing & (lay.recompute != Recompute.FULL))
+
+
 LIMITS: tuple[Limit, ...] = (
     Limit("heads", ("tp",), lambda t, x: np.asarray(t.model.num_heads % x.tp != 0),
           lambda t, lay: f"TP {lay.tp} does not divide the {t.model.num_heads} attention heads"),
@@ -169,6 +173,9 @@ LIMITS: tuple[Limit, ...] = (
           lambda t, lay: frameworks.unsupported_words(lay, t.model.num_layers)),
     Limit("a2a_overlap", ("framework", "ep", "dp", "cp", "tp", "expert_tp", "pp", "virtual_stages", "recompute"),
           _a2a_overlap, _a2a_overlap_words),
+    Limit("cpu_checkpointing", ("recompute",), _cpu_checkpointing,
+          lambda t, lay: f"cpu-checkpointing moves the checkpoints of full recompute to the host; recompute "
+                         f"{lay.recompute} keeps none"),
 )  # fmt: skip
 
 LIMIT_NAMES = (*(lim.name for lim in LIMITS), "memory", "host")

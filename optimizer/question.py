@@ -17,7 +17,7 @@ import numpy as np
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation, evaluate
-from paraplan.cost_models.frameworks import FRAMEWORKS, default_stack
+from paraplan.cost_models.frameworks import CPU_CHECKPOINTING, FRAMEWORKS, MTP, TOKEN_DROP, default_stack
 from paraplan.cost_models.layout import (
     DEGREES,
     KNOBS,
@@ -120,6 +120,11 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
     if framework != Framework.MEGATRON and (given.get("moe_a2a_overlap") or given.get("delay_wgrad")):
         raise InputError(f"moe-a2a-overlap / delay-wgrad: {FRAMEWORKS[framework].title} has no combined 1F1B "
                          "schedule (Megatron-LM's --overlap-moe-expert-parallel-comm)")  # fmt: skip
+    for name, allowed in (("mtp", MTP), ("token_drop", TOKEN_DROP), ("cpu_checkpointing", CPU_CHECKPOINTING)):
+        if given.get(name) and not allowed[framework]:
+            # the launch config would refuse it: a prediction for what cannot be launched is no answer
+            raise InputError(f"{name.replace('_', '-')}: {FRAMEWORKS[framework].title} "
+                             f"{FRAMEWORKS[framework].version} cannot run it")  # fmt: skip
     if given.get("delay_wgrad") and not given.get("moe_a2a_overlap"):
         # transformer_config.py at d98e8a64 asserts it
         raise InputError("delay-wgrad needs moe-a2a-overlap (Megatron-LM: 'overlap_moe_expert_parallel_comm must "
@@ -163,6 +168,8 @@ class Question:
             raise InputError(f"mem-headroom {mem_headroom} must be in 0..0.9")
         settled = stack_from(given["framework"], stack)
         check_recompute_modules(model, settled, Precision(given["precision"]))
+        if settled.mtp and not model.mtp_layers:
+            raise InputError(f"mtp: {model.name} has no multi-token-prediction modules (num_nextn_predict_layers)")
         return Question(model, cluster, given, settled, mem_headroom, bounds or Bounds())
 
     @property

@@ -33,7 +33,7 @@ from paraplan.cost_models.candidates import COLUMNS, BoolArray, FloatArray, Layo
 from paraplan.cost_models.evaluate import Evaluation
 from paraplan.cost_models.layout import DEGREES, KNOBS, SETTINGS, Layout, layout_words
 from paraplan.cost_models.limits import BY_NAME, Target, host_message, memory_message
-from paraplan.space import Bounds
+from paraplan.space import TRADING, Bounds
 
 if TYPE_CHECKING:
     from paraplan.question import Question
@@ -232,7 +232,9 @@ def expansion_needed(base: Evaluation, cons: Constraints, top: int, usd_per_gpu_
     Knobs that only trade time for memory (recompute, its layers, offload: `Knob.trades_memory`)
     never make a layout faster: a candidate is at least as slow as its "core", the same layout
     with those knobs at their base (none). The k-th best admitted core bounds the answer, so
-    only cores at least that fast, and blocked by memory alone, need their variants.
+    only cores at least that fast, and blocked by memory alone or by limits that read those
+    knobs (a variant may meet them: `--cpu-checkpointing` needs full recompute), need their
+    variants.
     """
     inside = np.ones(len(base), dtype=bool) if subset is None else subset
     first = rank(base, cons, top, usd_per_gpu_hour, subset=inside)
@@ -241,7 +243,7 @@ def expansion_needed(base: Evaluation, cons: Constraints, top: int, usd_per_gpu_
         bound = float(objective_values(base, usd_per_gpu_hour, first.groups[-1][:1])[0])
     need = inside.copy()
     for name, mask in base.checks.items():
-        if name != "memory":
+        if name != "memory" and not (name in BY_NAME and set(BY_NAME[name].knobs) & set(TRADING)):
             need &= ~mask
     need &= objective_values(base, usd_per_gpu_hour) <= bound * (1 + TIE)
     if cons.deadline_days is not None and cons.tokens:
