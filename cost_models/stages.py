@@ -18,6 +18,9 @@ chunk per GPU first/last stages up to 3 layers lighter than ceil(l/p) (the first
 most micro-batches in flight, the last the LM head and loss), the middle stages taking the rest
 evenly; for interleaved stages, the embedding-and-loss accounting when l + 2 (or l + 1) divides
 into p v chunks.
+
+`chunk_layers` spells a split out chunk by chunk, as the model prices it: each rank's layers in
+the most even integer shares over its v chunks (what a launch configuration must reproduce).
 """
 
 from __future__ import annotations
@@ -99,3 +102,38 @@ def split_valid(model: ModelSpec, lay: Layouts) -> IntArray:
     ok_two = (p == 2) & (rest == 0) & (f > 0) & (last > 0)
     ok_many = (p > 2) & (rest > 0) & (f > 0) & (last > 0) & (rest % np.maximum(p - 2, 1) == 0)
     return np.asarray((~uneven | ok_two | ok_many).astype(np.int64))
+
+
+def chunk_layers(num_layers: int, pp: int, virtual_stages: int, first: int, last: int) -> list[list[int]]:
+    """Layers of each model chunk, `[rank][virtual stage]`, of a split that `split_valid` accepts
+    (`first = last = 0`: the even split, which must then divide into pp x v chunks).
+
+    The rank totals are `stage_layers`'s: first, (layers - first - last) / (pp - 2) on each middle
+    rank, last. Within a rank the model prices an even share per chunk (`evaluate` takes a chunk as
+    `most_layers / v`, the interleaved bubble (p - 1) / v of a stage's slot, `memory` the rank's
+    layers x micro-batches in flight), so a total that v does not divide is split as evenly as
+    integers go: the chunks differ by one layer at most. Which chunks take the extra layer does not
+    change the price; they are put away from the chunks that hold more than layers: on the first
+    rank the later chunks (its first chunk holds the embedding), on the other ranks the earlier
+    ones (the last rank's final chunk holds the loss and any MTP modules; the middle ranks follow
+    it). With pp = 1 the one rank holds everything, split as the last rank."""
+    v = virtual_stages
+    if pp < 1 or v < 1 or (pp == 1 and (first or last)):
+        raise ValueError(f"no split of {num_layers} layers: PP {pp}, {v} virtual stages, first {first}, last {last}")
+    if first or last:
+        rest = num_layers - first - last
+        middle = rest // (pp - 2) if pp > 2 else 0
+        if first <= 0 or last <= 0 or rest < 0 or (pp == 2 and rest) or (pp > 2 and (rest % (pp - 2) or rest <= 0)):
+            raise ValueError(f"first {first} / last {last} layers do not split {num_layers} layers over PP {pp}")
+        totals = [first, *([middle] * (pp - 2)), last]
+    else:
+        if num_layers % (pp * v):
+            raise ValueError(f"{num_layers} layers do not split evenly into PP {pp} x {v} virtual stages")
+        totals = [num_layers // pp] * pp
+    out = []
+    for rank, total in enumerate(totals):
+        share, extra = divmod(total, v)
+        heavy = [share + 1] * extra
+        light = [share] * (v - extra)
+        out.append(light + heavy if rank == 0 and pp > 1 else heavy + light)
+    return out
