@@ -36,6 +36,7 @@ from paraplan.cost_models.frameworks import FRAMEWORKS, a2a_overlap_breaks, defa
 from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offload, Precision, Recompute, layout_words
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
+from paraplan.cost_models.stages import chunk_layers
 
 from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION
 
@@ -432,36 +433,78 @@ def _moe_pattern(m: ModelSpec) -> str:
 
 
 def _megatron_split(ctx: _Ctx) -> list[Flag]:
+    """The pipeline split in Megatron-LM's flags, with the virtual stages: the layer-count flags
+    where they can say it, else --pipeline-model-parallel-layout.
+
+    Megatron-LM d98e8a64 (transformer_config.py `__post_init__`) takes with virtual stages the
+    first/last counts only where they, and each middle rank's layers, divide by the virtual stages;
+    --account-for-embedding/loss-in-pipeline-split only where layers + 1 or 2 divide into PP x VPP
+    chunks. Any other split that `stages.split_valid` accepts is the layout (`_megatron_layout`),
+    which sets the virtual stages itself: arguments.py asserts it is not given with
+    --num-virtual-stages-per-pipeline-rank."""
     lay, layers = ctx.lay, ctx.model.num_layers
     f, last, pp, v = lay.first_stage_layers, lay.last_stage_layers, lay.pp, lay.virtual_stages
+    virtual: list[Flag] = [("--num-virtual-stages-per-pipeline-rank", str(v))] if v > 1 else []
+    counts: list[Flag] = [(_kf("first_stage_layers", Framework.MEGATRON), str(f)),
+              (_kf("last_stage_layers", Framework.MEGATRON), str(last))]  # fmt: skip
     if not (f or last):
         if pp > 1 and layers % (pp * v):
             _refuse(ctx, "first_stage_layers/last_stage_layers",
                     f"an even split of {layers} layers over PP {pp} x {v} virtual stages: Megatron-LM asserts the "
                     "layers divide evenly unless the first/last stage counts are given")  # fmt: skip
-        return []
+        return virtual
     if pp == 1:
         _refuse(ctx, "first_stage_layers/last_stage_layers", "an uneven split needs pipeline parallelism (PP > 1)")
     if v == 1:
-        return [(_kf("first_stage_layers", Framework.MEGATRON), str(f)),
-                (_kf("last_stage_layers", Framework.MEGATRON), str(last))]  # fmt: skip
+        return counts
     for emb, loss in ((1, 1), (0, 1), (1, 0)):
         total = layers + emb + loss
         if total % (pp * v) == 0 and (f, last) == (total // pp - emb, total // pp - loss):
-            out: list[Flag] = []
+            out = list(virtual)
             if emb:
                 out.append(("--account-for-embedding-in-pipeline-split", None))
             if loss:
                 out.append(("--account-for-loss-in-pipeline-split", None))
             return out
-    middle = layers - f - last
-    per_middle = middle // (pp - 2) if pp > 2 else 0
+    per_middle = (layers - f - last) // (pp - 2) if pp > 2 else 0
     if f % v == 0 and last % v == 0 and per_middle % v == 0:
-        return [(_kf("first_stage_layers", Framework.MEGATRON), str(f)),
-                (_kf("last_stage_layers", Framework.MEGATRON), str(last))]  # fmt: skip
-    _refuse(ctx, "first_stage_layers/last_stage_layers",
-            f"first {f} / last {last} layers with {v} virtual stages: Megatron-LM needs the per-stage counts to "
-            "divide by the virtual stages, or the embedding/loss accounting split")  # fmt: skip
+        return virtual + counts
+    return [("--pipeline-model-parallel-layout", _megatron_layout(ctx))]
+
+
+def _megatron_layout(ctx: _Ctx) -> str:
+    """Megatron-LM's --pipeline-model-parallel-layout for the plan's split, chunk by chunk as
+    paraplan priced it (`stages.chunk_layers`: each rank's layers in the most even integer shares
+    over its chunks). The grammar is d98e8a64's pipeline_parallel_layer_layout.py: chunks split by
+    '|', listed virtual stage by virtual stage (chunk i is virtual stage i // PP of rank i % PP);
+    't' a decoder layer, 'E' the embedding (first in the first chunk), 'L' the loss (last in the
+    final chunk), 'm' an MTP module, which Megatron-LM puts after the decoder layers of the last
+    rank's final chunk (where it puts them without a layout: multi_token_prediction.py
+    `mtp_on_this_rank`; `validate_layer_layout` wants them after every decoder layer and all in one
+    final chunk), as paraplan prices them on the last stage; 'x*n' and '(...)*n' repeat."""
+    lay, model = ctx.lay, ctx.model
+    pp, v = lay.pp, lay.virtual_stages
+    per_rank = chunk_layers(model.num_layers, pp, v, lay.first_stage_layers, lay.last_stage_layers)
+    mtp = model.mtp_layers if ctx.stack.mtp else 0
+    chunks: list[str] = []
+    for i in range(pp * v):
+        n = per_rank[i % pp][i // pp]
+        text = ("E" if i == 0 else "") + _repeat("t", n)
+        chunks.append(text + _repeat("m", mtp) + "L" if i == pp * v - 1 else text)
+    out: list[str] = []
+    i = 0
+    while i < len(chunks):
+        j = i
+        while j + 1 < len(chunks) - 1 and chunks[j + 1] == chunks[i]:
+            j += 1  # a run of equal chunks, short of the final one (it alone ends without '|')
+        count = j - i + 1
+        out.append(f"({chunks[i]}|)*{count}" if count > 1 else chunks[i] + ("|" if i < len(chunks) - 1 else ""))
+        i = j + 1
+    return "".join(out)
+
+
+def _repeat(char: str, n: int) -> str:
+    return char * n if n < 2 else f"{char}*{n}"
 
 
 def _expert_tp(ctx: _Ctx) -> list[Flag]:
@@ -544,8 +587,6 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     _refuse_older_stack(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]}", repeats_kv=not stack.flash_attention)
     _refuse_cpu_checkpointing(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
     flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp))]
-    if lay.virtual_stages > 1:
-        flags.append(("--num-virtual-stages-per-pipeline-rank", str(lay.virtual_stages)))
     flags += _megatron_split(ctx)
     flags.append((_kf("cp", fw), str(lay.cp)))
     if lay.cp > 1:

@@ -421,8 +421,8 @@ def _megatron_pipeline(meg: _Megatron, pp: int) -> None:
             st.note(f"{meg.flag('num_layers_per_virtual_pipeline_stage')} {per_chunk} does not divide the layers per "
                     "stage (Megatron-LM asserts it): read as no virtual stages")  # fmt: skip
     if meg.has("pipeline_model_parallel_layout"):
-        meg.get("pipeline_model_parallel_layout")
-        st.note("--pipeline-model-parallel-layout: an explicit per-stage layout, modelled as an even split")
+        _megatron_layout(meg, pp, v is not None or per_chunk is not None or emb or loss)
+        return
     st.knobs["virtual_stages"] = v if v is not None and v > 0 else 1
     v = int(_num(st.knobs["virtual_stages"], 1))
     first = meg.int("decoder_first_pipeline_num_layers")
@@ -453,6 +453,116 @@ def _megatron_pipeline(meg: _Megatron, pp: int) -> None:
         else:
             st.note("the embedding/loss accounting does not split the layers evenly (Megatron-LM asserts it): "
                     "modelled as an even split")  # fmt: skip
+
+
+# Megatron-LM d98e8a64 pipeline_parallel_layer_layout.py `parse_str_to_list`: cosmetic commas,
+# '(...)*n' then 'x*n' repeats, chunks split by '|', one letter a layer
+_LAYOUT_GROUP = re.compile(r"\(([^)]+)\)\*(\d+)")
+_LAYOUT_ONE = re.compile(r"(.)\*(\d+)")
+_LAYOUT_LETTERS = frozenset("ELtm")  # embedding, loss, decoder layer ("transformer"), MTP module
+_LAYOUT_MAX_CHARS = 1_000_000  # a layout spelled out longer than this is no real model's
+
+
+def parse_megatron_layout(text: str) -> list[str]:
+    """Megatron-LM's --pipeline-model-parallel-layout as its chunks, in order (chunk i is virtual
+    stage i // PP of pipeline rank i % PP), each a string of the letters E, L, t, m; ValueError
+    where Megatron-LM d98e8a64's parser would fail (or the repeats spell out absurdly long)."""
+
+    def unroll(pattern: re.Pattern[str], s: str) -> str:
+        grown = [len(s)]  # the length so far, checked before each repeat is built
+
+        def repeat(m: re.Match[str]) -> str:
+            grown[0] += len(m.group(1)) * int(m.group(2)) - len(m.group(0))
+            if grown[0] > _LAYOUT_MAX_CHARS:
+                raise ValueError(f"it spells out to more than {_LAYOUT_MAX_CHARS:,} letters")
+            return m.group(1) * int(m.group(2))
+
+        return pattern.sub(repeat, s)
+
+    chunks = unroll(_LAYOUT_ONE, unroll(_LAYOUT_GROUP, text.replace(",", ""))).split("|")
+    bad = sorted(set("".join(chunks)) - _LAYOUT_LETTERS)
+    if bad:
+        raise ValueError(f"letter(s) {', '.join(map(repr, bad))} (known: E, L, t, m)")
+    return chunks
+
+
+def _layout_invalid(chunks: list[str], pp: int, layers: int, mtp: int) -> str | None:
+    """Why Megatron-LM d98e8a64 rejects the parsed layout (`PipelineParallelLayerLayout.__init__`
+    and `validate_layer_layout`), or None."""
+    if len(chunks) % pp:
+        return f"{len(chunks)} chunks do not divide by PP {pp}"
+    flat = "".join(chunks)
+    v = len(chunks) // pp
+    if not flat.startswith("E") or not flat.endswith("L") or flat.count("E") != 1 or flat.count("L") != 1:
+        return "the embedding E must be its first layer and the loss L its last, each once"
+    if flat.count("t") != layers:
+        return f"{flat.count('t')} decoder layers t, the model has {layers}"
+    if flat.count("m") != mtp:
+        return f"{flat.count('m')} MTP modules m, --mtp-num-layers {mtp}"
+    if "m" in flat and "t" in flat[flat.index("m") :]:
+        return "decoder layers after an MTP module"
+    holding = [i for i, c in enumerate(chunks) if "m" in c]
+    if holding and (len(holding) > 1 or holding[0] // pp != v - 1):
+        return "the MTP modules must all be in one chunk, a rank's last"
+    return None
+
+
+def _megatron_layout(meg: _Megatron, pp: int, conflict: bool) -> None:
+    """--pipeline-model-parallel-layout read into the virtual stages (chunks / PP) and the first/
+    last stage layers (the decoder layers 't' of the first and last ranks), where paraplan's split
+    holds it: equal middle ranks (`stages.split_valid`), a first and last rank with layers. A layout
+    with every chunk alike is the even split. Each rank's chunks are priced at an even share
+    (`stages.chunk_layers`); layouts whose chunks on a rank differ by more than a layer, or that put
+    the MTP modules off the last rank or the embedding/loss off the first/last chunk, are read with
+    a note; one that Megatron-LM rejects or paraplan cannot express is modelled as an even split
+    (noted). `conflict`: other split flags given with it, which Megatron-LM rejects."""
+    st, layers = meg.st, meg.st.model.num_layers
+    flag = meg.flag("pipeline_model_parallel_layout")
+    text = str(meg.get("pipeline_model_parallel_layout"))
+    for dest in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers"):
+        conflict = conflict or meg.get(dest) is not None
+    if conflict:
+        st.note(f"{flag} with other pipeline split flags (virtual stages, first/last stage layers, embedding/loss "
+                f"accounting): Megatron-LM {MEGATRON_COMMIT[:8]} rejects that; read from the layout")  # fmt: skip
+    st.knobs["virtual_stages"], st.knobs["first_stage_layers"], st.knobs["last_stage_layers"] = 1, 0, 0
+    try:
+        chunks = parse_megatron_layout(text)
+    except ValueError as exc:
+        st.note(f"{flag} {text!r}: Megatron-LM {MEGATRON_COMMIT[:8]} cannot parse it ({exc}): modelled as an even "
+                "split without virtual stages")  # fmt: skip
+        return
+    depth = _int_value(st, meg.flag("mtp_num_layers"), meg.dests.get("mtp_num_layers")) or 0
+    why = _layout_invalid(chunks, pp, layers, depth)
+    if why is not None:
+        v = len(chunks) // pp if len(chunks) % pp == 0 else 1
+        st.knobs["virtual_stages"] = v
+        st.note(f"{flag} {text!r}: Megatron-LM {MEGATRON_COMMIT[:8]} rejects it ({why}): modelled as an even split"
+                + (f" of {v} virtual stages" if v > 1 else ""))  # fmt: skip
+        return
+    v = len(chunks) // pp
+    st.knobs["virtual_stages"] = v
+    per_rank = [[chunks[k * pp + r].count("t") for k in range(v)] for r in range(pp)]
+    totals = [sum(c) for c in per_rank]
+    described = f"{flag} {text!r} ({'/'.join(map(str, totals))} decoder layers over the {pp} ranks)"
+    if pp == 1:
+        return
+    if any(max(c) - min(c) > 1 for c in per_rank):
+        shares = "; ".join(f"rank {r}: {'+'.join(map(str, c))}" for r, c in enumerate(per_rank) if max(c) - min(c) > 1)
+        st.note(f"{described}: each rank's layers are priced as an even share over its {v} chunks, not as laid "
+                f"out ({shares})")  # fmt: skip
+    mtp_rank = next((i % pp for i, c in enumerate(chunks) if "m" in c), pp - 1)
+    if mtp_rank != pp - 1:
+        st.note(f"{described}: the MTP modules on rank {mtp_rank} are priced on the last rank")
+    if "E" not in chunks[0] or "L" not in chunks[-1]:
+        st.note(f"{described}: the embedding and loss are priced on the first and last ranks")
+    middle = totals[1:-1]
+    if len(set(middle)) > 1 or min(totals[0], totals[-1]) == 0:
+        st.note(f"{described}: paraplan's split holds layers on the first and last ranks and the same count on "
+                "each middle rank; modelled as an even split")  # fmt: skip
+        return
+    if len(set(totals)) == 1 and len({c.count("t") for c in chunks}) == 1:
+        return  # every chunk alike: the even split
+    st.knobs["first_stage_layers"], st.knobs["last_stage_layers"] = totals[0], totals[-1]
 
 
 def _megatron_recompute(meg: _Megatron) -> None:
