@@ -476,6 +476,13 @@ class ModelSpec(BaseModel):
     def layer_matmul_params_active(self) -> tuple[int, ...]:
         """Per layer, the matrix weights one token is multiplied by (no biases, no norms):
         forward FLOPs per token are twice this, plus the attention scores."""
+        dense, moe = self._matmul_params_active_by_kind()
+        if not self.is_moe:
+            return (dense,) * self.num_layers
+        return tuple(dense if kind == "dense" else moe for kind in self.layer_kinds())
+
+    def _matmul_params_active_by_kind(self) -> tuple[int, int]:
+        """`layer_matmul_params_active` of a dense layer and of an MoE layer."""
         h, a = self.hidden_size, self.num_heads
         if self.kv_lora_rank is not None:
             d_v, r_kv, rope = self.v_head_dim or self.head_dim, self.kv_lora_rank, self.qk_rope_head_dim
@@ -486,12 +493,10 @@ class ModelSpec(BaseModel):
             attention = 2 * h * self.q_dim + 2 * h * self.kv_dim
         m = self.mlp_matrices
         dense = attention + m * h * (self.dense_ffn_hidden_size or self.ffn_hidden_size)
-        if not self.is_moe:
-            return (dense,) * self.num_layers
         shared = self.num_shared_experts * m * h * (self.shared_expert_ffn or self.ffn_hidden_size)
         shared += h if self.shared_expert_gate else 0
         moe = attention + h * self.num_experts + shared + self.experts_top_k * m * h * self.ffn_hidden_size
-        return tuple(dense if kind == "dense" else moe for kind in self.layer_kinds())
+        return dense, moe
 
     # --- multi-token prediction (trained only under `Stack.mtp`) --------------------------------
     # DeepSeek-V3 (arXiv:2412.19437 Sec 2.2): module k combines RMSNorm(h_i) and RMSNorm(Emb(t_{i+k}))
@@ -572,7 +577,15 @@ class ModelSpec(BaseModel):
 
     @property
     def mean_matmul_params_active(self) -> float:
-        return sum(self.layer_matmul_params_active()) / self.num_layers
+        """The mean of `layer_matmul_params_active`, summed as (layers of each kind) x (its
+        weights): the same integer, without a tuple of every layer (asked on every evaluation,
+        of configs with up to 100,000 layers)."""
+        dense, moe = self._matmul_params_active_by_kind()
+        if not self.is_moe:
+            return dense * self.num_layers / self.num_layers
+        # the layers `layer_kinds` calls dense: the listed ids that are layers
+        dense_ids = sum(1 for i in set(self.dense_layer_ids) if i in range(self.num_layers))
+        return (dense_ids * dense + (self.num_layers - dense_ids) * moe) / self.num_layers
 
     @property
     def attention_core_width(self) -> int:
