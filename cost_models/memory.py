@@ -171,7 +171,7 @@ def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stag
     dense = layers * dense_layer + np.where(first, embedding, 0.0) + np.where(last, head, 0.0)
     h = model.hidden_size
     routed = model.num_experts * model.expert_params if model.mtp_layer_is_moe else 0
-    mtp_matrices = 2 * h * h + model.layer_param_counts()[-1] - routed - norms
+    mtp_matrices = 2 * h * h + model.last_layer_params() - routed - norms
     mtp_dense = mtp_matrices / tp + norms + 3 * model.norm_params
     mtp_copy = np.where(np.asarray(mtp) > 0, np.where(first, 0.0, embedding), 0.0)
     dense = dense + mtp * mtp_dense + mtp_copy

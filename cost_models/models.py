@@ -466,6 +466,17 @@ class ModelSpec(BaseModel):
         """Parameters one token touches in an MoE layer: top-k routed experts, not all E."""
         return self.layer_dense_params + self.experts_top_k * self.expert_params
 
+    def last_layer_kind(self) -> LayerKind:
+        """`layer_kinds()[-1]`, without the tuple of every layer (the MTP modules copy the last
+        layer; cost models ask per evaluation, of configs with up to 100,000 layers)."""
+        return "moe" if self.is_moe and self.num_layers - 1 not in self.dense_layer_ids else "dense"
+
+    def last_layer_params(self) -> int:
+        """`layer_param_counts()[-1]` (see `last_layer_kind`)."""
+        if not self.is_moe:
+            return self.layer_params
+        return self.dense_layer_params if self.last_layer_kind() == "dense" else self.layer_params
+
     def layer_param_counts(self) -> tuple[int, ...]:
         """Parameters of each layer, in order."""
         if not self.is_moe:
@@ -510,7 +521,7 @@ class ModelSpec(BaseModel):
     @property
     def mtp_layer_is_moe(self) -> bool:
         """Whether the MTP modules' transformer layer has routed experts (as the last layer)."""
-        return self.is_moe and self.layer_kinds()[-1] == "moe"
+        return self.is_moe and self.last_layer_kind() == "moe"
 
     @property
     def mtp_module_params(self) -> int:
@@ -521,7 +532,7 @@ class ModelSpec(BaseModel):
         model card's "14B of the Multi-Token Prediction (MTP) Module weights" (671.03B + 13.46B =
         684.49B, the card's 685B total)."""
         h = self.hidden_size
-        return 3 * self.norm_params + 2 * h * h + self.layer_param_counts()[-1]
+        return 3 * self.norm_params + 2 * h * h + self.last_layer_params()
 
     @property
     def mtp_params(self) -> int:
@@ -533,7 +544,9 @@ class ModelSpec(BaseModel):
         """Per MTP module, the matrix weights one token is multiplied by: eh_proj 2h*h, the layer's
         active weights and the shared output head V*e (its own logits and loss)."""
         h = self.hidden_size
-        return 2 * h * h + self.layer_matmul_params_active()[-1] + self.vocab_size * self.word_embed_dim
+        dense, moe = self._matmul_params_active_by_kind()  # `layer_matmul_params_active()[-1]`
+        last = moe if self.last_layer_kind() == "moe" else dense
+        return 2 * h * h + last + self.vocab_size * self.word_embed_dim
 
     # --- per-layer means, for cost models that price "a layer" of a stage ------------------------
     # A stage's layers are priced as the model's mean layer: exact for uniform models, and for
