@@ -813,6 +813,8 @@ def cpu_checkpoint_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: St
     The copies land in pageable host memory (`tensor.to('cpu')` without pin_memory), which the
     driver stages through pinned buffers, so the link's rate is an upper bound on theirs: a
     lower bound on the wait."""
+    if not stack.cpu_checkpointing:
+        return np.zeros(len(lay))
     nbytes = layer_input_bytes_per_token(model, lay) * lay.tokens_per_micro_batch
     wait = 2.0 * nbytes / cluster.intra_node.pcie.effective_bw_bytes_per_s
     return np.asarray(np.where(cpu_checkpointed(lay, stack), wait, 0.0))

@@ -169,14 +169,17 @@ def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stag
     head_matrix = model.vocab_size * model.word_embed_dim / tp
     head = np.where(head_is_separate, head_matrix, 0.0) + model.final_norm_params
     dense = layers * dense_layer + np.where(first, embedding, 0.0) + np.where(last, head, 0.0)
-    h = model.hidden_size
-    routed = model.num_experts * model.expert_params if model.mtp_layer_is_moe else 0
-    mtp_matrices = 2 * h * h + model.last_layer_params() - routed - norms
-    mtp_dense = mtp_matrices / tp + norms + 3 * model.norm_params
-    mtp_copy = np.where(np.asarray(mtp) > 0, np.where(first, 0.0, embedding), 0.0)
-    dense = dense + mtp * mtp_dense + mtp_copy
+    expert = layers * expert_layer
+    if np.any(np.asarray(mtp) > 0):  # most questions train no MTP module: skip the arithmetic
+        h = model.hidden_size
+        routed = model.num_experts * model.expert_params if model.mtp_layer_is_moe else 0
+        mtp_matrices = 2 * h * h + model.last_layer_params() - routed - norms
+        mtp_dense = mtp_matrices / tp + norms + 3 * model.norm_params
+        mtp_copy = np.where(np.asarray(mtp) > 0, np.where(first, 0.0, embedding), 0.0)
+        dense = dense + mtp * mtp_dense + mtp_copy
+        expert = expert + mtp * routed / lay.ep / lay.etp
     return StageParams(
-        dense=np.asarray(dense), expert=np.asarray(layers * expert_layer + mtp * routed / lay.ep / lay.etp),
+        dense=np.asarray(dense), expert=np.asarray(expert),
         layer_max=np.asarray(dense_layer + expert_layer), layers=np.asarray(layers + mtp, dtype=np.float64),
         head=np.asarray(np.where(last, head_matrix + model.final_norm_params, 0.0)),
     )  # fmt: skip
@@ -414,6 +417,8 @@ def cpu_checkpointed(lay: Layouts, stack: Stack) -> BoolArray:
 def cpu_checkpoint_bytes(model: ModelSpec, lay: Layouts, stack: Stack, layers: FloatArray) -> FloatArray:
     """Host bytes per GPU of CPU checkpoints (`Stack.cpu_checkpointing`) on a stage of `layers`
     layers: each layer's input per micro-batch in flight (the first stage holds the most)."""
+    if not stack.cpu_checkpointing:  # the common case: every evaluation asks
+        return np.zeros(len(lay))
     per_layer = layer_input_bytes_per_token(model, lay) * lay.tokens_per_micro_batch
     held = per_layer * layers * in_flight_micro_batches(lay, 0.0)
     return np.asarray(np.where(cpu_checkpointed(lay, stack), held, 0.0))
@@ -456,6 +461,8 @@ class LayerActivations:
         )
         # DeepSpeed's CPU checkpointing keeps the inputs on the host; the one being recomputed is
         # back on the GPU with the rest of its layer's activations
+        if not stack.cpu_checkpointing:
+            return LayerActivations(stored, np.asarray(extra))
         on_host = cpu_checkpointed(lay, stack)
         return LayerActivations(np.asarray(np.where(on_host, 0.0, stored)),
                                 np.asarray(np.where(on_host, full_layer, extra)))  # fmt: skip
