@@ -122,9 +122,9 @@ def _framework(t: Target, lay: Layouts) -> BoolArray:
 
 
 def _a2a_overlap(t: Target, lay: Layouts) -> BoolArray:
-    return np.asarray(
-        t.stack.moe_a2a_overlap & frameworks.a2a_overlap_unsupported(lay, t.model.is_moe, t.stack.recompute_modules)
-    )
+    if not t.stack.moe_a2a_overlap:  # the common case: no requirement to check
+        return np.zeros(len(lay), dtype=bool)
+    return frameworks.a2a_overlap_unsupported(lay, t.model.is_moe, t.stack.recompute_modules)
 
 
 def _a2a_overlap_words(t: Target, lay: Layout) -> str:
