@@ -118,6 +118,9 @@ class FrameworkSpec:
     model_parallel_comms: bool  # communicators over TP x PP and, with FP8, TP x DP x CP (see MODEL_PARALLEL_COMMS)
     token_drop: bool  # Stack.token_drop can run: MoE capacity factor with padding (see TOKEN_DROP)
     mtp: bool  # Stack.mtp can run: multi-token-prediction modules (see MTP)
+    cpu_checkpointing: (
+        bool  # Stack.cpu_checkpointing can run: activation checkpoints in host memory (CPU_CHECKPOINTING)
+    )
     ep_dispatchers: frozenset[str]  # the Stack.ep_dispatcher values it runs (see EP_DISPATCHERS)
     moe_host_floor_s: float  # a dropless MoE layer's least forward + backward time per micro-batch (MOE_HOST_FLOOR_S)
 
@@ -354,6 +357,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON], token_drop=TOKEN_DROP[Framework.MEGATRON], mtp=MTP[Framework.MEGATRON],
+        cpu_checkpointing=CPU_CHECKPOINTING[Framework.MEGATRON],
         ep_dispatchers=EP_DISPATCHERS[Framework.MEGATRON], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
@@ -369,6 +373,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED], token_drop=TOKEN_DROP[Framework.DEEPSPEED], mtp=MTP[Framework.DEEPSPEED],
+        cpu_checkpointing=CPU_CHECKPOINTING[Framework.DEEPSPEED],
         ep_dispatchers=EP_DISPATCHERS[Framework.DEEPSPEED], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
@@ -384,6 +389,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN], token_drop=TOKEN_DROP[Framework.TORCHTITAN], mtp=MTP[Framework.TORCHTITAN],
+        cpu_checkpointing=CPU_CHECKPOINTING[Framework.TORCHTITAN],
         ep_dispatchers=EP_DISPATCHERS[Framework.TORCHTITAN], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.TORCHTITAN],
     ),
 }  # fmt: skip

@@ -17,7 +17,7 @@ import numpy as np
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation, evaluate
-from paraplan.cost_models.frameworks import CPU_CHECKPOINTING, FRAMEWORKS, MTP, TOKEN_DROP, default_stack
+from paraplan.cost_models.frameworks import FRAMEWORKS, default_stack
 from paraplan.cost_models.layout import (
     DEGREES,
     KNOBS,
@@ -120,8 +120,8 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
     if framework != Framework.MEGATRON and (given.get("moe_a2a_overlap") or given.get("delay_wgrad")):
         raise InputError(f"moe-a2a-overlap / delay-wgrad: {FRAMEWORKS[framework].title} has no combined 1F1B "
                          "schedule (Megatron-LM's --overlap-moe-expert-parallel-comm)")  # fmt: skip
-    for name, allowed in (("mtp", MTP), ("token_drop", TOKEN_DROP), ("cpu_checkpointing", CPU_CHECKPOINTING)):
-        if given.get(name) and not allowed[framework]:
+    for name in ("mtp", "token_drop", "cpu_checkpointing"):  # FrameworkSpec fields named as the settings
+        if given.get(name) and not getattr(FRAMEWORKS[framework], name):
             # the launch config would refuse it: a prediction for what cannot be launched is no answer
             raise InputError(f"{name.replace('_', '-')}: {FRAMEWORKS[framework].title} "
                              f"{FRAMEWORKS[framework].version} cannot run it")  # fmt: skip

@@ -204,9 +204,10 @@ def _refuse_tp_comm_overlap(ctx: _Ctx, release: str) -> None:
                 "Megatron-LM's --tp-comm-overlap")  # fmt: skip
 
 
-def _refuse_cpu_checkpointing(ctx: _Ctx, release: str) -> None:
-    """CPU checkpointing (`Stack.cpu_checkpointing`) is DeepSpeed's activation checkpointing."""
-    if ctx.stack.cpu_checkpointing:
+def _refuse_cpu_checkpointing(ctx: _Ctx, fw: Framework, release: str) -> None:
+    """CPU checkpointing (`Stack.cpu_checkpointing`) is DeepSpeed's activation checkpointing
+    (`FrameworkSpec.cpu_checkpointing`)."""
+    if ctx.stack.cpu_checkpointing and not FRAMEWORKS[fw].cpu_checkpointing:
         _refuse(ctx, "cpu_checkpointing", f"{release} keeps activation checkpoints on the GPU; host checkpoints are "
                 "DeepSpeed's cpu_checkpointing")  # fmt: skip
 
@@ -585,7 +586,7 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
         _refuse(ctx, "loss", f"a {stack.loss} loss: Megatron-LM {MEGATRON_COMMIT[:8]} computes the whole logits' "
                 "cross entropy with its VocabParallelCrossEntropy")  # fmt: skip
     _refuse_older_stack(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]}", repeats_kv=not stack.flash_attention)
-    _refuse_cpu_checkpointing(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
+    _refuse_cpu_checkpointing(ctx, fw, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
     flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp))]
     flags += _megatron_split(ctx)
     flags.append((_kf("cp", fw), str(lay.cp)))
@@ -937,7 +938,7 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
         _refuse(ctx, "attention_saved", f"torchtitan {TORCHTITAN_VERSION}'s op-level selective recompute saves "
                 "the output of every SDPA backend (op_sac_save_list, since b39377f9f)")  # fmt: skip
     _refuse_older_stack(ctx, f"torchtitan {TORCHTITAN_VERSION}")
-    _refuse_cpu_checkpointing(ctx, f"torchtitan {TORCHTITAN_VERSION}")
+    _refuse_cpu_checkpointing(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
     _token_drop(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
     _mtp(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
     _ep_dispatcher(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
