@@ -87,12 +87,13 @@ def assess(runs: list[Run], clusters: dict[str, Cluster] | None = None) -> list[
         if cluster is None:
             continue
         try:
-            layout = chosen_layouts([run], cluster)[0]
+            searched: dict[str, Any] = {}  # one validate search per run, read for its layout and its reason
+            layout = chosen_layouts([run], cluster, searched)[0]
         except InputError as exc:
             print(f"skipped {run.label}: {exc}", file=sys.stderr)
             continue
         predicted = float(predict([run], [layout], cluster)[0])
-        reason = infeasible_reasons([run], cluster)[0]
+        reason = infeasible_reasons([run], cluster, searched)[0]
         out.append(RunResult(run.label, run.group, cluster.name, cluster.gpu_family, str(layout.precision),
                              str(layout.framework), run.model.num_experts > 1, run.gpus, run.measured_s, predicted,
                              layout_short(layout), reason))  # fmt: skip

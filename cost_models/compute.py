@@ -324,6 +324,11 @@ BIAS_KERNELS_PER_EXPERT_FWD = 2
 BIAS_KERNELS_PER_EXPERT_BWD = 4
 
 
+def _has_expert_epilogue(model: ModelSpec) -> bool:
+    """Whether the model's experts clamp their GLU or carry biases (`expert_epilogue_bytes`)."""
+    return model.is_moe and (model.glu_clamp or model.has_mlp_bias)
+
+
 def expert_epilogue_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Bytes the unfused work around GPT-OSS's experts moves per micro-batch on one GPU in one mean
     layer, (forward, backward); 0 unless the model clamps its GLU (`ModelSpec.glu_clamp`) or has
@@ -352,9 +357,9 @@ def expert_epilogue_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) ->
     in `_layer_memory_bound_fwd_s`. Megatron-LM's selective recompute of "moe_act" runs the
     clamp again (`selective_recompute_fwd_s`)."""
     zero = np.zeros(len(lay))
-    bias = model.is_moe and model.has_mlp_bias
-    if not model.is_moe or not (model.glu_clamp or bias):
+    if not _has_expert_epilogue(model):
         return zero, zero
+    bias = model.has_mlp_bias
     h = float(model.hidden_size)
     rows = tokens * model.experts_top_k * lay.etp / lay.tp
     fc1 = rows * 2.0 * model.ffn_hidden_size / lay.etp
@@ -369,9 +374,9 @@ def expert_epilogue_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) ->
 
 def _expert_epilogue_kernels(model: ModelSpec, lay: Layouts, per_expert: int) -> FloatArray:
     """Launches of one mean layer's expert epilogue in one direction (`expert_epilogue_bytes`)."""
-    bias = model.is_moe and model.has_mlp_bias
-    if not model.is_moe or not (model.glu_clamp or bias):
+    if not _has_expert_epilogue(model):
         return np.zeros(len(lay))
+    bias = model.has_mlp_bias
     local_experts = model.num_experts / lay.floats("ep")
     kernels = (CLAMP_KERNELS if model.glu_clamp else 0) + (per_expert * local_experts + 1.0 if bias else 0.0)
     return np.asarray(np.where(lay.framework == Framework.MEGATRON, model.moe_share * kernels, 0.0))
@@ -657,14 +662,14 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     gemms = _layer_gemms_fwd_s(model, lay, cluster, tokens)
     # rowwise_with_gw_hp keeps the weight-gradient GEMM in BF16
     wgrad = gemms
-    routed = (
-        routed_gemms_fwd_s(model, lay, cluster, tokens, matmul_rate(cluster, lay)) if model.is_moe else 0.0 * tokens
-    )
+    # the routed experts' GEMMs apart: only the combined 1F1B's windows read them (`traffic.a2a_hidden_s`)
+    paired = model.is_moe and stack.moe_a2a_overlap
+    routed = routed_gemms_fwd_s(model, lay, cluster, tokens, matmul_rate(cluster, lay)) if paired else 0.0 * tokens
     routed_wgrad = routed
     if stack.fp8_recipe in TORCHAO_CASTS and not TORCHAO_CASTS[stack.fp8_recipe].wgrad_fp8:
         bf16_wgrad = _layer_gemms_fwd_s(model, lay, cluster, tokens, bf16_rate(cluster))
         wgrad = np.asarray(np.where(lay.precision == Precision.FP8, bf16_wgrad, gemms))
-        if model.is_moe:
+        if paired:
             bf16_routed = routed_gemms_fwd_s(model, lay, cluster, tokens, bf16_rate(cluster))
             routed_wgrad = np.asarray(np.where(lay.precision == Precision.FP8, bf16_routed, routed))
     merge_fwd_bytes, merge_bwd_bytes = cp_merge_bytes(model, lay, stack)
@@ -678,13 +683,14 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     eager_fwd_kernels, eager_bwd_kernels = eager_extra_kernels(model, lay, stack)
     eager_fwd = _kernels_s(eager_fwd_bytes, eager_fwd_kernels, cluster)
     eager_bwd = _kernels_s(eager_bwd_bytes, eager_bwd_kernels, cluster)
-    epilogue_fwd_bytes, epilogue_bwd_bytes = expert_epilogue_bytes(model, lay, tokens)
-    eager_fwd = eager_fwd + _kernels_s(
-        epilogue_fwd_bytes, _expert_epilogue_kernels(model, lay, BIAS_KERNELS_PER_EXPERT_FWD), cluster
-    )
-    eager_bwd = eager_bwd + _kernels_s(
-        epilogue_bwd_bytes, _expert_epilogue_kernels(model, lay, BIAS_KERNELS_PER_EXPERT_BWD), cluster
-    )
+    if _has_expert_epilogue(model):
+        epilogue_fwd_bytes, epilogue_bwd_bytes = expert_epilogue_bytes(model, lay, tokens)
+        eager_fwd = eager_fwd + _kernels_s(
+            epilogue_fwd_bytes, _expert_epilogue_kernels(model, lay, BIAS_KERNELS_PER_EXPERT_FWD), cluster
+        )
+        eager_bwd = eager_bwd + _kernels_s(
+            epilogue_bwd_bytes, _expert_epilogue_kernels(model, lay, BIAS_KERNELS_PER_EXPERT_BWD), cluster
+        )
     elementwise = memory_bound + permute_fwd + _memory_s(cast_fwd_bytes, cluster) + eager_fwd
     elementwise_bwd = 2.0 * memory_bound + permute_bwd + _memory_s(cast_bwd_bytes, cluster) + eager_bwd
     attention_bwd = attention * (FLASH_BACKWARD_RATIO if stack.flash_attention else 2.0)
@@ -708,7 +714,8 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
         layer_bwd_s=np.asarray(slow * layer_bwd),
         layer_recompute_s=np.asarray(slow * layer_recompute),
         head_fwd_s=np.asarray(slow * head_fwd_s(model, lay, cluster)),
-        eh_proj_fwd_s=np.asarray(slow * eh_proj_fwd_s(model, lay, cluster)),
+        # read only for trained MTP modules
+        eh_proj_fwd_s=np.asarray(slow * eh_proj_fwd_s(model, lay, cluster) if stack.mtp else 0.0 * tokens),
         attention_fwd_s=np.asarray(slow * attention),
         attention_bwd_s=np.asarray(slow * attention_bwd),
         layer_gemm_fwd_s=np.asarray(slow * wgrad),

@@ -189,9 +189,12 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
     # layer's, of which the mean layer carries `moe_share`.
     depth = float(model.mtp_layers) if stack.mtp else 0.0
     to_moe = 1.0 / model.moe_share if model.mtp_layer_is_moe else 0.0
-    mtp_ep, mtp_wait = comm.ep_layer_s * to_moe, wait * to_moe
-    mtp_comm = comm.tp_layer_s + comm.cp_layer_s + mtp_ep
-    mtp_module = layer + times.layer_recompute_s + mtp_comm + mtp_wait + 3.0 * (times.eh_proj_fwd_s + head)
+    mtp_wait: FloatArray | float = 0.0
+    mtp_module: FloatArray | float = 0.0  # no trained module (the usual question): no arithmetic for it
+    if depth:
+        mtp_ep, mtp_wait = comm.ep_layer_s * to_moe, wait * to_moe
+        mtp_comm = comm.tp_layer_s + comm.cp_layer_s + mtp_ep
+        mtp_module = layer + times.layer_recompute_s + mtp_comm + mtp_wait + 3.0 * (times.eh_proj_fwd_s + head)
     on_first = np.where(lay.pp == 1, depth, 0.0)
     # Per stage, per micro-batch: (layers, LM head, MTP modules). The slot is the slowest stage's.
     zeros = np.zeros(len(lay))

@@ -34,6 +34,7 @@ import numpy as np
 from paraplan.cost_models.candidates import FloatArray, Layouts
 from paraplan.cost_models.layout import Framework, Recompute
 from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import DEFAULT_RECOMPUTE_MODULES
 
 
 def layer_matmul_weights_active(model: ModelSpec) -> float:
@@ -79,7 +80,7 @@ def model_flops_per_step(model: ModelSpec, lay: Layouts, causal: bool = True, mt
 
 
 def recompute_flops_per_step(
-    model: ModelSpec, lay: Layouts, modules: frozenset[str] = frozenset({"core_attn"}), mtp: bool = False
+    model: ModelSpec, lay: Layouts, modules: frozenset[str] = DEFAULT_RECOMPUTE_MODULES, mtp: bool = False
 ) -> FloatArray:
     """FLOPs spent again by activation recompute (the HFU - MFU numerator), causal-aware.
     `modules`: Megatron's selective recompute modules (`Stack.recompute_modules`). `mtp`: trained

@@ -584,6 +584,11 @@ def a2a_overlap_breaks(lay: Layouts, is_moe: bool, modules: frozenset[str]) -> l
     ]  # fmt: skip
 
 
+def a2a_overlap_reasons(lay: Layout, is_moe: bool, modules: frozenset[str]) -> list[str]:
+    """The reasons `a2a_overlap_breaks` gives for one layout (none: Megatron-LM runs it)."""
+    return [why for broken, why in a2a_overlap_breaks(Layouts.of([lay]), is_moe, modules) if broken[0]]
+
+
 def a2a_overlap_unsupported(lay: Layouts, is_moe: bool, modules: frozenset[str]) -> BoolArray:
     """The layouts Megatron-LM refuses to run with `Stack.moe_a2a_overlap` (`a2a_overlap_breaks`)."""
     out = np.zeros(len(lay), dtype=bool)

@@ -128,17 +128,14 @@ def _a2a_overlap(t: Target, lay: Layouts) -> BoolArray:
 
 
 def _a2a_overlap_words(t: Target, lay: Layout) -> str:
-    one = Layouts.of([lay])
-    reasons = [
-        why
-        for broken, why in frameworks.a2a_overlap_breaks(one, t.model.is_moe, t.stack.recompute_modules)
-        if broken[0]
-    ]
+    reasons = frameworks.a2a_overlap_reasons(lay, t.model.is_moe, t.stack.recompute_modules)
     return f"moe-a2a-overlap (Megatron-LM's --overlap-moe-expert-parallel-comm): {'; '.join(reasons)}"
 
 
 def _cpu_checkpointing(t: Target, lay: Layouts) -> BoolArray:
-    return np.asarray(t.stack.cpu_checkpointing & (lay.recompute != Recompute.FULL))
+    if not t.stack.cpu_checkpointing:
+        return np.zeros(len(lay), dtype=bool)
+    return np.asarray(lay.recompute != Recompute.FULL)
 
 
 LIMITS: tuple[Limit, ...] = (

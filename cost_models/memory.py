@@ -288,7 +288,7 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     return np.asarray(np.where(_selective_op(lay), op_policy, stored))
 
 
-def _selective_modules(lay: Layouts) -> BoolArray:
+def selective_modules_on(lay: Layouts) -> BoolArray:
     """Where `Stack.recompute_modules` applies: Megatron-LM's selective recompute."""
     return np.asarray((lay.recompute == Recompute.SELECTIVE) & (lay.framework == Framework.MEGATRON))
 
@@ -314,8 +314,10 @@ def selective_dropped_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> Flo
     Modules nest (moe holds moe_act and shared_experts): the memory is the union, counted once.
     core_attn is the scores term in `activation_bytes_per_token_layer` (flash attention keeps no more)."""
     modules = stack.recompute_modules
-    on = _selective_modules(lay)
-    if not on.any() or not (modules - {"core_attn"}):
+    if not (modules - {"core_attn"}):  # the default: nothing beyond the scores term
+        return np.zeros(len(lay))
+    on = selective_modules_on(lay)
+    if not on.any():
         return np.zeros(len(lay))
     h = float(model.hidden_size)
     tp = lay.floats("tp")

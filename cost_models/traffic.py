@@ -92,8 +92,8 @@ from paraplan.cost_models.frameworks import (
     pp_serial_transfers,
     sp_regathers_input,
 )
-from paraplan.cost_models.layout import CpComm, Framework, Recompute
-from paraplan.cost_models.memory import StageParams, kv_repeats
+from paraplan.cost_models.layout import CpComm, Framework
+from paraplan.cost_models.memory import StageParams, kv_repeats, selective_modules_on
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.pipeline import combined_1f1b_share
 from paraplan.cost_models.stack import BF16_BYTES, Stack
@@ -393,8 +393,9 @@ def ep_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stac
     # per mean layer, like the compute terms: the dense layers of an MoE model exchange nothing
     # Megatron's selective recompute of "moe" (Stack.recompute_modules) runs the whole MoE forward,
     # dispatch and combine included, again in the backward (moe_layer.py `moe_layer_recompute`)
-    moe_again = (lay.recompute == Recompute.SELECTIVE) & (lay.framework == Framework.MEGATRON)
-    passes = _forward_passes(model, lay) + np.where(moe_again & ("moe" in stack.recompute_modules), 1.0, 0.0)
+    passes = _forward_passes(model, lay)
+    if "moe" in stack.recompute_modules:
+        passes = passes + np.where(selective_modules_on(lay), 1.0, 0.0)
     exchanges = 2.0 * (passes + 1.0) * model.moe_share
     if stack.hierarchical_ep:
         return np.asarray(exchanges * hierarchical_ep_s(model, lay, cluster, tokens))
@@ -544,9 +545,11 @@ def pp_per_micro_batch_s(
     hidden = (lay.virtual_stages > 1) & stack.p2p_overlap
     exposed = np.where(hidden, 2.0 * lay.virtual_stages * np.maximum(one - chunk_compute_s, 0.0),
                        np.maximum(2.0 * lay.virtual_stages, pp_serial_transfers(lay)) * one)  # fmt: skip
-    tp_bw, tp_lat = links(cluster, lay.tp, np.ones(len(lay), dtype=np.int64))
-    gathers = pp_partition_gathers(lay) * all_gather_s(whole, lay.tp, tp_bw, tp_lat)
-    return np.asarray(np.where(lay.pp > 1, exposed + gathers, 0.0))
+    gathers = pp_partition_gathers(lay)
+    if gathers.any():  # DeepSpeed's pipeline engine only
+        tp_bw, tp_lat = links(cluster, lay.tp, np.ones(len(lay), dtype=np.int64))
+        exposed = exposed + gathers * all_gather_s(whole, lay.tp, tp_bw, tp_lat)
+    return np.asarray(np.where(lay.pp > 1, exposed, 0.0))
 
 
 def micro_batch_comm(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, times: MicroBatchTimes,

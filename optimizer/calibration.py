@@ -247,9 +247,10 @@ def _choose(run: Run, cluster: Cluster, cache: dict[str, _Choice]) -> _Choice:
     return cache[key]
 
 
-def chosen_layouts(runs: list[Run], cluster: Cluster) -> list[Layout]:
-    """Each run's layout with its open knobs chosen as validate chooses them."""
-    cache: dict[str, _Choice] = {}
+def chosen_layouts(runs: list[Run], cluster: Cluster, cache: dict[str, _Choice] | None = None) -> list[Layout]:
+    """Each run's layout with its open knobs chosen as validate chooses them (`cache`: searches
+    already run, shared with `infeasible_reasons`)."""
+    cache = {} if cache is None else cache
     out = []
     for run in runs:
         choice = _choose(run, cluster, cache)
@@ -259,10 +260,10 @@ def chosen_layouts(runs: list[Run], cluster: Cluster) -> list[Layout]:
     return out
 
 
-def infeasible_reasons(runs: list[Run], cluster: Cluster) -> list[str | None]:
+def infeasible_reasons(runs: list[Run], cluster: Cluster, cache: dict[str, _Choice] | None = None) -> list[str | None]:
     """Per run, why `validate` finds its published plan infeasible under its stack (None: it fits).
     A plan that trained in public is feasible; a reason here is a model or rule to fix."""
-    cache: dict[str, _Choice] = {}
+    cache = {} if cache is None else cache
     return [_choose(run, cluster, cache).reason for run in runs]
 
 

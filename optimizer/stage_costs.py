@@ -283,8 +283,9 @@ def stage_tables(model: ModelSpec, pool: Pool, settings: PoolSettings, dp: int, 
         compute[idx] = times.layer_fwd_s + times.layer_bwd_s
         recompute[idx] = times.layer_recompute_s
         tp_comm[idx] = tp_per_layer_s(model, rows, cluster, stack, times.layer_gemm_fwd_s)
-        host[idx] = moe_host_wait_s(model, rows, stack, compute[idx] + recompute[idx] + tp_comm[idx])
-        layer[idx] = compute[idx] + recompute[idx] + tp_comm[idx] + host[idx]
+        busy = compute[idx] + recompute[idx] + tp_comm[idx]
+        host[idx] = moe_host_wait_s(model, rows, stack, busy)
+        layer[idx] = busy + host[idx]
         head[idx] = HEAD_PASSES * times.head_fwd_s
         usable[idx] = usable_memory_bytes(cluster, settings.mem_headroom)
         peak[idx] = matmul_peak_flops(cluster, rows)

@@ -30,9 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
-from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
-from paraplan.cost_models.frameworks import FRAMEWORKS, a2a_overlap_breaks, default_stack
+from paraplan.cost_models.frameworks import FRAMEWORKS, a2a_overlap_reasons, default_stack
 from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offload, Precision, Recompute, layout_words
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
@@ -227,11 +226,7 @@ def _megatron_a2a_overlap(ctx: _Ctx, lay: Layout) -> list[tuple[str, str | None]
     if ctx.stack.delay_wgrad and not ctx.stack.moe_a2a_overlap:
         _refuse(ctx, "delay_wgrad", f"Megatron-LM {MEGATRON_COMMIT[:8]} delays weight gradients "
                 "(--delay-wgrad-compute) only with --overlap-moe-expert-parallel-comm")  # fmt: skip
-    broken = [
-        why
-        for mask, why in a2a_overlap_breaks(Layouts.of([lay]), ctx.model.is_moe, ctx.stack.recompute_modules)
-        if mask[0]
-    ]
+    broken = a2a_overlap_reasons(lay, ctx.model.is_moe, ctx.stack.recompute_modules)
     if broken:
         _refuse(ctx, "moe_a2a_overlap", f"Megatron-LM {MEGATRON_COMMIT[:8]}'s --overlap-moe-expert-parallel-comm: "
                 f"{'; '.join(broken)}")  # fmt: skip

@@ -36,7 +36,7 @@ from paraplan.cost_models.layout import CpComm, Layout, Offload, Precision, Reco
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import module_list, parse_modules
 
-from .emitters import TITAN_REGISTRY, TitanConfig, megatron_model_flags
+from .emitters import DEEPSPEED_INTEGRATION_FLAGS, TITAN_REGISTRY, TitanConfig, megatron_model_flags
 from .readers import Framework, LaunchSettings, _label, _read_text, parse_launch_text, read_launch
 from .schema import MEGATRON_COMMIT, TORCHTITAN_TOML_VERSION, MegatronArg, megatron_args
 
@@ -914,10 +914,8 @@ def _import_deepspeed(st: _State) -> None:
         if key.startswith("activation_checkpointing.") and config[key] in (False, None, 0):
             continue
         st.unmodelled.append(key)
-    integration = {"--deepspeed", "--deepspeed_config", "--deepspeed-config", "--zero-stage", "--no-pipeline-parallel",
-                   "--checkpoint-activations", "--deepspeed-activation-checkpointing", "--checkpoint-in-cpu",
-                   "--use-flash-attn-v2",
-                   "--use-flash-attn-v1", "--use-flash-attn-triton"}  # fmt: skip
+    integration = DEEPSPEED_INTEGRATION_FLAGS | {"--deepspeed-config", "--zero-stage", "--no-pipeline-parallel",
+                                                 "--use-flash-attn-v2", "--use-flash-attn-v1", "--use-flash-attn-triton"}  # fmt: skip
     table = megatron_args()
     others = [f for f in script if f not in table and f not in integration and f.startswith("--")]
     if others:
