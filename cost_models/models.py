@@ -594,11 +594,7 @@ class ModelSpec(BaseModel):
         weights): the same integer, without a tuple of every layer (asked on every evaluation,
         of configs with up to 100,000 layers)."""
         dense, moe = self._matmul_params_active_by_kind()
-        if not self.is_moe:
-            return dense * self.num_layers / self.num_layers
-        # the layers `layer_kinds` calls dense: the listed ids that are layers
-        dense_ids = sum(1 for i in set(self.dense_layer_ids) if i in range(self.num_layers))
-        return (dense_ids * dense + (self.num_layers - dense_ids) * moe) / self.num_layers
+        return (self.num_dense_layers * dense + self.num_moe_layers * moe) / self.num_layers
 
     @property
     def attention_core_width(self) -> int:
