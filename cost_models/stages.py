@@ -17,7 +17,9 @@ recipes count the embedding and the loss as one layer each: 30 layers on PP4 x V
 chunk per GPU first/last stages up to 3 layers lighter than ceil(l/p) (the first stage holds the
 most micro-batches in flight, the last the LM head and loss), the middle stages taking the rest
 evenly; for interleaved stages, the embedding-and-loss accounting when l + 2 (or l + 1) divides
-into p v chunks.
+into p v chunks, and where neither that nor the even split divides, the lighter first/last stages
+as for one chunk, each rank holding at least a layer per chunk (Megatron-LM takes such a split
+as --pipeline-model-parallel-layout).
 
 `chunk_layers` spells a split out chunk by chunk, as the model prices it: each rank's layers in
 the most even integer shares over its v chunks (what a launch configuration must reproduce).
@@ -77,7 +79,10 @@ def split_options(model: ModelSpec, pp: int, virtual_stages: int) -> list[tuple[
             if (layers + extra) % (pp * virtual_stages) == 0:
                 share = (layers + extra) // pp
                 options.append((share - f_less, share - l_less))
-        return options
+        if len(options) > 1 or layers % (pp * virtual_stages) == 0:
+            return options
+        # no chunk-aligned split: the lighter first/last stages below, each rank holding a layer
+        # per chunk at least (DeepSeek-V3's 61 layers on PP8 x VPP2 ran as 8 + 6 x 8 + 5)
     ceil = -(-layers // pp)
     for f in range(max(1, ceil - MAX_LIGHTER), ceil + 1):
         for last in range(max(1, ceil - MAX_LIGHTER), ceil + 1):
@@ -88,6 +93,8 @@ def split_options(model: ModelSpec, pp: int, virtual_stages: int) -> list[tuple[
                 continue
             if pp > 2 and f == last == rest // (pp - 2):
                 continue  # that is the even split
+            if min(f, last) < virtual_stages:
+                continue
             if pp == 2 and f == last:
                 continue
             options.append((f, last))

@@ -12,12 +12,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from paraplan.cost_models.frameworks import default_stack
 from paraplan.cost_models.layout import Framework, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model
 from paraplan.cost_models.stack import Stack
-from paraplan.cost_models.stages import chunk_layers
+from paraplan.cost_models.stages import chunk_layers, split_options
 from paraplan.emit import check_emitted, emit_launch
 from paraplan.launch.importer import layout_from_launch, parse_megatron_layout, read_launch_text
 
@@ -184,6 +186,35 @@ def test_layouts_paraplan_cannot_express_are_noted() -> None:
         back, notes = read(huge)
         assert any("cannot parse it" in n for n in notes)
         assert (back.virtual_stages, back.first_stage_layers) == (1, 0)
+
+
+def test_search_tries_uneven_splits_where_no_chunk_aligned_split_exists() -> None:
+    """DeepSeek-V3's 61 layers divide into no PP8 x VPP2 chunks, even with the embedding and loss
+    counted as layers (63 and 62 are not multiples of 16), so the search tries the lighter
+    first/last ranks: ceil(61 / 8) = 8, first and last 5..8 layers, the 6 middle ranks taking
+    the rest evenly and at least as many: 61 - f - l = 48 is the only multiple of 6 that works,
+    so f + l = 13, each middle rank 8. Models that split evenly keep their options."""
+    dsv3 = load_model(DSV3)
+    assert dsv3.num_layers == 61
+    assert split_options(dsv3, 8, 2) == [(0, 0), (5, 8), (6, 7), (7, 6), (8, 5)]
+    for first, last in split_options(dsv3, 8, 2)[1:]:
+        assert min(min(chunks) for chunks in chunk_layers(61, 8, 2, first, last)) >= 1
+    assert split_options(load_model("llama2-70b"), 8, 2) == [(0, 0)]  # 80 = 8 x 2 x 5
+    nemotron_like = load_model("llama3-8b").model_copy(update={"num_layers": 30})
+    assert split_options(nemotron_like, 4, 8) == [(0, 0), (7, 7)]  # 30 + 2 = 4 x 8 one-layer chunks
+
+
+@given(layers=st.integers(1, 200), pp=st.integers(2, 16), v=st.integers(1, 4))
+def test_every_split_the_search_tries_is_one_the_pipeline_can_hold(layers: int, pp: int, v: int) -> None:
+    """Property: each uneven split `split_options` offers spells out (`chunk_layers` raises on a
+    split that is not one) with every layer placed, and no chunk is empty unless the embedding or
+    the loss takes a layer's place in it (l + 1 or l + 2 chunk-aligned)."""
+    model = load_model("llama3-8b").model_copy(update={"num_layers": layers})
+    accounted = any((layers + extra) % (pp * v) == 0 for extra in (1, 2))
+    for first, last in split_options(model, pp, v)[1:]:
+        chunks = chunk_layers(layers, pp, v, first, last)
+        assert sum(map(sum, chunks)) == layers
+        assert accounted or min(map(min, chunks)) >= 1
 
 
 def test_every_uneven_split_emits_and_reads_back() -> None:
