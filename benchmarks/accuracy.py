@@ -12,7 +12,9 @@ micro average over runs.
 --cv: leave-one-source-out cross-validation of the whole fit (benchmarks/fit_presets.py): refit
 every per-hardware and per-stack constant without one source, predict that source.
 --write: store every run's signed error in optimizer/data/accuracy.json, the validation data
-behind the error bars every prediction carries (`paraplan.accuracy`).
+behind the error bars every prediction carries (`paraplan.accuracy`): in-sample, and as
+predicted with the run's source left out of the fit (runs the cross-validation; the bars take
+the held-out error, the one a prediction for an unseen run can expect).
 --memory: predicted peak memory against the measured peaks (the most loaded GPU, reserve
 included), per run and as MAPE; runs that fit in practice must not be predicted out of memory.
 Each prediction is compared as the source's instrument sees it (`memory_kind`: allocated,
@@ -123,14 +125,16 @@ def summary(results: list[RunResult]) -> dict[str, Any]:
     }
 
 
-def cross_validate(runs: list[Run], results: list[RunResult]) -> dict[str, dict[str, float]]:
+def cross_validate(runs: list[Run], results: list[RunResult]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Leave one source out: redo the whole fit (`benchmarks/fit_presets.py`: per-hardware
     constants on Megatron-family runs, per-stack kernel efficiencies and MoE host floors) without that source, and
-    predict it with the refitted constants."""
+    predict it with the refitted constants. Returns the MAPEs per source (in-sample, held out)
+    and each run's held-out signed error."""
     sys.path.insert(0, str(REPO / "benchmarks"))
     from fit_presets import apply_stacks, fit_all, fold_cluster
 
     out: dict[str, dict[str, float]] = {}
+    errors: dict[str, float] = {}
     for source, held in by_source(results).items():
         train = [r for r in runs if r.group != source]
         test = [r for r in runs if r.group == source]
@@ -144,10 +148,11 @@ def cross_validate(runs: list[Run], results: list[RunResult]) -> dict[str, dict[
             after = assess(test, {k: v for k, v in cache.items() if v is not None})
         finally:
             frameworks.FRAMEWORKS.update(saved)
+        errors.update({r.run: r.error for r in after})
         out[source] = {"in_sample": mape([r.error for r in held]), "held_out": mape([r.error for r in after])}
         print(f"  cv {source:32} in-sample {out[source]['in_sample']:6.1%}  held out {out[source]['held_out']:6.1%}",
               file=sys.stderr)  # fmt: skip
-    return out
+    return out, errors
 
 
 def memory_check(path: Path) -> list[dict[str, Any]]:
@@ -158,10 +163,10 @@ def memory_check(path: Path) -> list[dict[str, Any]]:
     return [{**asdict(r), "visible_bytes": r.visible_bytes, "error": r.error} for r in runs]
 
 
-def write_accuracy(results: list[RunResult]) -> None:
+def write_accuracy(results: list[RunResult], held_out: dict[str, float]) -> None:
     rows = [
         {"run": r.run, "source": r.source, "family": r.family, "precision": r.precision, "framework": r.framework,
-         "moe": r.moe, "gpus": r.gpus, "error": round(r.error, 6)}
+         "moe": r.moe, "gpus": r.gpus, "error": round(r.error, 6), "held_out_error": round(held_out[r.run], 6)}
         for r in results
     ]  # fmt: skip
     ACCURACY_JSON.parent.mkdir(parents=True, exist_ok=True)
@@ -207,12 +212,12 @@ def main() -> int:
         return 2
     stats = summary(results)
     report: dict[str, Any] = {"summary": stats, "runs": [asdict(r) | {"error": r.error} for r in results]}
-    if args.cv:
-        report["cross_validation"] = cross_validate(runs, results)
+    if args.cv or args.write:
+        report["cross_validation"], held_out = cross_validate(runs, results)
     if args.memory:
         report["memory"] = memory_check(args.memory)
     if args.write:
-        write_accuracy(results)
+        write_accuracy(results, held_out)
     if args.plot:
         plot(results, args.plot)
     if args.json:
@@ -230,7 +235,7 @@ def main() -> int:
     print(f"published plans predicted infeasible under their stack: {len(infeasible)}")
     for r in infeasible:
         print(f"  {r.run}: {r.infeasible}")
-    if args.cv:
+    if args.cv or args.write:
         print("\nleave-one-source-out calibrate (fit on the family's other sources):")
         for source, cv in report["cross_validation"].items():
             print(f"  {source:32} in-sample {cv['in_sample']:7.1%}   held out {cv['held_out']:7.1%}")
