@@ -106,7 +106,9 @@ class EvaluatedLayout(_Out):
         description="the margin is below 3% of capacity: an allocator spike may run out of memory"
     )
     step_time_s: float = Field(gt=0, description="one optimizer step of global_batch sequences")
-    step_time_range_s: tuple[float, float] = Field(description="the step time's error bar from validation runs")
+    step_time_range_s: tuple[float, float] = Field(
+        description="the step time's error bar: the errors of the validation runs nearest in regime, each predicted with its source left out of the fit"
+    )
     accuracy_basis: str = Field(description="the validation runs behind step_time_range_s")
     time_s: TimeOut = Field(description="the step time by term; the terms sum to step_time_s")
     mfu: float = Field(ge=0, le=1, description="model FLOPs (causal attention) / (step x GPUs x peak_flops)")
