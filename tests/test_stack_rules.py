@@ -82,6 +82,15 @@ def test_validate_refuses_what_only_the_launch_config_refused(invoke: Invoke, fr
     assert framework.replace("megatron", "Megatron-LM").replace("deepspeed", "DeepSpeed") in line
 
 
+def test_pool_questions_check_the_model_as_plain_questions_do(invoke: Invoke) -> None:
+    """`pool_question` refused mtp only where the model has MTP modules and never asked the
+    recompute modules of the model; it now runs Question.of's checks (`question.stack_for_model`)."""
+    pool = ["optimize", "--model", "llama2-7b", "--hardware", "a100-80g:8+rtx4090:8", "--global-batch", "64",
+            "--seq-len", "2048", "--json"]  # fmt: skip
+    one_error_line(invoke(*pool, "--mtp"), "mtp", "llama2-7b has no multi-token-prediction modules")
+    one_error_line(invoke(*pool, "--recompute-modules", "moe_act"), "moe_act", "llama2-7b has no experts")
+
+
 def _single_changes(framework: Framework) -> list[tuple[str, object]]:
     """Every boolean setting flipped and every other word of each choice, against the framework's
     defaults (recompute module sets are Megatron's alone: refused elsewhere whatever the set)."""
