@@ -655,9 +655,11 @@ def stack_unsupported(framework: Framework, stack: Stack) -> list[tuple[str, str
         out.append(("delay_wgrad", "delay-wgrad needs moe-a2a-overlap (Megatron-LM: 'overlap_moe_expert_parallel_comm "
                     "must be enabled when enabling delay_wgrad_compute')"))  # fmt: skip
     if stack.ep_dispatcher == "deepep" and stack.token_drop and "deepep" in fs.ep_dispatchers and fs.token_drop:
-        # TransformerConfig.__post_init__ at d98e8a64: the DeepEP backend does not pad to capacity
-        out.append(("ep_dispatcher", f"ep-dispatcher 'deepep' with token-drop: {release}'s flex dispatcher with "
-                    "DeepEP does not pad experts to capacity; use hybridep or alltoall"))  # fmt: skip
+        # megatron/core/transformer/transformer_config.py `__post_init__` at d98e8a64 raises it (the
+        # HybridEP backend takes padding)
+        out.append(("ep_dispatcher", f"ep-dispatcher 'deepep' with token-drop: {release} refuses it ('Flex token "
+                    "dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity'); use "
+                    "hybridep or alltoall"))  # fmt: skip
     return out
 
 
