@@ -80,8 +80,9 @@ import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Precision, Recompute
+from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.stack import DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
 from paraplan.cost_models.stack import EP_DISPATCHERS as ALL_EP_DISPATCHERS
-from paraplan.cost_models.stack import Fp8Recipe, Stack
 
 
 @dataclass(frozen=True)
@@ -595,3 +596,93 @@ def a2a_overlap_unsupported(lay: Layouts, is_moe: bool, modules: frozenset[str])
     for broken, _ in a2a_overlap_breaks(lay, is_moe, modules):
         out |= broken
     return np.asarray(out)
+
+
+# What `selective` recompute means in each framework's own words (FrameworkSpec.selective).
+SELECTIVE_WORDS = {"core_attention": "core attention", "op": "its per-op policy"}
+# Where a setting a FrameworkSpec field of the same name allows (mtp, token_drop, cpu_checkpointing)
+# can run: the flags of the framework that has it.
+_RUNS_IT: dict[str, str] = {
+    "mtp": "multi-token prediction is Megatron-LM's --mtp-num-layers",
+    "token_drop": "token dropping with a capacity factor is Megatron-LM's --moe-expert-capacity-factor with "
+                  "--moe-pad-expert-input-to-capacity",
+    "cpu_checkpointing": "host checkpoints are DeepSpeed's activation_checkpointing.cpu_checkpointing",
+}  # fmt: skip
+
+
+def stack_unsupported(framework: Framework, stack: Stack) -> list[tuple[str, str]]:
+    """The stack settings `framework` cannot run whatever the layout, as (setting, reason) pairs;
+    none where it runs the whole stack (every framework runs its own defaults). The one place for
+    these rules: the question refuses a stack with any (`question.stack_from`), the launch config
+    refuses it as well (`launch.emitters`), and the what-would-fit advice offers no framework that
+    has any. Each reason is one sentence that names the setting as the command line does, the
+    framework's version and the flag that runs it elsewhere. What a framework needs of the layout
+    with a setting stays a limit (`a2a_overlap_breaks`, the cpu_checkpointing limit).
+
+    The settings that describe another release of the same framework (`Stack.kv_repeated`,
+    `pp_outputs_kept`, `loss`, `compiled`, `tp_overlap` off, ...) are priced and are no rule here:
+    the published runs of those releases are calibrated with them; only the pinned version's
+    launch config cannot write them."""
+    fs = FRAMEWORKS[framework]
+    release = f"{fs.title} {fs.version}"
+    out: list[tuple[str, str]] = []
+    if stack.recompute_modules != DEFAULT_RECOMPUTE_MODULES and framework != Framework.MEGATRON:
+        out.append(("recompute_modules", f"recompute-modules {','.join(module_list(stack.recompute_modules)) or '(none)'}: "
+                    f"{release}'s selective recompute is its own ({SELECTIVE_WORDS[fs.selective]}); recompute "
+                    "modules are Megatron-LM's --recompute-modules"))  # fmt: skip
+    if stack.ep_dispatcher not in fs.ep_dispatchers:
+        out.append(("ep_dispatcher", f"ep-dispatcher {stack.ep_dispatcher!r}: {release} is priced with "
+                    f"{' or '.join(sorted(fs.ep_dispatchers))} only (the flex dispatcher, DeepEP or HybridEP, is "
+                    "Megatron-LM's --moe-token-dispatcher-type flex)"))  # fmt: skip
+    if (stack.moe_a2a_overlap or stack.delay_wgrad) and framework != Framework.MEGATRON:
+        out.append(("moe_a2a_overlap", f"moe-a2a-overlap / delay-wgrad: {release} has no combined 1F1B schedule "
+                    "(Megatron-LM's --overlap-moe-expert-parallel-comm)"))  # fmt: skip
+    for name in ("mtp", "token_drop", "cpu_checkpointing"):  # FrameworkSpec fields named as the settings
+        if getattr(stack, name) and not getattr(fs, name):
+            out.append((name, f"{name.replace('_', '-')}: {release} cannot run it ({_RUNS_IT[name]})"))
+    if stack.tp_comm_overlap and framework != Framework.MEGATRON:
+        out.append(("tp_comm_overlap", f"tp-comm-overlap: {release} has no Transformer Engine userbuffers overlap; "
+                    "that is Megatron-LM's --tp-comm-overlap"))  # fmt: skip
+    if stack.adam_moments == "bf16" and framework != Framework.MEGATRON:
+        out.append(("adam_moments", f"adam-moments bf16: {release} keeps Adam's moments in fp32; bf16 moments are "
+                    "Megatron-LM's --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16"))  # fmt: skip
+    if stack.master_weights != "fp32" and framework != Framework.MEGATRON:
+        out.append(("master_weights", f"master-weights {stack.master_weights}: {release} keeps an fp32 master copy; "
+                    "16-bit remainders or no master copy are Apex's DistributedFusedAdam, which NeMo runs on "
+                    "Megatron"))  # fmt: skip
+    if stack.delay_wgrad and not stack.moe_a2a_overlap:
+        # transformer_config.py at d98e8a64 asserts it
+        out.append(("delay_wgrad", "delay-wgrad needs moe-a2a-overlap (Megatron-LM: 'overlap_moe_expert_parallel_comm "
+                    "must be enabled when enabling delay_wgrad_compute')"))  # fmt: skip
+    if stack.ep_dispatcher == "deepep" and stack.token_drop and "deepep" in fs.ep_dispatchers and fs.token_drop:
+        # megatron/core/transformer/transformer_config.py `__post_init__` at d98e8a64 raises it (the
+        # HybridEP backend takes padding)
+        out.append(("ep_dispatcher", f"ep-dispatcher 'deepep' with token-drop: {release} refuses it ('Flex token "
+                    "dispatcher with deepep backend does not support moe_pad_expert_input_to_capacity'); use "
+                    "hybridep or alltoall"))  # fmt: skip
+    return out
+
+
+def model_stack_unsupported(model: ModelSpec, stack: Stack, precision: Precision) -> list[tuple[str, str]]:
+    """The stack settings `model` (at `precision`) cannot run, as (setting, reason) pairs, the same
+    way as `stack_unsupported`: multi-token prediction needs the model's MTP modules, and what
+    Megatron-LM d98e8a64 refuses of the selective recompute modules (transformer_config.py
+    `__post_init__`): moe_act "only supported with moe_grouped_gemm" (experts, run as grouped
+    GEMMs), mla_up_proj "only supported with multi_latent_attention", and under FP8 "Delayed
+    scaling does not support moe_act and layernorm recompute"."""
+    out: list[tuple[str, str]] = []
+    modules = stack.recompute_modules
+    if "moe_act" in modules and not model.is_moe:
+        out.append(("recompute_modules", f"recompute-modules moe_act: {model.name} has no experts (Megatron-LM: "
+                    "'moe_act in recompute_modules is only supported with moe_grouped_gemm')"))  # fmt: skip
+    if "mla_up_proj" in modules and not model.is_mla:
+        out.append(("recompute_modules", f"recompute-modules mla_up_proj: {model.name} has no multi-head latent "
+                    "attention (Megatron-LM: 'only supported with multi_latent_attention')"))  # fmt: skip
+    delayed = modules & {"moe_act", "layernorm"}
+    if delayed and precision == Precision.FP8 and stack.fp8_recipe == "delayed":
+        out.append(("recompute_modules", f"recompute-modules {','.join(sorted(delayed))} with fp8-recipe delayed: "
+                    "Megatron-LM 'Delayed scaling does not support moe_act and layernorm recompute for fp8' (give "
+                    "--fp8-recipe tensorwise or mxfp8)"))  # fmt: skip
+    if stack.mtp and not model.mtp_layers:
+        out.append(("mtp", f"mtp: {model.name} has no multi-token-prediction modules (num_nextn_predict_layers)"))
+    return out

@@ -19,9 +19,8 @@ import numpy as np
 
 from paraplan.api import MAX_GPUS, gpu_count_domain
 from paraplan.cost_models.candidates import INDEX, Layouts
-from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation
-from paraplan.cost_models.frameworks import default_stack
+from paraplan.cost_models.frameworks import default_stack, stack_unsupported
 from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, Layout, bounds, layout_words
 from paraplan.cost_models.limits import LIMITS, Target
 from paraplan.question import Question
@@ -76,15 +75,14 @@ def _best(question: Question, counts: Sequence[int], cons: Constraints) -> tuple
 def _in_framework(question: Question, given: dict[str, object], framework: Framework) -> Question | None:
     """The question under another framework, with the stack settings the user changed from the
     current framework's defaults kept (multi-token prediction, the combined 1F1B, recompute
-    modules, ...: they change what is trained or how); None where that framework cannot run them,
-    as its own question would refuse them."""
+    modules, ...: they change what is trained or how); None where that framework cannot run them
+    (`frameworks.stack_unsupported`), as its own question would refuse them."""
     ours, default = question.stack.settings(), default_stack(question.framework).settings()
     changed = {k: v for k, v in ours.items() if v != default[k]}
-    try:
-        return Question.of(question.model, question.cluster, {**given, "framework": framework}, changed,
-                           question.mem_headroom, question.bounds)  # fmt: skip
-    except InputError:
+    if stack_unsupported(framework, default_stack(framework).with_overrides(**changed)):
         return None
+    return Question.of(question.model, question.cluster, {**given, "framework": framework}, changed,
+                       question.mem_headroom, question.bounds)  # fmt: skip
 
 
 def _words(found: tuple[Evaluation, int]) -> str:

@@ -50,7 +50,7 @@ import numpy as np
 
 from paraplan.api import degree_bounds, hardware_entries, names_a_file
 from paraplan.cost_models.errors import InputError
-from paraplan.cost_models.layout import KnobArgs, Layout, Recompute
+from paraplan.cost_models.layout import Framework, KnobArgs, Layout, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.reliability import ReliabilityAccount
 from paraplan.cost_models.tco import CostBreakdown, Pricing
@@ -277,8 +277,7 @@ def pool_question(model: ModelSpec, pool: Pool, knobs: Mapping[str, object] | No
                   stack: Mapping[str, object] | None = None, mem_headroom: float = 0.0,
                   bounds: Mapping[str, int | None] | None = None) -> PoolQuestion:  # fmt: skip
     """The pool search's inputs, checked: knobs a pool plan cannot vary are refused."""
-    from paraplan.cost_models.layout import Framework
-    from paraplan.question import knobs_from, stack_from, with_settings
+    from paraplan.question import knobs_from, stack_for_model, with_settings
 
     given = knobs_from(dict(knobs or {}))
     for name, neutral in UNSUPPORTED.items():
@@ -294,7 +293,9 @@ def pool_question(model: ModelSpec, pool: Pool, knobs: Mapping[str, object] | No
         raise InputError("torchtitan has no ZeRO-1: pool plans use Megatron-LM or DeepSpeed")
     if not 0.0 <= mem_headroom < 1.0:
         raise InputError(f"mem-headroom {mem_headroom} must be in 0..0.9")
-    if (stack or {}).get("mtp") and model.mtp_layers:
+    framework = Framework(settings_knobs["framework"])
+    settled = stack_for_model(framework, stack, model, Precision(settings_knobs["precision"]))
+    if settled.mtp:
         # the per-stage tables (stage_costs) price the LM head on the last stage, not MTP modules
         raise InputError("mtp: pool plans do not price multi-token-prediction modules on the last stage")
     base = Layout(global_batch=settings_knobs["global_batch"], seq_len=settings_knobs["seq_len"],
@@ -308,7 +309,7 @@ def pool_question(model: ModelSpec, pool: Pool, knobs: Mapping[str, object] | No
         low["dp"] = high["dp"] = int(given["dp"])
     recompute = (Recompute(given["recompute"]),) if "recompute" in given else tuple(Recompute)
     settings = PoolSettings(
-        base=base, stack=stack_from(Framework(settings_knobs["framework"]), stack), mem_headroom=mem_headroom,
+        base=base, stack=settled, mem_headroom=mem_headroom,
         recompute=recompute, tp_low=low.get("tp", 1), tp_high=high.get("tp", 1 << 30),
         sequence_parallel=given.get("sequence_parallel"),
     )  # fmt: skip

@@ -17,7 +17,7 @@ import numpy as np
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation, evaluate
-from paraplan.cost_models.frameworks import FRAMEWORKS, default_stack
+from paraplan.cost_models.frameworks import default_stack, model_stack_unsupported, stack_unsupported
 from paraplan.cost_models.layout import (
     DEGREES,
     KNOBS,
@@ -30,15 +30,7 @@ from paraplan.cost_models.layout import (
     parse_knob,
 )
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import (
-    DEFAULT_RECOMPUTE_MODULES,
-    STACK_CHOICES,
-    STACK_FIELDS,
-    STACK_SETS,
-    Stack,
-    module_list,
-    parse_modules,
-)
+from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_SETS, Stack, parse_modules
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.space import Bounds, enumerate_space, expand
 
@@ -87,11 +79,10 @@ def with_settings(knobs: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-SELECTIVE_WORDS = {"core_attention": "core attention", "op": "its per-op policy"}  # frameworks `selective`
-
-
 def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> Stack:
-    """The framework's stack with the user's overrides (None keeps the framework's)."""
+    """The framework's stack with the user's overrides (None keeps the framework's); InputError
+    where the framework cannot run it (`frameworks.stack_unsupported`, its first reason): the
+    launch config would refuse it, and a prediction for what cannot be launched is no answer."""
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
     unknown = set(given) - set(STACK_FIELDS)
     if unknown:
@@ -108,47 +99,25 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
     for name, value in given.items():
         if name not in STACK_CHOICES and name not in STACK_SETS and not isinstance(value, bool):
             raise InputError(f"{name.replace('_', '-')} must be true or false, not {value!r}")
-    modules = parse_modules(given.get("recompute_modules", DEFAULT_RECOMPUTE_MODULES))
-    if modules != DEFAULT_RECOMPUTE_MODULES and framework != Framework.MEGATRON:
-        raise InputError(f"recompute-modules {','.join(module_list(modules)) or '(none)'}: "
-                         f"{FRAMEWORKS[framework].title}'s selective recompute is its own "
-                         f"({SELECTIVE_WORDS[FRAMEWORKS[framework].selective]}); recompute modules are Megatron-LM's")  # fmt: skip
-    runs = FRAMEWORKS[framework].ep_dispatchers
-    if given.get("ep_dispatcher", "alltoall") not in runs:
-        raise InputError(f"ep-dispatcher {given['ep_dispatcher']!r}: {FRAMEWORKS[framework].title} is priced with "
-                         f"{' or '.join(sorted(runs))} only (the flex dispatcher is Megatron-LM's)")  # fmt: skip
-    if framework != Framework.MEGATRON and (given.get("moe_a2a_overlap") or given.get("delay_wgrad")):
-        raise InputError(f"moe-a2a-overlap / delay-wgrad: {FRAMEWORKS[framework].title} has no combined 1F1B "
-                         "schedule (Megatron-LM's --overlap-moe-expert-parallel-comm)")  # fmt: skip
-    for name in ("mtp", "token_drop", "cpu_checkpointing"):  # FrameworkSpec fields named as the settings
-        if given.get(name) and not getattr(FRAMEWORKS[framework], name):
-            # the launch config would refuse it: a prediction for what cannot be launched is no answer
-            raise InputError(f"{name.replace('_', '-')}: {FRAMEWORKS[framework].title} "
-                             f"{FRAMEWORKS[framework].version} cannot run it")  # fmt: skip
-    if given.get("delay_wgrad") and not given.get("moe_a2a_overlap"):
-        # transformer_config.py at d98e8a64 asserts it
-        raise InputError("delay-wgrad needs moe-a2a-overlap (Megatron-LM: 'overlap_moe_expert_parallel_comm must "
-                         "be enabled when enabling delay_wgrad_compute')")  # fmt: skip
-    return default_stack(framework).with_overrides(**given)
+    stack = default_stack(framework).with_overrides(**given)
+    _refuse_first(stack_unsupported(framework, stack))
+    return stack
 
 
-def check_recompute_modules(model: ModelSpec, stack: Stack, precision: Precision) -> None:
-    """What Megatron-LM d98e8a64 refuses of the selective recompute modules (transformer_config.py
-    `__post_init__`): moe_act "only supported with moe_grouped_gemm" (experts, run as grouped
-    GEMMs), mla_up_proj "only supported with multi_latent_attention", and under FP8 "Delayed
-    scaling does not support moe_act and layernorm recompute"."""
-    modules = stack.recompute_modules
-    if "moe_act" in modules and not model.is_moe:
-        raise InputError(f"recompute-modules moe_act: {model.name} has no experts (Megatron-LM: 'moe_act in "
-                         "recompute_modules is only supported with moe_grouped_gemm')")  # fmt: skip
-    if "mla_up_proj" in modules and not model.is_mla:
-        raise InputError(f"recompute-modules mla_up_proj: {model.name} has no multi-head latent attention "
-                         "(Megatron-LM: 'only supported with multi_latent_attention')")  # fmt: skip
-    delayed = modules & {"moe_act", "layernorm"}
-    if delayed and precision == Precision.FP8 and stack.fp8_recipe == "delayed":
-        raise InputError(f"recompute-modules {','.join(sorted(delayed))} with fp8-recipe delayed: Megatron-LM "
-                         "'Delayed scaling does not support moe_act and layernorm recompute for fp8' "
-                         "(give --fp8-recipe tensorwise or mxfp8)")  # fmt: skip
+def stack_for_model(framework: Framework, overrides: Mapping[str, object] | None, model: ModelSpec,
+                    precision: Precision) -> Stack:  # fmt: skip
+    """`stack_from`, and the settings `model` cannot run at `precision` refused
+    (`frameworks.model_stack_unsupported`): what every question on a model checks of its stack
+    (`Question.of`, `pools.pool_question`)."""
+    stack = stack_from(framework, overrides)
+    _refuse_first(model_stack_unsupported(model, stack, precision))
+    return stack
+
+
+def _refuse_first(unsupported: list[tuple[str, str]]) -> None:
+    """InputError with the first reason of a (setting, reason) list, if any."""
+    if unsupported:
+        raise InputError(unsupported[0][1])
 
 
 @dataclass(frozen=True)
@@ -166,10 +135,7 @@ class Question:
         given = with_settings(knobs_from(knobs))
         if not 0.0 <= mem_headroom < 1.0:
             raise InputError(f"mem-headroom {mem_headroom} must be in 0..0.9")
-        settled = stack_from(given["framework"], stack)
-        check_recompute_modules(model, settled, Precision(given["precision"]))
-        if settled.mtp and not model.mtp_layers:
-            raise InputError(f"mtp: {model.name} has no multi-token-prediction modules (num_nextn_predict_layers)")
+        settled = stack_for_model(given["framework"], stack, model, Precision(given["precision"]))
         return Question(model, cluster, given, settled, mem_headroom, bounds or Bounds())
 
     @property

@@ -33,7 +33,7 @@ from paraplan.emit import EMITTERS, check_emitted, emit_launch, megatron_args
 from paraplan.hardware_specs.loader import load_cluster
 from paraplan.launch import parse_launch_text
 from paraplan.launch.importer import layout_from_launch, load_launch, read_launch_text
-from paraplan.question import Question
+from paraplan.question import Question, stack_from
 
 DATA = Path(__file__).parent / "data" / "launch"
 PER_FRAMEWORK = 200
@@ -774,3 +774,26 @@ def test_cpu_checkpointing_round_trips_through_megatron_deepspeed_flags() -> Non
         emit_launch(
             "megatron", model, lay.model_copy(update={"framework": Framework.MEGATRON}), Stack(cpu_checkpointing=True)
         )
+
+
+def test_the_dispatcher_is_read_whatever_the_architecture_check_and_framework() -> None:
+    """The flex dispatcher flags are a stack setting read on their own: a Megatron-LM script is read
+    back with them where the model's architecture flags cannot be checked (the model has a feature
+    Megatron-LM's flags cannot express), and a Megatron-DeepSpeed script's flex flags, which
+    DeepSpeed is not priced with, are a note (priced as the all-to-all), not a refused question."""
+    mixtral = load_model("mixtral-8x7b")
+    lay = Layout(tp=1, pp=1, dp=8, ep=8, micro_batch=1, global_batch=64)
+    text = emit_launch("megatron", mixtral, lay, Stack(ep_dispatcher="hybridep"))
+    unexpressed = mixtral.model_copy(update={"norm_affine": False, "name": "mixtral-olmo-norm"})
+    _, stack, _, notes = imported("megatron", text, unexpressed)
+    assert any("architecture is not checked" in n for n in notes)
+    assert stack.ep_dispatcher == "hybridep"
+    ds_lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=64, framework="deepspeed")
+    ds = emit_launch("deepspeed", mixtral, ds_lay)
+    flex = ds.replace("--moe-token-dispatcher-type alltoall", "--moe-token-dispatcher-type flex "
+                      "--moe-flex-dispatcher-backend deepep")  # fmt: skip
+    assert flex != ds
+    _, stack, _, notes = imported("deepspeed", flex, mixtral)
+    assert stack.ep_dispatcher == "alltoall"
+    assert any("flex --moe-flex-dispatcher-backend deepep: expert traffic modelled as all-to-all" in n for n in notes)
+    stack_from(Framework.DEEPSPEED, stack.settings())  # the question takes what was read

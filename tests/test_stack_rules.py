@@ -3,12 +3,20 @@ the launch config would refuse them: an answer for a plan that cannot be launche
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import fields
+
 import pytest
+from conftest import Invoke, one_error_line
 
 from paraplan.api import load_model
 from paraplan.cost_models.errors import InputError
-from paraplan.cost_models.layout import Framework
+from paraplan.cost_models.frameworks import default_stack, stack_unsupported
+from paraplan.cost_models.layout import Framework, Layout
+from paraplan.cost_models.stack import STACK_CHOICES, Stack
+from paraplan.fixes import _in_framework
 from paraplan.hardware_specs.loader import load_cluster
+from paraplan.launch.emitters import emit_launch
 from paraplan.question import Question, stack_from
 from paraplan.search import Constraints, rank_space
 
@@ -48,3 +56,118 @@ def test_cpu_checkpointing_makes_the_search_recompute_in_full() -> None:
     selective = Question.of(model, cluster, {**knobs, "recompute": "selective"}, {"cpu_checkpointing": True})
     ev = selective.evaluate(selective.space(8))
     assert ev.checks["cpu_checkpointing"].all()
+
+
+# --- one place for which framework runs which stack setting (frameworks.stack_unsupported) ----------
+
+# Rules that, before, only the launch config asked: `validate` priced these stacks and `emit`
+# refused them. Each (framework, CLI options, the setting the error names).
+ONCE_EMITTER_ONLY = [
+    ("deepspeed", ["--tp-comm-overlap"], "tp-comm-overlap"),  # TE userbuffers: Megatron-LM's flag
+    ("torchtitan", ["--tp-comm-overlap"], "tp-comm-overlap"),
+    ("megatron", ["--ep-dispatcher", "deepep", "--token-drop"], "ep-dispatcher"),  # DeepEP pads nothing
+    ("deepspeed", ["--adam-moments", "bf16"], "adam-moments"),  # Megatron's precision-aware optimizer
+    ("torchtitan", ["--adam-moments", "bf16"], "adam-moments"),
+    ("deepspeed", ["--master-weights", "remainders"], "master-weights"),  # Apex's DistributedFusedAdam
+    ("torchtitan", ["--master-weights", "none"], "master-weights"),
+]
+
+
+@pytest.mark.parametrize(("framework", "options", "setting"), ONCE_EMITTER_ONLY)
+def test_validate_refuses_what_only_the_launch_config_refused(invoke: Invoke, framework: str, options: list[str],
+                                                              setting: str) -> None:  # fmt: skip
+    args = ["validate", "--model", "mixtral-8x7b", "--gpus", "16", "--hardware", "h100-sxm", "--plan", "TP2/PP1/DP8",
+            "--framework", framework, "--zero", "1" if framework != "torchtitan" else "3", *options, "--json"]  # fmt: skip
+    line = one_error_line(invoke(*args), setting)
+    assert framework.replace("megatron", "Megatron-LM").replace("deepspeed", "DeepSpeed") in line
+
+
+def test_pool_questions_check_the_model_as_plain_questions_do(invoke: Invoke) -> None:
+    """`pool_question` refused mtp only where the model has MTP modules and never asked the
+    recompute modules of the model; it now runs Question.of's checks (`question.stack_for_model`)."""
+    pool = ["optimize", "--model", "llama2-7b", "--hardware", "a100-80g:8+rtx4090:8", "--global-batch", "64",
+            "--seq-len", "2048", "--json"]  # fmt: skip
+    one_error_line(invoke(*pool, "--mtp"), "mtp", "llama2-7b has no multi-token-prediction modules")
+    one_error_line(invoke(*pool, "--recompute-modules", "moe_act"), "moe_act", "llama2-7b has no experts")
+
+
+def _single_changes(framework: Framework) -> list[tuple[str, object]]:
+    """Every boolean setting flipped and every other word of each choice, against the framework's
+    defaults (recompute module sets are Megatron's alone: refused elsewhere whatever the set)."""
+    base = default_stack(framework)
+    out: list[tuple[str, object]] = [(f.name, not getattr(base, f.name)) for f in fields(Stack)
+                                     if isinstance(getattr(base, f.name), bool)]  # fmt: skip
+    out += [(name, word) for name, words in STACK_CHOICES.items() for word in words if word != getattr(base, name)]
+    out.append(("recompute_modules", ["core_attn", "mlp"]))
+    return out
+
+
+# A plan per framework that its emitter writes with the framework's own stack, and that meets what
+# the settings need of a layout (limits, not stack rules): TP 2 with SP (tp_comm_overlap), EP 2 at
+# PP 1 under selective recompute (the combined 1F1B), ZeRO-1 (bf16 moments), full recompute on
+# DeepSpeed (cpu_checkpointing); a MoE model with an MTP module where the framework's emitter takes one.
+_MTP_MIXTRAL = load_model("mixtral-8x7b").model_copy(update={"mtp_layers": 1, "name": "mixtral-mtp"})
+PLANS = {
+    Framework.MEGATRON: (_MTP_MIXTRAL, Layout(tp=2, dp=4, ep=2, zero=1, sequence_parallel=True, recompute="selective",
+                                     global_batch=64)),
+    Framework.DEEPSPEED: (load_model("mixtral-8x7b"), Layout(framework="deepspeed", tp=2, dp=4, zero=1,
+                                                            recompute="full", global_batch=64)),
+    Framework.TORCHTITAN: (load_model("llama3-8b"), Layout(framework="torchtitan", tp=2, dp=4, zero=3,
+                                                          global_batch=64)),
+}  # fmt: skip
+# What the pinned versions' launch configs cannot write although it is priced: settings that describe
+# other releases (the published runs of those releases are calibrated with them), not rules of what
+# a framework runs. The emitter may refuse these and nothing else of an accepted stack.
+VERSION_ONLY = {
+    Framework.MEGATRON: {"tp_overlap", "loss", "pp_outputs_kept", "kv_repeated", "master_weights"},
+    Framework.DEEPSPEED: {"tp_overlap", "p2p_overlap", "loss", "pp_outputs_kept", "kv_repeated"},
+    Framework.TORCHTITAN: {"flash_attention", "dp_overlap", "main_grads", "p2p_overlap", "attention_saved",
+                           "pp_outputs_kept", "kv_repeated", "tp_overlap", "fused_norm", "loss"},
+}  # fmt: skip
+
+
+def test_the_question_and_the_launch_config_refuse_the_same_stacks() -> None:
+    """Every framework x every pair of changed settings (each rule reads at most two): where
+    stack_from refuses, the emitter refuses the same setting with the same reason, both read from
+    stack_unsupported; where it accepts, the emitter refuses only a version-level setting."""
+    for framework, (model, lay) in PLANS.items():
+        kind = str(framework)
+        emit_launch(kind, model, lay)  # the plan itself is emitted
+        singles = _single_changes(framework)
+        for first, second in itertools.combinations_with_replacement(singles, 2):
+            overrides = dict([first, second])
+            stack = default_stack(framework).with_overrides(**overrides)
+            unsupported = stack_unsupported(framework, stack)
+            try:
+                stack_from(framework, overrides)
+            except InputError as exc:
+                assert unsupported and str(exc) == unsupported[0][1]
+                with pytest.raises(InputError) as refused:
+                    emit_launch(kind, model, lay, stack)
+                setting, reason = unsupported[0]
+                assert str(refused.value) == f"cannot emit {kind} for this plan: {setting} -- {reason}"
+                continue
+            assert not unsupported
+            try:
+                emit_launch(kind, model, lay, stack)
+            except InputError as exc:
+                knob = str(exc).split(": ", 1)[1].split(" -- ")[0]
+                assert knob in VERSION_ONLY[framework], (kind, overrides, str(exc))
+
+
+def test_every_framework_runs_its_own_defaults() -> None:
+    for framework in Framework:
+        assert stack_unsupported(framework, default_stack(framework)) == []
+
+
+def test_what_would_fit_offers_no_framework_that_cannot_run_the_changed_settings() -> None:
+    """fixes._in_framework keeps the user's changed settings; a framework that cannot run them
+    (stack_unsupported) is not offered."""
+    model, cluster = load_model("llama2-7b"), load_cluster("a100-80g")
+    question = Question.of(model, cluster, {"global_batch": 64}, {"tp_comm_overlap": True})
+    given = {k: v for k, v in question.given.items() if k != "framework"}
+    assert _in_framework(question, given, Framework.DEEPSPEED) is None
+    assert _in_framework(question, given, Framework.TORCHTITAN) is None
+    plain = Question.of(model, cluster, {"global_batch": 64})
+    other = _in_framework(plain, given, Framework.TORCHTITAN)
+    assert other is not None and other.framework == Framework.TORCHTITAN

@@ -31,7 +31,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn
 
 from paraplan.cost_models.errors import InputError
-from paraplan.cost_models.frameworks import FRAMEWORKS, a2a_overlap_reasons, default_stack
+from paraplan.cost_models.frameworks import (
+    FRAMEWORKS,
+    a2a_overlap_reasons,
+    default_stack,
+    model_stack_unsupported,
+    stack_unsupported,
+)
 from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offload, Precision, Recompute, layout_words
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
@@ -180,52 +186,21 @@ def _refuse_older_stack(ctx: _Ctx, release: str, repeats_kv: bool = False) -> No
                 "to every query head before ff0829c10); no flag repeats them")  # fmt: skip
 
 
-def _refuse_bf16_moments(ctx: _Ctx, release: str) -> None:
-    """Adam moments in bf16 (`Stack.adam_moments`) are Megatron-LM's precision-aware optimizer."""
-    if ctx.stack.adam_moments == "bf16":
-        _refuse(ctx, "adam_moments", f"{release} keeps Adam's moments in fp32; bf16 moments are Megatron-LM's "
-                "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16")  # fmt: skip
-
-
-def _refuse_partial_master(ctx: _Ctx, release: str, keeps: str) -> None:
-    """Master weights kept as 16-bit remainders or not at all (`Stack.master_weights`) are Apex's
-    DistributedFusedAdam, as NeMo runs it; none of the pinned frameworks has a flag for them."""
-    if ctx.stack.master_weights != "fp32":
-        _refuse(ctx, "master_weights", f"{release} {keeps}; master weights kept as {ctx.stack.master_weights} are "
-                "Apex's DistributedFusedAdam (NeMo's distributed_fused_adam optimizer)")  # fmt: skip
-
-
-def _refuse_tp_comm_overlap(ctx: _Ctx, release: str) -> None:
-    """Chunked TP overlap (`Stack.tp_comm_overlap`) is Transformer Engine's userbuffers, which only
-    Megatron-LM's --tp-comm-overlap turns on."""
-    if ctx.stack.tp_comm_overlap:
-        _refuse(ctx, "tp_comm_overlap", f"{release} has no Transformer Engine userbuffers overlap; that is "
-                "Megatron-LM's --tp-comm-overlap")  # fmt: skip
-
-
-def _refuse_cpu_checkpointing(ctx: _Ctx, fw: Framework, release: str) -> None:
-    """CPU checkpointing (`Stack.cpu_checkpointing`) is DeepSpeed's activation checkpointing
-    (`FrameworkSpec.cpu_checkpointing`)."""
-    if ctx.stack.cpu_checkpointing and not FRAMEWORKS[fw].cpu_checkpointing:
-        _refuse(ctx, "cpu_checkpointing", f"{release} keeps activation checkpoints on the GPU; host checkpoints are "
-                "DeepSpeed's cpu_checkpointing")  # fmt: skip
-
-
-def _refuse_a2a_overlap(ctx: _Ctx, release: str) -> None:
-    """The combined 1F1B (`Stack.moe_a2a_overlap`, `Stack.delay_wgrad`) is Megatron-LM's schedule."""
-    if ctx.stack.moe_a2a_overlap or ctx.stack.delay_wgrad:
-        _refuse(ctx, "moe_a2a_overlap", f"{release} has no combined 1F1B schedule; that is Megatron-LM's "
-                "--overlap-moe-expert-parallel-comm")  # fmt: skip
+def _refuse_unsupported_stack(ctx: _Ctx) -> None:
+    """What the framework cannot run of the stack (`frameworks.stack_unsupported`) and the model
+    cannot run of it (`frameworks.model_stack_unsupported`): the rules the question asks when it is
+    built, so that nothing `validate` priced is refused here on those grounds."""
+    lay = ctx.lay
+    for knob, why in stack_unsupported(lay.framework, ctx.stack) + model_stack_unsupported(ctx.model, ctx.stack,
+                                                                                          lay.precision):  # fmt: skip
+        _refuse(ctx, knob, why)
 
 
 def _megatron_a2a_overlap(ctx: _Ctx, lay: Layout) -> list[tuple[str, str | None]]:
     """--overlap-moe-expert-parallel-comm (and --delay-wgrad-compute), which Megatron-LM runs only
     where `frameworks.a2a_overlap_breaks` finds nothing (asserted in transformer_config.py)."""
-    if not (ctx.stack.moe_a2a_overlap or ctx.stack.delay_wgrad):
+    if not ctx.stack.moe_a2a_overlap:  # delay_wgrad alone: refused as stack_unsupported says
         return []
-    if ctx.stack.delay_wgrad and not ctx.stack.moe_a2a_overlap:
-        _refuse(ctx, "delay_wgrad", f"Megatron-LM {MEGATRON_COMMIT[:8]} delays weight gradients "
-                "(--delay-wgrad-compute) only with --overlap-moe-expert-parallel-comm")  # fmt: skip
     broken = a2a_overlap_reasons(lay, ctx.model.is_moe, ctx.stack.recompute_modules)
     if broken:
         _refuse(ctx, "moe_a2a_overlap", f"Megatron-LM {MEGATRON_COMMIT[:8]}'s --overlap-moe-expert-parallel-comm: "
@@ -510,45 +485,20 @@ def _expert_tp(ctx: _Ctx) -> list[Flag]:
     return []
 
 
-def _token_drop(ctx: _Ctx, fw: Framework, release: str) -> list[Flag]:
+def _token_drop(ctx: _Ctx) -> list[Flag]:
     """`Stack.token_drop`: Megatron-LM's capacity factor 1.0 with padding to capacity (the two flags
-    Megatron-Bridge's apply_moe_token_drop sets); a framework without them (`FrameworkSpec.token_drop`)
-    refuses. A dense model has no experts to drop tokens at: nothing to write."""
+    Megatron-Bridge's apply_moe_token_drop sets). A dense model has no experts to drop tokens at:
+    nothing to write."""
     if not (ctx.stack.token_drop and ctx.model.is_moe):
         return []
-    if not FRAMEWORKS[fw].token_drop:
-        _refuse(ctx, "token_drop", f"{release}'s mixture-of-experts is dropless here; token dropping with a capacity "
-                "factor is Megatron-LM's --moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity")  # fmt: skip
     return [("--moe-expert-capacity-factor", "1.0"), ("--moe-pad-expert-input-to-capacity", None)]
 
 
-def _mtp(ctx: _Ctx, fw: Framework, release: str) -> list[Flag]:
-    """`Stack.mtp`: Megatron-LM's --mtp-num-layers with the model's MTP depth
-    (`ModelSpec.mtp_layers`); a model without MTP modules, or a framework without MTP
-    (`FrameworkSpec.mtp`), refuses."""
+def _mtp(ctx: _Ctx) -> list[Flag]:
+    """`Stack.mtp`: Megatron-LM's --mtp-num-layers with the model's MTP depth (`ModelSpec.mtp_layers`)."""
     if not ctx.stack.mtp:
         return []
-    if not ctx.model.mtp_layers:
-        _refuse(ctx, "mtp", f"{ctx.model.name} has no multi-token-prediction modules (num_nextn_predict_layers)")
-    if not FRAMEWORKS[fw].mtp:
-        _refuse(ctx, "mtp", f"{release} has no multi-token-prediction training; it is Megatron-LM's --mtp-num-layers")
     return [("--mtp-num-layers", str(ctx.model.mtp_layers))]
-
-
-def _ep_dispatcher(ctx: _Ctx, fw: Framework, release: str) -> str:
-    """`Stack.ep_dispatcher` where the framework runs it (`FrameworkSpec.ep_dispatchers`), else a
-    refusal. Megatron-LM's flex dispatcher with DeepEP rejects padding to capacity
-    (TransformerConfig.__post_init__ at d98e8a64)."""
-    chosen = ctx.stack.ep_dispatcher
-    if not ctx.model.is_moe:
-        return "alltoall"
-    if chosen not in FRAMEWORKS[fw].ep_dispatchers:
-        _refuse(ctx, "ep_dispatcher", f"{release} is priced with the plain all-to-all dispatcher only; the flex "
-                "dispatcher (DeepEP, HybridEP) is Megatron-LM's --moe-token-dispatcher-type flex")  # fmt: skip
-    if chosen == "deepep" and ctx.stack.token_drop:
-        _refuse(ctx, "ep_dispatcher", f"{release}'s flex dispatcher with deepep does not pad experts to capacity "
-                "(token_drop); use hybridep or alltoall")  # fmt: skip
-    return chosen
 
 
 def _megatron_recompute(lay: Layout, modules: frozenset[str] = DEFAULT_RECOMPUTE_MODULES) -> list[Flag]:
@@ -581,7 +531,6 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
         _refuse(ctx, "loss", f"a {stack.loss} loss: Megatron-LM {MEGATRON_COMMIT[:8]} computes the whole logits' "
                 "cross entropy with its VocabParallelCrossEntropy")  # fmt: skip
     _refuse_older_stack(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]}", repeats_kv=not stack.flash_attention)
-    _refuse_cpu_checkpointing(ctx, fw, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
     flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp))]
     flags += _megatron_split(ctx)
     flags.append((_kf("cp", fw), str(lay.cp)))
@@ -589,14 +538,13 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
         flags.append(("--cp-comm-type", "p2p" if lay.cp_comm == CpComm.RING else "allgather"))
     flags.append((_kf("ep", fw), str(lay.ep)))
     flags += _expert_tp(ctx)
-    flags += _token_drop(ctx, fw, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
-    flags += _mtp(ctx, fw, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
+    flags += _token_drop(ctx)
+    flags += _mtp(ctx)
     if lay.sequence_parallel and lay.tp > 1:
         flags.append(("--sequence-parallel", None))
     flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),
               (_kf("seq_len", fw), str(lay.seq_len))]  # fmt: skip
-    dispatcher = _ep_dispatcher(ctx, fw, f"Megatron-LM {MEGATRON_COMMIT[:8]}")
-    flags += megatron_model_flags(ctx.model, lay, _bind(ctx), dispatcher)
+    flags += megatron_model_flags(ctx.model, lay, _bind(ctx), ctx.stack.ep_dispatcher)
     flags += _megatron_recompute(lay, ctx.stack.recompute_modules)
     fsdp = lay.zero >= 2
     if fsdp:
@@ -611,8 +559,10 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     elif lay.offload != Offload.NONE:
         _refuse(ctx, "offload", f"offload {lay.offload}: Megatron-LM {MEGATRON_COMMIT[:8]} offloads the optimizer "
                 "(--optimizer-cpu-offload), never the parameters")  # fmt: skip
-    _refuse_partial_master(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]}", "keeps a whole master copy (--main-params-dtype "
-                           "takes fp32 or fp16)")  # fmt: skip
+    if stack.master_weights != "fp32":  # NeMo's optimizer, priced for its runs (Stack.master_weights)
+        _refuse(ctx, "master_weights", f"Megatron-LM {MEGATRON_COMMIT[:8]} keeps a whole master copy (--main-params-"
+                f"dtype takes fp32 or fp16); master weights kept as {stack.master_weights} are Apex's "
+                "DistributedFusedAdam (NeMo's distributed_fused_adam optimizer)")  # fmt: skip
     if stack.adam_moments == "bf16":
         if fsdp or (lay.zero != 1 and lay.offload != Offload.OPTIMIZER):
             _refuse(ctx, "adam_moments", f"Megatron-LM {MEGATRON_COMMIT[:8]} keeps Adam's moments in bf16 with "
@@ -770,13 +720,6 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
         _refuse(ctx, "loss", f"a {stack.loss} loss: the Megatron-style training script computes the whole logits' "
                 "cross entropy in eager mode")  # fmt: skip
     _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
-    _token_drop(ctx, Framework.DEEPSPEED, f"DeepSpeed {DEEPSPEED_VERSION}")
-    _mtp(ctx, Framework.DEEPSPEED, f"DeepSpeed {DEEPSPEED_VERSION}")
-    _ep_dispatcher(ctx, Framework.DEEPSPEED, f"DeepSpeed {DEEPSPEED_VERSION}")
-    _refuse_bf16_moments(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
-    _refuse_partial_master(ctx, f"DeepSpeed {DEEPSPEED_VERSION}", "keeps an fp32 master copy of the bf16 weights")
-    _refuse_tp_comm_overlap(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
-    _refuse_a2a_overlap(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
     config = _deepspeed_config(ctx)
     per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)
     lines = _header(ctx, f"DeepSpeed {DEEPSPEED_VERSION}: the JSON keys are checked against it; the training script's "
@@ -933,17 +876,6 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
         _refuse(ctx, "attention_saved", f"torchtitan {TORCHTITAN_VERSION}'s op-level selective recompute saves "
                 "the output of every SDPA backend (op_sac_save_list, since b39377f9f)")  # fmt: skip
     _refuse_older_stack(ctx, f"torchtitan {TORCHTITAN_VERSION}")
-    _refuse_cpu_checkpointing(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
-    _token_drop(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
-    _mtp(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
-    _ep_dispatcher(ctx, Framework.TORCHTITAN, f"torchtitan {TORCHTITAN_VERSION}")
-    _refuse_bf16_moments(ctx, f"torchtitan {TORCHTITAN_VERSION}")
-    _refuse_partial_master(
-        ctx, f"torchtitan {TORCHTITAN_VERSION}", "shards fp32 parameters, which are the master weights"
-    )
-    # its async TP, the same kind of overlap, is written with tp_overlap (--compile.enable_async_tensor_parallel)
-    _refuse_tp_comm_overlap(ctx, f"torchtitan {TORCHTITAN_VERSION}")
-    _refuse_a2a_overlap(ctx, f"torchtitan {TORCHTITAN_VERSION}")
     if stack.tp_overlap and not stack.compiled:
         _refuse(ctx, "tp_overlap", f"async TP without torch.compile: torchtitan {TORCHTITAN_VERSION}'s CompileConfig "
                 "raises 'Async TP requires 'model' in --compile.components and --compile.enable'")  # fmt: skip
@@ -1033,6 +965,7 @@ def emit_launch(
         )
     ctx = _Ctx(kind, FRAMEWORKS[layout.framework].title, model, layout, stack or default_stack(layout.framework),
                evaluated, gpus_per_node)  # fmt: skip
+    _refuse_unsupported_stack(ctx)
     if kind == "megatron":
         return _emit_megatron(ctx)
     if kind == "deepspeed":

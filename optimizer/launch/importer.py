@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.frameworks import FRAMEWORKS, FrameworkSpec
 from paraplan.cost_models.layout import CpComm, Layout, Offload, Precision, Recompute
+from paraplan.cost_models.layout import Framework as FrameworkId
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import module_list, parse_modules
 
@@ -352,6 +354,7 @@ def _import_megatron(st: _State) -> None:
     meg.get("cp_comm_type")
     _megatron_stack(meg, fsdp=bool(meg.get("use_megatron_fsdp")))
     _expert_tp(meg, tp)
+    _megatron_dispatcher(meg, FRAMEWORKS[FrameworkId.MEGATRON])
     _megatron_model_check(meg)
     _megatron_specials(meg)
     st.unmodelled.extend(meg.leftover())
@@ -738,20 +741,26 @@ def _megatron_token_drop(meg: _Megatron) -> None:
                     "capacity 1.0 padded to capacity is modelled (--token-drop); read as dropless")  # fmt: skip
 
 
-def _megatron_dispatcher(meg: _Megatron) -> None:
-    """--moe-token-dispatcher-type flex with a DeepEP or HybridEP backend (--moe-flex-dispatcher-backend,
-    default deepep; the deprecated --moe-enable-deepep) is `Stack.ep_dispatcher`; the others are
-    priced as the all-to-all."""
+def _megatron_dispatcher(meg: _Megatron, fs: FrameworkSpec) -> None:
+    """An MoE model's --moe-token-dispatcher-type flex with a DeepEP or HybridEP backend
+    (--moe-flex-dispatcher-backend, default deepep; the deprecated --moe-enable-deepep) is
+    `Stack.ep_dispatcher` where the framework `fs` is priced with it (`FrameworkSpec.ep_dispatchers`);
+    the others are priced as the all-to-all, with a note. Read whether or not the model's
+    architecture flags could be checked: the dispatcher is a stack setting, not the model's."""
     st, dest = meg.st, "moe_token_dispatcher_type"
+    if not st.model.is_moe:
+        return
     kind = meg.get(dest, "alltoall")
     backend = meg.get("moe_flex_dispatcher_backend", "deepep")
     if meg.get("moe_enable_deepep"):
         backend = "deepep"
-    if kind == "flex" and backend in ("deepep", "hybridep"):
+    runs = fs.ep_dispatchers
+    if kind == "flex" and backend in runs:
         st.stack["ep_dispatcher"] = backend
     elif kind != "alltoall":
         shown = f"flex --moe-flex-dispatcher-backend {backend}" if kind == "flex" else kind
-        st.note(f"--moe-token-dispatcher-type {shown}: expert traffic modelled as all-to-all")
+        st.note(f"--moe-token-dispatcher-type {shown}: expert traffic modelled as all-to-all "
+                f"({fs.title} is priced with {' or '.join(sorted(runs))})")  # fmt: skip
 
 
 def _megatron_model_check(meg: _Megatron) -> None:
@@ -777,8 +786,7 @@ def _megatron_model_check(meg: _Megatron) -> None:
                       "hidden_dropout"}  # fmt: skip
     mismatches = []
     for dest, value in want.items():
-        if dest == "moe_token_dispatcher_type":
-            _megatron_dispatcher(meg)
+        if dest == "moe_token_dispatcher_type":  # a stack setting: _megatron_dispatcher reads it
             continue
         if dest == "max_position_embeddings" and not st.model.learned_positions:
             continue
@@ -902,6 +910,7 @@ def _import_deepspeed(st: _State) -> None:
         st.unmodelled.append("activation_checkpointing.partition_activations")
     _deepspeed_cpu_checkpointing(st, config)
     _deepspeed_stack(st, config, meg)
+    _megatron_dispatcher(meg, FRAMEWORKS[FrameworkId.DEEPSPEED])
     if meg.has("num_layers") or meg.has("hidden_size"):
         _megatron_model_check(meg)
     known = _DS_MAPPED | {
