@@ -26,7 +26,7 @@ import numpy as np
 
 from paraplan.cost_models import frameworks
 from paraplan.cost_models.candidates import BoolArray, Layouts
-from paraplan.cost_models.layout import CpComm, Layout, Precision, Recompute
+from paraplan.cost_models.layout import CpComm, Framework, Layout, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.stages import split_valid
@@ -138,6 +138,16 @@ def _cpu_checkpointing(t: Target, lay: Layouts) -> BoolArray:
     return np.asarray(lay.recompute != Recompute.FULL)
 
 
+def _tp_comm_overlap(t: Target, lay: Layouts) -> BoolArray:
+    """Transformer Engine's userbuffers split the sequence-parallel collectives: Megatron-LM's
+    arguments.py at d98e8a64 asserts "Tensor parallel communication/GEMM overlap can happen only
+    when sequence parallelism is enabled". At TP 1 there is nothing to overlap (the setting is
+    priced as off and the launch config leaves the flag out)."""
+    if not t.stack.tp_comm_overlap:
+        return np.zeros(len(lay), dtype=bool)
+    return np.asarray((lay.framework == Framework.MEGATRON) & (lay.tp > 1) & (lay.sequence_parallel == 0))
+
+
 LIMITS: tuple[Limit, ...] = (
     Limit("heads", ("tp",), lambda t, x: np.asarray(t.model.num_heads % x.tp != 0),
           lambda t, lay: f"TP {lay.tp} does not divide the {t.model.num_heads} attention heads"),
@@ -170,6 +180,9 @@ LIMITS: tuple[Limit, ...] = (
           lambda t, lay: frameworks.unsupported_words(lay, t.model.num_layers)),
     Limit("a2a_overlap", ("framework", "ep", "dp", "cp", "tp", "expert_tp", "pp", "virtual_stages", "recompute"),
           _a2a_overlap, _a2a_overlap_words),
+    Limit("tp_comm_overlap", ("framework", "tp", "sequence_parallel"), _tp_comm_overlap,
+          lambda t, lay: f"tp-comm-overlap (Megatron-LM's --tp-comm-overlap) needs sequence parallelism at TP {lay.tp} "
+                         "(Megatron-LM asserts it)"),
     Limit("cpu_checkpointing", ("recompute",), _cpu_checkpointing,
           lambda t, lay: f"cpu-checkpointing moves the checkpoints of full recompute to the host; recompute "
                          f"{lay.recompute} keeps none"),

@@ -221,6 +221,13 @@ def test_megatron_writes_tp_comm_overlap() -> None:
     assert "--tp-comm-overlap" in text.split() and "--sequence-parallel" in text.split()
     assert check_emitted("megatron", text) == []
     assert "--tp-comm-overlap" not in emit_launch("megatron", load_model("llama2-13b"), lay, Stack()).split()
+    # at TP 1 there is nothing to overlap: priced as off (no TP collectives, no userbuffers), and
+    # the flag, which Megatron-LM would assert on (it turns SP off at TP 1), is left out
+    tp1 = lay.model_copy(update={"tp": 1, "dp": lay.dp * lay.tp, "sequence_parallel": False})
+    assert (
+        "--tp-comm-overlap"
+        not in emit_launch("megatron", load_model("llama2-13b"), tp1, Stack(tp_comm_overlap=True)).split()
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -480,8 +487,7 @@ def _deepspeed(**settings: object) -> Stack:
         ("torchtitan", "llama3-8b", {},
          _titan(adam_moments="bf16"),
          "adam_moments"),
-        # Transformer Engine's userbuffers: Megatron's --tp-comm-overlap, with SP and TP > 1 only
-        ("megatron", "llama2-7b", {"tp": 1}, Stack(tp_comm_overlap=True), "tp_comm_overlap"),
+        # Transformer Engine's userbuffers: Megatron's --tp-comm-overlap, with SP only
         ("megatron", "llama2-7b", {"tp": 2, "dp": 4, "sequence_parallel": False}, Stack(tp_comm_overlap=True),
          "tp_comm_overlap"),
         ("deepspeed", "llama2-7b", {"tp": 2, "dp": 4}, _deepspeed(tp_comm_overlap=True), "tp_comm_overlap"),

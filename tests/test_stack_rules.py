@@ -58,6 +58,21 @@ def test_cpu_checkpointing_makes_the_search_recompute_in_full() -> None:
     assert ev.checks["cpu_checkpointing"].all()
 
 
+def test_tp_comm_overlap_makes_the_search_take_sequence_parallelism() -> None:
+    """Megatron-LM asserts --tp-comm-overlap with sequence parallelism: with the setting, every
+    layout the search admits at TP > 1 runs SP, a TP > 1 layout without SP breaks the limit, and
+    TP 1 (nothing to overlap) is admitted as it is."""
+    model, cluster = load_model("llama2-13b"), load_cluster("h100-sxm")
+    on = Question.of(model, cluster, {"global_batch": 64}, {"tp_comm_overlap": True})
+    ev = on.evaluate(on.space(16))
+    tp, sp = ev.layouts.tp, ev.layouts.sequence_parallel
+    assert (ev.checks["tp_comm_overlap"] == ((tp > 1) & (sp == 0))).all()
+    ranking = rank_space(on, [16], Constraints(), 5)
+    for group in ranking.groups:
+        best = ranking.evaluation.layouts.at(group[0])
+        assert best.tp == 1 or best.sequence_parallel
+
+
 # --- one place for which framework runs which stack setting (frameworks.stack_unsupported) ----------
 
 # Rules that, before, only the launch config asked: `validate` priced these stacks and `emit`

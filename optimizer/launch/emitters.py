@@ -570,12 +570,14 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
         if lay.offload != Offload.OPTIMIZER:
             flags.append(("--use-precision-aware-optimizer", None))
         flags += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
-    if stack.tp_comm_overlap:
-        if not (lay.sequence_parallel and lay.tp > 1):
-            # arguments.py at d98e8a64: "Tensor parallel communication/GEMM overlap can happen only
-            # when sequence parallelism is enabled" (asserted), and Megatron turns SP off at TP 1
+    if stack.tp_comm_overlap and lay.tp > 1:
+        # at TP 1 there is nothing to overlap: the flag is left out (Megatron turns SP off there,
+        # and arguments.py at d98e8a64 asserts "Tensor parallel communication/GEMM overlap can
+        # happen only when sequence parallelism is enabled"); without SP the plan breaks the
+        # `tp_comm_overlap` limit, so validate never calls it feasible
+        if not lay.sequence_parallel:
             _refuse(ctx, "tp_comm_overlap", f"Megatron-LM {MEGATRON_COMMIT[:8]} overlaps TP communication with "
-                    "GEMMs (--tp-comm-overlap) only with sequence parallelism and TP > 1")  # fmt: skip
+                    "GEMMs (--tp-comm-overlap) only with sequence parallelism")  # fmt: skip
         flags.append(("--tp-comm-overlap", None))
     flags += _megatron_a2a_overlap(ctx, lay)
     if lay.precision == Precision.FP16:
