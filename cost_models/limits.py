@@ -26,7 +26,7 @@ import numpy as np
 
 from paraplan.cost_models import frameworks
 from paraplan.cost_models.candidates import BoolArray, Layouts
-from paraplan.cost_models.layout import CpComm, Framework, Layout, Precision, Recompute
+from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.stages import split_valid
@@ -148,6 +148,18 @@ def _tp_comm_overlap(t: Target, lay: Layouts) -> BoolArray:
     return np.asarray((lay.framework == Framework.MEGATRON) & (lay.tp > 1) & (lay.sequence_parallel == 0))
 
 
+def _bf16_moments(t: Target, lay: Layouts) -> BoolArray:
+    """Megatron-LM keeps Adam's moments in bf16 through its precision-aware optimizer, which it
+    allows with the distributed optimizer only (megatron/core/optimizer/__init__.py at d98e8a64:
+    "--use-precision-aware-optimizer only supported with distributed optimizer"), i.e. ZeRO-1
+    here, or with the optimizer offloaded to the host (--optimizer-cpu-offload runs on the same
+    distributed optimizer and code path). Megatron-FSDP (ZeRO-2/3) takes neither."""
+    if t.stack.adam_moments != "bf16":
+        return np.zeros(len(lay), dtype=bool)
+    allowed = (lay.zero == 1) | ((lay.zero < 2) & (lay.offload == Offload.OPTIMIZER))
+    return np.asarray((lay.framework == Framework.MEGATRON) & ~allowed)
+
+
 LIMITS: tuple[Limit, ...] = (
     Limit("heads", ("tp",), lambda t, x: np.asarray(t.model.num_heads % x.tp != 0),
           lambda t, lay: f"TP {lay.tp} does not divide the {t.model.num_heads} attention heads"),
@@ -183,6 +195,9 @@ LIMITS: tuple[Limit, ...] = (
     Limit("tp_comm_overlap", ("framework", "tp", "sequence_parallel"), _tp_comm_overlap,
           lambda t, lay: f"tp-comm-overlap (Megatron-LM's --tp-comm-overlap) needs sequence parallelism at TP {lay.tp} "
                          "(Megatron-LM asserts it)"),
+    Limit("adam_moments", ("framework", "zero", "offload"), _bf16_moments,
+          lambda t, lay: f"adam-moments bf16 (Megatron-LM's precision-aware optimizer) needs its distributed "
+                         f"optimizer (ZeRO-1) or the optimizer offloaded, not ZeRO-{lay.zero}"),
     Limit("cpu_checkpointing", ("recompute",), _cpu_checkpointing,
           lambda t, lay: f"cpu-checkpointing moves the checkpoints of full recompute to the host; recompute "
                          f"{lay.recompute} keeps none"),

@@ -186,3 +186,16 @@ def test_what_would_fit_offers_no_framework_that_cannot_run_the_changed_settings
     plain = Question.of(model, cluster, {"global_batch": 64})
     other = _in_framework(plain, given, Framework.TORCHTITAN)
     assert other is not None and other.framework == Framework.TORCHTITAN
+
+
+def test_bf16_moments_need_megatrons_distributed_optimizer() -> None:
+    """Megatron-LM raises "--use-precision-aware-optimizer only supported with distributed
+    optimizer": with bf16 moments, ZeRO-0 (without the offloaded optimizer) and Megatron-FSDP
+    (ZeRO-2/3) break the limit, ZeRO-1 and the offloaded optimizer meet it."""
+    model, cluster = load_model("llama2-7b"), load_cluster("h100-sxm")
+    on = Question.of(model, cluster, {"global_batch": 64}, {"adam_moments": "bf16"})
+    ev = on.evaluate(on.space(8))
+    zero, off = ev.layouts.zero, ev.layouts.offload
+    allowed = (zero == 1) | ((zero == 0) & (off == 1))
+    assert (ev.checks["adam_moments"] == ~allowed).all()
+    assert ev.checks["adam_moments"].any() and (~ev.checks["adam_moments"]).any()
