@@ -135,9 +135,10 @@ class FrameworkSpec:
 # the README). Compute time is divided by it; communication is not.
 # DeepSpeed's figure is not a kernel speed: Megatron-DeepSpeed runs Megatron's fused kernels, and
 # its ZeRO-3 175B run on Azure (group deepspeed_azure22) is predicted within 1.2% at 1.0. The
-# MT-NLG pipeline runs (mtnlg22) and the 1T/2T ZeRO-3 runs are 21-30% slower than what is priced
-# for them at 1.0 (the pipeline engine's blocking transfers, `PP_SERIAL_TRANSFERS`, and the CPU
-# checkpoints, `Stack.cpu_checkpointing`, carry under 2% of it); the fitted figure carries that
+# MT-NLG pipeline runs (mtnlg22) are 18-21% and the 1T/2T ZeRO-3 runs 21%/27% slower than what is
+# priced for them at 1.0, after the pipeline engine's blocking transfers (`PP_SERIAL_TRANSFERS`),
+# the CPU checkpoints (`Stack.cpu_checkpointing`) and the host's wait for ZeRO-3's reduce-scatters
+# with the optimizer offloaded (`OFFLOAD_BLOCKS_GRAD_REDUCE`); the fitted figure carries that
 # unexplained rest, so it stays a per-stack residual until its mechanism is found.
 KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.MEGATRON: 1.0,
@@ -344,6 +345,29 @@ PP_SERIAL_TRANSFERS: dict[Framework, int] = {Framework.MEGATRON: 2, Framework.DE
 # (`--no-scatter-gather-tensors-in-pipeline` of 2021-22; not at d98e8a64, which sends whole
 # sequence-parallel shards): 0 here.
 PP_PARTITION_GATHERS: dict[Framework, int] = {Framework.MEGATRON: 0, Framework.DEEPSPEED: 3, Framework.TORCHTITAN: 0}
+# ZeRO-3 with the optimizer offloaded: the host waits for each gradient bucket's reduce-scatter.
+#  * DeepSpeed True: stage3.py `__reduce_and_partition_ipg_grads` runs a bucket's reduce-scatter
+#    and then `__partition_grads` on the reduction stream; with `offload_optimizer` the latter ends
+#    in `fp32_grad_tensor.copy_(grad_buffer)` into the host fp32 gradient (v0.6.2 of the Azure
+#    1T/2T runs; `copy_(grad_buffer.float())` at 38327e07 of 2025-02 alike), a copy without
+#    `non_blocking` from the GPU to the CPU, so the autograd thread blocks until that stream has
+#    finished the reduce-scatter. It runs at the gradient accumulation boundary, the step's last
+#    micro-batch (earlier ones accumulate with `non_blocking` copies). A bucket is reduced when the next gradient arrives (a weight
+#    above `reduce_bucket_size` is a bucket of its own), and what the host has queued on the
+#    compute stream by then is the backward between the two gradients: in Megatron's layer
+#    elementwise work (fused bias-GeLU, bias-dropout-add: the MLP's biases are added outside
+#    its linears) or a LayerNorm, so the compute stream waits for the reduce-scatter of the MLP
+#    and QKV weights; only the attention projection's may hide under the core attention's
+#    backward that follows it (taken as exposed too: the projection holds 1/12 of a layer's
+#    weights). The gathers run on their own stream, prefetched before the host blocks, and
+#    still hide.
+#  * Megatron-LM False: its --optimizer-cpu-offload copies gradients after the step's one
+#    reduce-scatter (ZeRO-1 only: `optimizer_offload_zero`). torchtitan: no optimizer offload.
+OFFLOAD_BLOCKS_GRAD_REDUCE: dict[Framework, bool] = {
+    Framework.MEGATRON: False,
+    Framework.DEEPSPEED: True,
+    Framework.TORCHTITAN: False,
+}
 
 FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     Framework.MEGATRON: FrameworkSpec(
@@ -491,6 +515,13 @@ def sp_regathers_input(lay: Layouts) -> FloatArray:
     """1 where the framework all-gathers a column-parallel linear's input again in the backward
     (`FrameworkSpec.sp_regathers_input`), else 0."""
     return per_framework_value(lay, lambda fs: 1.0 if fs.sp_regathers_input else 0.0)
+
+
+def offload_blocks_grad_reduce(lay: Layouts) -> BoolArray:
+    """ZeRO-3 with the optimizer offloaded, where the framework's host waits for each gradient
+    reduce-scatter (`OFFLOAD_BLOCKS_GRAD_REDUCE`): the backward cannot hide it."""
+    offloaded = (lay.zero >= 3) & (lay.offload != Offload.NONE)
+    return per_framework(lay, lambda fs, x: offloaded & OFFLOAD_BLOCKS_GRAD_REDUCE[fs.framework])
 
 
 def pp_serial_transfers(lay: Layouts) -> FloatArray:

@@ -62,6 +62,9 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       DeepSpeed's per-module prefetch), in the forward and backward of every micro-batch.
       Reductions overlap a micro-batch's backward and gathers its forward, up to
       `efficiency.dp_overlap` of their wall time (`overlap_windows`); only the rest is exposed.
+      DeepSpeed's ZeRO-3 with the optimizer offloaded waits on the host for each layer's
+      reduce-scatter of a step's last micro-batch (`frameworks.OFFLOAD_BLOCKS_GRAD_REDUCE`):
+      exposed whole.
 """
 
 from __future__ import annotations
@@ -88,6 +91,7 @@ from paraplan.cost_models.frameworks import (
     a2a_overlap_unsupported,
     cp_sdpa_merge,
     deferred_grad_sync,
+    offload_blocks_grad_reduce,
     pp_partition_gathers,
     pp_serial_transfers,
     sp_regathers_input,
@@ -601,6 +605,7 @@ def dp_exposed_s(
     scatter = np.zeros(len(lay))
     gather = np.zeros(len(lay))
     layer_gathers = np.zeros(len(lay))
+    layer_scatters = np.zeros(len(lay))
     layers = np.maximum(params.layers, 1.0)
     for count, n, (bw, lat) in groups:
         if not np.any(count > 0):
@@ -609,6 +614,7 @@ def dp_exposed_s(
         scatter = scatter + reduce_scatter_s(count * stack.grad_bytes, n, bw, lat)
         gather = gather + all_gather_s(count * BF16_BYTES, n, bw, lat)
         layer_gathers = layer_gathers + layers * all_gather_s(count * BF16_BYTES / layers, n, bw, lat)
+        layer_scatters = layer_scatters + layers * reduce_scatter_s(count * stack.grad_bytes / layers, n, bw, lat)
     fwd = overlap * windows[0]
     bwd = overlap * windows[1]
     deferred = deferred_grad_sync(lay)
@@ -618,8 +624,13 @@ def dp_exposed_s(
 
     # ZeRO-3 gathers the layers' weights per micro-batch, forward and backward; the gradients'
     # reduce-scatter runs per micro-batch, or once per step where the sync is deferred
+    # (with the optimizer offloaded, a framework whose host waits for each layer's reduce-scatter
+    # in the step's last micro-batch hides only that micro-batch's gathers:
+    # `frameworks.offload_blocks_grad_reduce`)
     backward_3 = np.where(deferred, m * exposed(layer_gathers, bwd) + exposed(scatter, bwd),
                           m * exposed(layer_gathers + scatter, bwd))  # fmt: skip
+    blocked_3 = (m - 1.0) * exposed(layer_gathers + scatter, bwd) + exposed(layer_gathers, bwd) + layer_scatters
+    backward_3 = np.where(offload_blocks_grad_reduce(lay), blocked_3, backward_3)
     by_stage = (
         exposed(all_reduce, bwd),  # ZeRO-0
         exposed(scatter, bwd) + exposed(gather, fwd),  # ZeRO-1

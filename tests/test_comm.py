@@ -26,6 +26,7 @@ from paraplan.cost_models.comm import (
     reduce_scatter_s,
 )
 from paraplan.cost_models.compute import MicroBatchTimes
+from paraplan.cost_models.layout import Framework, Offload
 from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
@@ -615,6 +616,36 @@ def test_dense_models_run_no_expert_collectives(dgx: Cluster, zero: int, expecte
     lay = one(tp=8, dp=2, micro_batch=1, global_batch=2, zero=zero)
     got = _f(dp_exposed_s(_params(1e9, 0.0, 32), lay, dgx, Stack(), NOTHING_HIDDEN))
     assert got == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("framework", "zero", "offload", "expected"),
+    [
+        # a dense stage of 1e9 parameters in 32 layers, DP2 over the network, 1 micro-batch; windows
+        # 1 s and 2 s, of which dp_overlap 0.5 hides 0.5 s and 1 s. Per layer: gather 1e-5 +
+        # (1/2) 2e9/32 / 1e10 = 3.135e-3 s, reduce-scatter of fp32 grads 1e-5 + (1/2) 4e9/32 / 1e10
+        # = 6.26e-3 s. The forward's 32 gathers (0.10032 s) hide under 0.5 s, the backward's gathers
+        # and the reduce-scatter (0.10032 + 0.20001 s) under 1 s: nothing exposed.
+        (Framework.DEEPSPEED, 3, Offload.NONE, 0.0),
+        (Framework.MEGATRON, 3, Offload.OPTIMIZER, 0.0),
+        # ZeRO-2's reduce-scatter is not the stage-3 path read for the host wait: still hidden
+        (Framework.DEEPSPEED, 2, Offload.OPTIMIZER, 0.0),
+        # DeepSpeed ZeRO-3 offloading the optimizer waits for every layer's reduce-scatter on the
+        # host: the gathers still hide, the 32 reduce-scatters do not: 32 x 6.26e-3 = 0.20032 s
+        (Framework.DEEPSPEED, 3, Offload.OPTIMIZER, 0.20032),
+        (Framework.DEEPSPEED, 3, Offload.ALL, 0.20032),
+    ],
+)
+@pytest.mark.parametrize("micro_batches", [1, 2])
+def test_offloaded_zero3_reduce_scatter_is_exposed(
+    dgx: Cluster, framework: Framework, zero: int, offload: Offload, expected: float, micro_batches: int
+) -> None:
+    # only the step's last micro-batch waits (the accumulation boundary): the earlier one's
+    # reduce-scatter hides as without offload, so two micro-batches expose what one does
+    lay = one(tp=8, dp=2, micro_batch=1, global_batch=2 * micro_batches, zero=zero, framework=framework,
+              offload=offload)  # fmt: skip
+    got = _f(dp_exposed_s(_params(1e9, 0.0, 32), lay, dgx, Stack(), (_a(1.0), _a(2.0))))
+    assert got == pytest.approx(expected, rel=1e-12, abs=1e-15)
 
 
 @given(
