@@ -139,7 +139,14 @@ class FrameworkSpec:
 # priced for them at 1.0, after the pipeline engine's blocking transfers (`PP_SERIAL_TRANSFERS`),
 # the CPU checkpoints (`Stack.cpu_checkpointing`) and the host's wait for ZeRO-3's reduce-scatters
 # with the optimizer offloaded (`OFFLOAD_BLOCKS_GRAD_REDUCE`); the fitted figure carries that
-# unexplained rest, so it stays a per-stack residual until its mechanism is found.
+# unexplained rest, so it stays a per-stack residual until its mechanism is found. Read but not
+# priced: DeepSpeed's ZeRO-3 prefetches nothing while the gathered parameters reach
+# stage3_max_live_parameters (`fetch_sub_module` in deepspeed/runtime/zero/
+# partitioned_param_coordinator.py at v0.6.2: `min(max_n_available - n_available, bucket)`;
+# default 1e9, the Azure recipes 3e9), so a linear wider than that exposes the next one's gather:
+# the 2T run's QKV (3.2e9) and MLP (4.3e9 each) weights expose about 3 of a layer's 4 gathers per
+# pass, ~42 s of its step at 1.0 (none for the 1T and 175B runs); pricing it needs that setting
+# as a stack knob.
 KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.MEGATRON: 1.0,
     Framework.DEEPSPEED: 0.747,
