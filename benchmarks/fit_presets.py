@@ -16,13 +16,14 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
      relative to Megatron's (`cost_models.frameworks.KERNEL_EFFICIENCY`), by a one-dimensional
      search minimizing the mean absolute log error.
   3. Per stack, on its dropless mixture-of-experts runs over all hardware (Megatron's: the
-     Megatron-Bridge, Moonlight and Mixtral rows): the host floor of an MoE layer per micro-batch
-     (`cost_models.frameworks.MOE_HOST_FLOOR_S`, mechanism and evidence there), by the same
+     Megatron-Bridge, Moonlight and Mixtral rows): the host time per dispatch that sets an MoE
+     layer's floor per micro-batch with the layer's dispatch count (`compute.moe_layer_ops`;
+     `cost_models.frameworks.MOE_HOST_S_PER_OP`, mechanism and evidence there), by the same
      search minimizing their MAPE (`host_floor_error` says why not the log error), with the
      hardware constants of step 1 and the stacks' efficiencies of step 2. Token-drop runs (`token_drop`) have no floor
      and are left out. Stacks with fewer than MIN_STACK_RUNS such runs keep 0 (no floor).
 --write puts the values into hardware_specs/presets/*.toml (with a source line saying how they
-were fitted) and prints the KERNEL_EFFICIENCY and MOE_HOST_FLOOR_S tables to paste into
+were fitted) and prints the KERNEL_EFFICIENCY and MOE_HOST_S_PER_OP tables to paste into
 cost_models/frameworks.py.
 """
 
@@ -181,28 +182,32 @@ def fits_host_floor(run: Run, framework: Framework) -> bool:
     return framework_of(run) == framework and run.model.num_experts > 1 and not run.stack.get("token_drop", False)
 
 
-def host_floor_error(runs: list[Run], clusters: dict[str, Cluster], framework: Framework, floor_s: float) -> float:
+def host_floor_error(runs: list[Run], clusters: dict[str, Cluster], framework: Framework, per_op_s: float) -> float:
     """Mean |predicted / measured - 1| (the MAPE `benchmarks/accuracy.py` reports) over the runs
-    with this host floor for the stack.
+    with this host time per dispatch for the stack (each MoE layer's floor: it times the layer's
+    dispatches).
 
     Not the kernel efficiencies' mean |log error|: a floor only raises predictions, and under the
     log error the runs predicted far too fast (-60% is |log| 0.92, +60% only 0.47) pull it up
     until those are fixed and the other MoE runs overshoot. On the runs of 2026-12 the log error
     fits 16.3 ms and leave-one-source-out MAPE gets worse (18.6% -> 19.0%); this error fitted 11.9 ms there
-    (18.6% -> 16.2%), each Megatron-Bridge release then counted as its own source."""
-    return _mean_error_with(runs, clusters, framework, lambda spec: replace(spec, moe_host_floor_s=floor_s),
+    (18.6% -> 16.2%), each Megatron-Bridge release then counted as its own source (both with one
+    floor per layer, before the floor counted dispatches)."""
+    return _mean_error_with(runs, clusters, framework, lambda spec: replace(spec, moe_host_s_per_op=per_op_s),
                             lambda r: abs(r - 1.0))  # fmt: skip
 
 
-# The host floor's search range: 0 to 50 ms per MoE layer and micro-batch, past any fitted value
-# (the evidence in frameworks.MOE_HOST_FLOOR_S is near 10 ms).
-HOST_FLOOR_RANGE_S = (0.0, 0.05)
+# The search range of the host time per dispatch: 0 to 1 ms, past any fitted value (a layer of
+# about 100 dispatches, `compute.moe_layer_ops`, near 10 ms per layer in the evidence of
+# frameworks.MOE_HOST_S_PER_OP, is about 0.1 ms per dispatch).
+HOST_PER_OP_RANGE_S = (0.0, 0.001)
 
 
 def fit_host_floor(runs: list[Run], clusters: dict[str, Cluster], framework: Framework) -> float:
-    """Golden-section search of the stack's MoE host floor in HOST_FLOOR_RANGE_S, in seconds."""
-    lo, hi = HOST_FLOOR_RANGE_S
-    return round(golden_min(lambda h: host_floor_error(runs, clusters, framework, h), lo, hi), 4)
+    """Golden-section search of the stack's MoE host time per dispatch in HOST_PER_OP_RANGE_S, in
+    seconds (rounded to 0.1 us)."""
+    lo, hi = HOST_PER_OP_RANGE_S
+    return round(golden_min(lambda h: host_floor_error(runs, clusters, framework, h), lo, hi), 7)
 
 
 def write_preset(name: str, values: dict[str, float], basis: str, label: str = "fitted") -> None:
@@ -241,7 +246,7 @@ def fit_all(
     runs: list[Run], quiet: bool = False
 ) -> tuple[dict[str, dict[str, float]], dict[Framework, float], dict[str, Cluster], dict[Framework, float]]:
     """The whole procedure: (per-hardware constants, per-stack kernel efficiencies, the fitted
-    clusters by preset name, per-stack MoE host floors). The stack figures are left in
+    clusters by preset name, per-stack MoE host times per dispatch). The stack figures are left in
     `frameworks.FRAMEWORKS` afterwards only by `apply_stacks`."""
     fitted = fit_hardware(runs, quiet)
     clusters = {hardware: fold_cluster(hardware, fitted) for hardware in {r.hardware for r in runs if r.hardware}}
@@ -267,7 +272,7 @@ def _stack_runs(runs: list[Run], clusters: dict[str, Cluster], stacks: dict[Fram
 def fit_floors(
     runs: list[Run], clusters: dict[str, Cluster], stacks: dict[Framework, float], quiet: bool = False
 ) -> dict[Framework, float]:
-    """Step 3: each stack's MoE host floor, with this fit's kernel efficiencies in place."""
+    """Step 3: each stack's MoE host time per dispatch, with this fit's kernel efficiencies in place."""
     floors = {fw: 0.0 for fw in Framework}
     saved = apply_stacks(stacks)
     try:
@@ -275,7 +280,7 @@ def fit_floors(
             floors[framework] = fit_host_floor(mine, clusters, framework)
             if not quiet:
                 before, after = (host_floor_error(mine, clusters, framework, h) for h in (0.0, floors[framework]))
-                print(f"{framework}: {len(mine)} dropless MoE runs, host floor {floors[framework] * 1e3:.1f} ms "
+                print(f"{framework}: {len(mine)} dropless MoE runs, host time {floors[framework] * 1e6:.1f} us per dispatch "
                       f"(MAPE {before:.1%} -> {after:.1%})")  # fmt: skip
     finally:
         frameworks.FRAMEWORKS.update(saved)
@@ -286,12 +291,12 @@ def apply_stacks(
     stacks: dict[Framework, float], floors: dict[Framework, float] | None = None
 ) -> dict[Framework, frameworks.FrameworkSpec]:
     """Set the stacks' kernel efficiencies (1.0 for a stack the fold could not fit) and, when
-    given, their MoE host floors in `frameworks.FRAMEWORKS`; returns the old entries."""
+    given, their MoE host times per dispatch in `frameworks.FRAMEWORKS`; returns the old entries."""
     saved = dict(frameworks.FRAMEWORKS)
     for framework, value in stacks.items():
         frameworks.FRAMEWORKS[framework] = replace(frameworks.FRAMEWORKS[framework], kernel_efficiency=value)
     for framework, floor in (floors or {}).items():
-        frameworks.FRAMEWORKS[framework] = replace(frameworks.FRAMEWORKS[framework], moe_host_floor_s=floor)
+        frameworks.FRAMEWORKS[framework] = replace(frameworks.FRAMEWORKS[framework], moe_host_s_per_op=floor)
     return saved
 
 
@@ -317,7 +322,7 @@ def main() -> int:
                                       f"constant / MAMF share ({shares}), by `python benchmarks/fit_presets.py` (`prior`): "
                                       f"{die} has no Megatron-family runs to fit", label="transferred")  # fmt: skip
         print("KERNEL_EFFICIENCY for cost_models/frameworks.py:", {str(k): v for k, v in stacks.items()})
-        print("MOE_HOST_FLOOR_S for cost_models/frameworks.py:", {str(k): v for k, v in floors.items()})
+        print("MOE_HOST_S_PER_OP for cost_models/frameworks.py:", {str(k): v for k, v in floors.items()})
     return 0
 
 

@@ -724,18 +724,114 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     )
 
 
+def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
+    """Host dispatches of one MoE layer per micro-batch, forward + backward: the Python-level calls
+    that each launch work on the GPU (a torch op, a Transformer Engine module or extension call, a
+    collective), counted from Megatron-Core at d98e8a64 (paths under megatron/core/transformer/).
+    A host-bound layer's floor is this count times the stack's host time per dispatch
+    (`frameworks.MOE_HOST_S_PER_OP`, `moe_host_wait_s`).
+
+    Forward, per layer (G: GEMM calls, E: other kernels and collectives, B: bookkeeping on the
+    token counts, no backward):
+      module (file: function)                              G      E                      B
+      attention, GQA (attention.py:                         2      norm, rope q and k,    -
+        SelfAttention.get_query_key_value_tensors,          qkv,   core attention,
+        Attention.forward; transformer_layer.py)           proj   residual add: 5; +2
+                                                                  q/k norms (qk_norm)
+      attention, MLA (multi_latent_attention.py:            4      norm, kv norm, fused   -
+        get_query_key_value_tensors, _qkv_down_projection)  (+1    rope q and kv, core
+        q (or q_down + q_up), kv_down, kv_up, proj          LoRA q) attention, add: 6;
+                                                                  +1 q norm (LoRA q)
+      attention's TP collectives: SP all-gathers and the reduce-scatter, GQA 2 (before qkv,
+        after proj), MLA 5 (+1 LoRA q: one per down and up projection input, k_pos_emb's
+        gather_from_sequence_parallel_region, the reduce-scatter); TP without SP 1 (all-reduce)
+      pre-MLP norm and the second residual add (transformer_layer.py)     E 2
+      router (router.py TopKRouter.forward, routing;         1     7 (score, top-k,       2 with a
+        moe_utils.topk_routing_with_score_function)                probs, aux loss)       router bias
+                                                                                         (_apply_expert_bias)
+      dispatcher alltoall (token_dispatcher.py               -     permute, 2 all-to-all  8 (preprocess:
+        MoEAlltoAllTokenDispatcher: preprocess,                    (tokens, probs), the   sums, count
+        dispatch_*, combine_*; moe_utils.permute,                  combining all-to-all,  all-gather,
+        sort_chunks_by_idxs, unpermute)                            unpermute: 5; +2 sort  device-to-host)
+                                                                  by local expert (more
+                                                                  than one local expert)
+      dispatcher flex (DeepEP, HybridEP:                     -     dispatch, combine: 2   3 (setup_metadata)
+        MoEFlexTokenDispatcher, _HybridEPManager)
+      expert TP (ETP > 1, alltoall and flex alike): +3 E (tokens and probs all-gathered, the
+        output reduce-scattered: dispatch_postprocess, combine_preprocess), +2 B (split lists)
+      experts (experts.py TEGroupedMLP.forward)              2     activation: 1          1 (tolist);
+        fc1 and fc2 GroupedLinear                                                         +2 with FP8
+                                                                                         (quantization_padding)
+      GPT-OSS epilogue (TEGroupedMLP._apply_bias, the clamp around weighted_bias_quick_geglu_impl):
+        clamp of both halves and their cat +3 E (CLAMP_KERNELS; `ModelSpec.glu_clamp`); the fc2
+        bias loop, t + b * p per local expert (BIAS_KERNELS_PER_EXPERT_FWD, 2), then cat and the
+        dtype cast, +2 L + 2 E (expert biases, `ModelSpec.has_mlp_bias`; L local experts)
+      shared experts (shared_experts.py SharedExpertMLP      2     activation, the add    -
+        .forward, moe_layer.py postprocess)                 (+1    to the routed output:
+                                                             gate)  2; +2 gate (sigmoid,
+                                                                  product); SP +2, TP
+                                                                  without SP +1
+      FP8: each GEMM call but the router's quantizes its input: +1 E per call
+    Backward: autograd runs one backward per forward call, a GEMM call's two (dgrad and wgrad),
+    every other differentiable call's one; the bookkeeping has none. So a layer dispatches
+    (G + E + B) + (2G + E).
+
+    One TE GroupedLinear call is one dispatch although it launches a cuBLAS GEMM per local expert
+    (Transformer Engine's multi_stream_cublas_gemm loops over the experts in C++:
+    transformer_engine/common/gemm/cublaslt_gemm.cu at d0067d0d): a C++ launch costs the host a
+    few microseconds, a Python-level dispatch with autograd tens. Counting those launches as
+    dispatches (6 per local expert, more with FP8's per-expert casts) fits worse (step 3 of
+    benchmarks/fit_presets.py: MAPE 24.0% against 18.5%). GPT-OSS's bias loop is Python-level,
+    per expert. Recompute (selective or full) runs forward dispatches again; not counted."""
+    n = len(lay)
+    sp = lay.seq_parallel_active
+    tp_only = (lay.tp > 1) & ~sp
+    local = np.maximum(model.num_experts // lay.ep, 1)
+    fp8 = lay.precision == Precision.FP8
+    if model.is_mla:
+        lora = 1.0 if model.q_lora_rank is not None else 0.0
+        attn_g, attn_e, attn_sp = 4.0 + lora, 6.0 + lora, 5.0 + lora
+    else:
+        attn_g, attn_e, attn_sp = 2.0, 5.0 + (2.0 if model.qk_norm != "none" else 0.0), 2.0
+    attention_tp = np.where(sp, attn_sp, np.where(tp_only, 1.0, 0.0))
+    router_b = 2.0 if model.router_bias else 0.0
+    expert_tp = lay.etp > 1
+    if stack.ep_dispatcher == "alltoall":
+        dispatch_e = 5.0 + np.where(local > 1, 2.0, 0.0)
+        dispatch_b = np.full(n, 8.0)
+    else:
+        dispatch_e = np.full(n, 2.0)
+        dispatch_b = np.full(n, 3.0)
+    dispatch_e = dispatch_e + np.where(expert_tp, 3.0, 0.0)
+    dispatch_b = dispatch_b + np.where(expert_tp, 2.0, 0.0)
+    clamp = float(CLAMP_KERNELS) if model.glu_clamp else 0.0  # one call per kernel forward
+    bias = np.where(model.has_mlp_bias, BIAS_KERNELS_PER_EXPERT_FWD * local + 2.0, 0.0)  # + cat, cast
+    expert_e = 1.0 + clamp + bias
+    expert_b = 1.0 + np.where(fp8, 2.0, 0.0)
+    shared_g = shared_e = np.zeros(n)
+    if model.num_shared_experts:
+        gate = 1.0 if model.shared_expert_gate else 0.0
+        shared_g = np.full(n, 2.0 + gate)
+        shared_e = 2.0 + 2.0 * gate + np.where(sp, 2.0, np.where(tp_only, 1.0, 0.0))
+    gemms = attn_g + 1.0 + 2.0 + shared_g  # attention, router, experts' fc1 and fc2, shared experts
+    quantized = np.where(fp8, gemms - 1.0, 0.0)  # every GEMM call but the router's
+    others = attn_e + attention_tp + 2.0 + 7.0 + dispatch_e + expert_e + shared_e + quantized
+    bookkeeping = router_b + dispatch_b + expert_b
+    return np.asarray((gemms + others + bookkeeping) + (2.0 * gemms + others), dtype=np.float64)
+
+
 def moe_host_wait_s(model: ModelSpec, lay: Layouts, stack: Stack, layer_gpu_s: FloatArray) -> FloatArray:
     """Per micro-batch, what one (mean) layer waits on the host beyond its GPU time: a dropless MoE
-    layer's forward + backward takes max(GPU time, H), H the stack's `moe_host_floor_s`
-    (`frameworks.MOE_HOST_FLOOR_S`: mechanism and evidence there). `layer_gpu_s` is the mean
-    layer's forward, backward, recompute and exposed communication; the MoE layers (`moe_share` of
-    them) wait H - that where it is shorter, the dense ones never. The mean layer's GPU time stands
-    for an MoE layer's: exact for all-MoE models, an average over DeepSeek-style leading dense
-    layers otherwise. Token dropping (`Stack.token_drop`: static shapes, no device-to-host copy)
-    and dense models wait nothing."""
+    layer's forward + backward takes max(GPU time, H), H = its dispatches (`moe_layer_ops`) x the
+    stack's host time per dispatch (`frameworks.MOE_HOST_S_PER_OP`: mechanism and evidence there).
+    `layer_gpu_s` is the mean layer's forward, backward, recompute and exposed communication; the
+    MoE layers (`moe_share` of them) wait H - that where it is shorter, the dense ones never. The
+    mean layer's GPU time stands for an MoE layer's: exact for all-MoE models, an average over
+    DeepSeek-style leading dense layers otherwise. Token dropping (`Stack.token_drop`: static
+    shapes, no device-to-host copy) and dense models wait nothing."""
     if model.moe_share == 0.0 or stack.token_drop:
         return np.zeros(len(lay))
-    floor = per_framework_value(lay, lambda spec: spec.moe_host_floor_s)
+    floor = per_framework_value(lay, lambda spec: spec.moe_host_s_per_op) * moe_layer_ops(model, lay, stack)
     return np.asarray(model.moe_share * np.maximum(floor - layer_gpu_s, 0.0), dtype=np.float64)
 
 

@@ -123,7 +123,7 @@ class FrameworkSpec:
         bool  # Stack.cpu_checkpointing can run: activation checkpoints in host memory (CPU_CHECKPOINTING)
     )
     ep_dispatchers: frozenset[str]  # the Stack.ep_dispatcher values it runs (see EP_DISPATCHERS)
-    moe_host_floor_s: float  # a dropless MoE layer's least forward + backward time per micro-batch (MOE_HOST_FLOOR_S)
+    moe_host_s_per_op: float  # host time per dispatch of a dropless MoE layer, its floor's unit (MOE_HOST_S_PER_OP)
 
 
 # The hardware presets' efficiency constants are fitted on Megatron-family runs (NeMo,
@@ -294,8 +294,11 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 }  # fmt: skip
 
 # The host floor of a dropless mixture-of-experts layer: per MoE layer and micro-batch, the forward
-# plus backward pass takes at least MOE_HOST_FLOOR_S, however little work its kernels do
-# (`compute.moe_host_wait_s`). Mechanism: Megatron-LM's dropless alltoall dispatcher copies the
+# plus backward pass takes at least its host dispatches (`compute.moe_layer_ops`: the Python-level
+# calls that launch GPU work, counted from Megatron-Core's code per attention kind, shared experts,
+# TP collectives, FP8 casts, dispatcher and GPT-OSS's per-expert bias loop) times
+# MOE_HOST_S_PER_OP, however little work its kernels do (`compute.moe_host_wait_s`). Mechanism:
+# Megatron-LM's dropless alltoall dispatcher copies the
 # per-expert token counts to the host in every MoE layer's forward (megatron/core/transformer/moe/
 # token_dispatcher.py at d98e8a64, MoEAlltoAllTokenDispatcher.preprocess and
 # `_maybe_dtoh_and_synchronize`: the all-to-all split sizes and the grouped GEMM's m_splits must be
@@ -305,8 +308,10 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # until the GPU has run everything queued before, so it cannot launch ahead: each layer costs the
 # launch and Python time of its kernels (router, permutation, all-to-alls, grouped GEMMs, their
 # backward) on top of, not under, the GPU's. Where the GPU work of a layer is short (small
-# micro-batches, few active parameters) the layer is host-bound; the fitted constant lumps the
-# host's per-layer time into one figure, which bounds the layer's GPU time from below.
+# micro-batches, few active parameters) the layer is host-bound; the fitted constant is the host's
+# time per dispatch, so the floor grows with the layer's dispatches (MLA, shared experts, sequence
+# parallel collectives, FP8 casts, GPT-OSS's bias loop add to it; the flex dispatcher's fused
+# permutation takes from it).
 # Evidence (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md; rows in
 # benchmarks/data/runs_public.csv): the 25.09 token-drop rows (apply_moe_token_drop: capacity
 # factor 1.0 padded to capacity, static shapes, no device-to-host copy) against the 25.11
@@ -315,15 +320,19 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # 9691): 2.8x the throughput for 4x the micro-batch, about 7.5 ms fixed per MoE layer and
 # micro-batch plus 0.32 us per token. Token-drop runs (`Stack.token_drop`) have no floor.
 # Fitted by `python benchmarks/fit_presets.py` on the dropless Megatron-family MoE runs (step 3
-# of its docstring; 40 runs: 12.4 ms, their MAPE 31.9% -> 19.3%). One figure for every host and
-# recipe: it overshoots the Qwen3-30B rows at MBS 1 on B200 and on H100 alike (solved per row, both
-# need 8.6-9.3 ms, although only the B200 recipes CUDA-graph the router and preprocessing, so the
-# graphs do not explain it), and leaves the H100 Qwen3-30B row of 25.11 (VP 24, one layer per
-# chunk) and Moonlight (one micro-batch per step; 16-18 ms) far too fast. Tried and not kept: a
-# forward-only floor (the backward has no sync and can run ahead), 6.6 ms, better in-sample but
-# worse held out (mbridge_perf 25.9% -> 32.8%). The other stacks' MoE is not modelled: 0 (no floor).
-MOE_HOST_FLOOR_S: dict[Framework, float] = {
-    Framework.MEGATRON: 0.0124, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
+# of its docstring; 40 runs: 138.5 us per dispatch, their MAPE 31.9% -> 18.5%; the one floor of
+# 12.4 ms per layer it replaces gave 19.3%, leave-one-source-out macro MAPE 13.0% -> 12.5%). Solved
+# per row, the floors the runs need differ by architecture: Qwen3-30B at MBS 1 (GQA, no shared
+# experts, TP1; 67-82 dispatches) 8.6-9.3 ms, Moonlight (MLA, 2 shared experts, TP2; 92) 16-18 ms,
+# DeepSeek-V3 on B200 (MLA with LoRA q, a shared expert; 98-113) 19-26 ms; the count orders them
+# so, though not in full (18.5% left). It overshoots GPT-OSS-120B on H100 (144 dispatches, 16 local
+# experts' bias loop: +25..+29%, 15 ms needed) and leaves the H100 Qwen3-30B rows with many virtual
+# stages (VP 12 and 24, one or two layers per chunk) too fast. Tried and not kept: a forward-only
+# floor (the backward has no sync and can run ahead), better in-sample but worse held out; counting
+# each local expert's GEMM launch as a dispatch (`compute.moe_layer_ops` says why not). The other
+# stacks' MoE is not modelled: 0 (no floor).
+MOE_HOST_S_PER_OP: dict[Framework, float] = {
+    Framework.MEGATRON: 0.0001385, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
 }  # fmt: skip
 
 # Pipeline transfers per micro-batch and stage that the step waits for, one after another, without
@@ -390,7 +399,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON], token_drop=TOKEN_DROP[Framework.MEGATRON], mtp=MTP[Framework.MEGATRON],
         cpu_checkpointing=CPU_CHECKPOINTING[Framework.MEGATRON],
-        ep_dispatchers=EP_DISPATCHERS[Framework.MEGATRON], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.MEGATRON],
+        ep_dispatchers=EP_DISPATCHERS[Framework.MEGATRON], moe_host_s_per_op=MOE_HOST_S_PER_OP[Framework.MEGATRON],
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
@@ -406,7 +415,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED], token_drop=TOKEN_DROP[Framework.DEEPSPEED], mtp=MTP[Framework.DEEPSPEED],
         cpu_checkpointing=CPU_CHECKPOINTING[Framework.DEEPSPEED],
-        ep_dispatchers=EP_DISPATCHERS[Framework.DEEPSPEED], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.DEEPSPEED],
+        ep_dispatchers=EP_DISPATCHERS[Framework.DEEPSPEED], moe_host_s_per_op=MOE_HOST_S_PER_OP[Framework.DEEPSPEED],
     ),
     Framework.TORCHTITAN: FrameworkSpec(
         Framework.TORCHTITAN, "torchtitan", "0.3.0",
@@ -422,7 +431,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN], token_drop=TOKEN_DROP[Framework.TORCHTITAN], mtp=MTP[Framework.TORCHTITAN],
         cpu_checkpointing=CPU_CHECKPOINTING[Framework.TORCHTITAN],
-        ep_dispatchers=EP_DISPATCHERS[Framework.TORCHTITAN], moe_host_floor_s=MOE_HOST_FLOOR_S[Framework.TORCHTITAN],
+        ep_dispatchers=EP_DISPATCHERS[Framework.TORCHTITAN], moe_host_s_per_op=MOE_HOST_S_PER_OP[Framework.TORCHTITAN],
     ),
 }  # fmt: skip
 # The member for the integer a layout column holds, so that no enum is built per candidate table.

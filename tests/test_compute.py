@@ -22,10 +22,11 @@ from paraplan.cost_models.compute import (
     matmul_peak_flops,
     micro_batch_times,
     moe_host_wait_s,
+    moe_layer_ops,
     moe_permute_bytes,
 )
 from paraplan.cost_models.evaluate import Evaluation, evaluate
-from paraplan.cost_models.layout import Framework
+from paraplan.cost_models.layout import Framework, Precision
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
 from paraplan.hardware_specs.schema import Cluster
@@ -390,17 +391,104 @@ def test_expert_epilogue_bytes_by_hand() -> None:
 # ------------------------------------------------------------------ the MoE host floor
 
 
-def _with_floor(monkeypatch: pytest.MonkeyPatch, floor_s: float) -> None:
+# The tiny MoE layer (`_tiny_moe` at TP1, EP1, BF16, alltoall) dispatches, by the table of
+# `moe_layer_ops`: G = 2 attention + 1 router + 2 experts = 5 GEMM calls; E = 5 attention + 2
+# (pre-MLP norm, residual add) + 7 router + 7 dispatcher (5, +2 sorts for its 8 local experts) + 1
+# activation + 18 (gpt_spec's MLP biases: the bias loop, 2 x 8 local experts + 2) = 40; B = 8
+# dispatcher + 1 tolist = 9: (5 + 40 + 9) + (2 x 5 + 40) = 54 + 50 = 104.
+TINY_MOE_OPS = 104.0
+
+
+def _with_floor(monkeypatch: pytest.MonkeyPatch, floor_s: float, ops: float = TINY_MOE_OPS) -> None:
+    """Megatron's host time per dispatch set so that a layer of `ops` dispatches has this floor."""
     from dataclasses import replace
 
     from paraplan.cost_models import frameworks
 
     spec = frameworks.FRAMEWORKS[Framework.MEGATRON]
-    monkeypatch.setitem(frameworks.FRAMEWORKS, Framework.MEGATRON, replace(spec, moe_host_floor_s=floor_s))
+    monkeypatch.setitem(frameworks.FRAMEWORKS, Framework.MEGATRON, replace(spec, moe_host_s_per_op=floor_s / ops))
+
+
+def _no_bias(**extra: Any) -> ModelSpec:
+    return gpt_spec(mlp="gated", linear_bias=False, mlp_bias=False, qkv_bias=False, out_bias=False, **extra)
+
+
+def test_moe_layer_ops_by_hand() -> None:
+    # Qwen3-30B-A3B's layer (GQA with q/k norms, 128 experts, no shared experts) at TP1, EP8 (16
+    # local experts), FP8, alltoall: G = 2 attention + 1 router + 2 experts = 5; E = 7 attention
+    # + 2 + 7 router + 7 dispatcher + 1 activation + 4 FP8 casts (every GEMM call but the
+    # router's) = 28; B = 8 dispatcher + 1 tolist + 2 FP8 padding = 11: (5 + 28 + 11) + (10 + 28)
+    # = 44 + 38 = 82.
+    qwen = _no_bias(num_experts=128, experts_top_k=8, qk_norm="head")
+    assert _f(moe_layer_ops(qwen, one(dp=8, ep=8, micro_batch=1, precision="fp8"), Stack())) == 82.0
+    # Moonlight's layer (MLA without a q LoRA, 64 experts, 2 shared experts, expert bias) at TP2
+    # with SP, EP8 (8 local), expert TP 1, BF16, alltoall: G = 4 attention + 1 + 2 + 2 shared = 9;
+    # E = 6 attention + 5 SP collectives + 2 + 7 + 7 + 1 + 4 shared (activation, add, SP
+    # all-gather and reduce-scatter) = 32; B = 2 expert bias + 8 + 1 = 11: (9 + 32 + 11) + (18 +
+    # 32) = 52 + 50 = 102.
+    moonlight = _no_bias(heads=8, num_experts=64, experts_top_k=6, kv_lora_rank=512, qk_rope_head_dim=64,
+                         v_head_dim=128, num_shared_experts=2, shared_expert_ffn=1408, router_bias=True)  # fmt: skip
+    lay = one(tp=2, dp=4, ep=8, sequence_parallel=True, expert_tp=1, micro_batch=1)
+    assert _f(moe_layer_ops(moonlight, lay, Stack())) == 102.0
+    # the flex dispatcher fuses the permutations into its dispatch and combine: 7 + 8 -> 2 + 3
+    # forward, 7 -> 2 backward, 15 dispatches fewer
+    flex = moe_layer_ops(qwen, one(dp=8, ep=8, micro_batch=1, precision="fp8"), Stack(ep_dispatcher="hybridep"))
+    assert _f(flex) == 82.0 - 15.0
+    assert _f(moe_layer_ops(_tiny_moe(), one(micro_batch=1), Stack())) == TINY_MOE_OPS
+
+
+def test_more_dispatches_never_lower_the_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each feature adds dispatches (q/k norms, MLA, a q LoRA, shared experts and their gate, an
+    # expert bias, GPT-OSS's clamp and bias loop, FP8, TP collectives, expert TP), so each raises
+    # the count, and a larger count never lowers the wait for the same GPU time.
+    _with_floor(monkeypatch, 1.0, ops=1.0)  # 1 s per dispatch
+    base: dict[str, Any] = {"num_experts": 16, "experts_top_k": 2}
+    mla: dict[str, Any] = {"heads": 8, "kv_lora_rank": 256, "qk_rope_head_dim": 32, "v_head_dim": 64}
+    shared: dict[str, Any] = {"num_shared_experts": 1, "shared_expert_ffn": 512}
+    variants = [
+        ({}, {"qk_norm": "head"}),
+        ({}, mla),
+        (mla, {**mla, "q_lora_rank": 128}),
+        ({}, shared),
+        (shared, {**shared, "shared_expert_gate": True}),
+        ({}, {"router_bias": True}),
+        ({}, {"glu_clamp": True}),
+    ]
+    layouts = [
+        one(dp=8, ep=4, micro_batch=1),
+        one(tp=2, dp=4, ep=4, expert_tp=1, micro_batch=1),
+        one(tp=2, dp=4, ep=4, expert_tp=1, sequence_parallel=True, micro_batch=1, precision="fp8"),
+    ]
+    gpu = np.array([0.5])
+    for lay in layouts:
+        for stack in (Stack(), Stack(ep_dispatcher="deepep")):
+            for less, more in variants:
+                fewer = moe_layer_ops(_no_bias(**base, **less), lay, stack)
+                assert _f(moe_layer_ops(_no_bias(**base, **more), lay, stack)) > _f(fewer), (less, more)
+            plain = _no_bias(**base)
+            biased = gpt_spec(mlp="gated", **base)  # gpt_spec's MLP biases: the per-expert bias loop
+            assert _f(moe_layer_ops(biased, lay, stack)) > _f(moe_layer_ops(plain, lay, stack))
+            fp8 = Layouts.of([lay.at(0).model_copy(update={"precision": Precision.FP8})])
+            assert _f(moe_layer_ops(plain, fp8, stack)) >= _f(moe_layer_ops(plain, lay, stack))
+            waits = [_f(moe_host_wait_s(m, lay, stack, gpu)) for m in (plain, biased)]
+            assert waits[1] >= waits[0] > 0.0
+            # token dropping and a dense model: no floor, whatever the count
+            assert _f(moe_host_wait_s(biased, lay, Stack(token_drop=True), gpu)) == 0.0
+            assert _f(moe_host_wait_s(gpt_spec(), lay, stack, gpu)) == 0.0
+    # expert TP adds its all-gathers and reduce-scatter, SP its collectives around attention
+    sp = one(tp=2, dp=4, ep=4, expert_tp=1, sequence_parallel=True, micro_batch=1)
+    etp = one(tp=2, dp=4, ep=4, expert_tp=2, sequence_parallel=True, micro_batch=1)
+    single = one(dp=8, ep=4, micro_batch=1)
+    model = _no_bias(**base)
+    assert (
+        _f(moe_layer_ops(model, etp, Stack()))
+        > _f(moe_layer_ops(model, sp, Stack()))
+        > _f(moe_layer_ops(model, single, Stack()))
+    )
 
 
 def test_moe_host_wait_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
-    # H = 10 ms. A layer of 4 ms GPU time waits 6 ms; one of 20 ms waits nothing. With a dense
+    # H = 10 ms (TINY_MOE_OPS dispatches). A layer of 4 ms GPU time waits 6 ms; one of 20 ms waits nothing. With a dense
     # first layer (3 of 4 layers route) the mean layer waits 3/4 of that: 4.5 ms. Token dropping
     # (static shapes, no host copy) and a dense model never wait.
     _with_floor(monkeypatch, 0.010)
