@@ -781,7 +781,7 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     transformer_engine/common/gemm/cublaslt_gemm.cu at d0067d0d): a C++ launch costs the host a
     few microseconds, a Python-level dispatch with autograd tens. Counting those launches as
     dispatches (6 per local expert, more with FP8's per-expert casts) fits worse (step 3 of
-    benchmarks/fit_presets.py: MAPE 24.0% against 18.5%). GPT-OSS's bias loop is Python-level,
+    benchmarks/fit_presets.py: MAPE 23.6% against 17.4%). GPT-OSS's bias loop is Python-level,
     per expert. Recompute (selective or full) runs forward dispatches again; not counted."""
     n = len(lay)
     sp = lay.seq_parallel_active

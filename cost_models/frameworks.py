@@ -320,12 +320,12 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # 9691): 2.8x the throughput for 4x the micro-batch, about 7.5 ms fixed per MoE layer and
 # micro-batch plus 0.32 us per token. Token-drop runs (`Stack.token_drop`) have no floor.
 # Fitted by `python benchmarks/fit_presets.py` on the dropless Megatron-family MoE runs (step 3
-# of its docstring; 40 runs: 138.5 us per dispatch, their MAPE 31.9% -> 18.5%; the one floor of
-# 12.4 ms per layer it replaces gave 19.3%, leave-one-source-out macro MAPE 13.0% -> 12.5%). Solved
+# of its docstring; 40 runs: 138.5 us per dispatch, their MAPE 31.9% -> 17.4%; the one floor of
+# 12.4 ms per layer it replaces gave 19.3%, leave-one-source-out macro MAPE 13.0% -> 12.1%). Solved
 # per row, the floors the runs need differ by architecture: Qwen3-30B at MBS 1 (GQA, no shared
-# experts, TP1; 67-82 dispatches) 8.6-9.3 ms, Moonlight (MLA, 2 shared experts, TP2; 92) 16-18 ms,
+# experts, TP1; 67-82 dispatches) 8.6-9.3 ms, Moonlight (MLA, 2 shared experts, TP2 with SP; 102) 16-18 ms,
 # DeepSeek-V3 on B200 (MLA with LoRA q, a shared expert; 98-113) 19-26 ms; the count orders them
-# so, though not in full (18.5% left). It overshoots GPT-OSS-120B on H100 (144 dispatches, 16 local
+# so, though not in full (17.4% left). It overshoots GPT-OSS-120B on H100 (144 dispatches, 16 local
 # experts' bias loop: +25..+29%, 15 ms needed) and leaves the H100 Qwen3-30B rows with many virtual
 # stages (VP 12 and 24, one or two layers per chunk) too fast. Tried and not kept: a forward-only
 # floor (the backward has no sync and can run ahead), better in-sample but worse held out; counting
