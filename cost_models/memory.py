@@ -262,7 +262,7 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     attention = (4.0 * model.q_dim + kv_saved) * model.attention_share
     split: float | FloatArray = attention + mlp_inner + model.mamba_share * mamba_saved_bytes(model)
     if not stack.flash_attention:
-        scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout)
+        scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout) * model.attention_share
         # kept unless recomputed: selective recompute without core_attn (Stack.recompute_modules) keeps them
         kept = (lay.recompute == Recompute.NONE) | (
             (lay.recompute == Recompute.SELECTIVE) & ("core_attn" not in stack.recompute_modules)
