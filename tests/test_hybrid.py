@@ -19,6 +19,7 @@ from paraplan.cost_models.memory import mamba_saved_bytes
 from paraplan.cost_models.models import ModelSpec, load_hf_config, model_from_config
 from paraplan.hardware_specs.loader import load_cluster
 from paraplan.launch.emitters import check_emitted, emit_launch
+from paraplan.launch.importer import layout_from_launch, read_launch_text
 
 HF_CONFIGS = Path(__file__).parent / "data" / "hf_configs"
 
@@ -183,6 +184,18 @@ def test_megatron_launch_of_a_hybrid_model() -> None:
                  "--position-embedding-type none", "--squared-relu"):  # fmt: skip
         assert flag in text
     assert "--num-virtual-stages-per-pipeline-rank" not in text
+
+
+def test_importer_reads_the_split_back_from_the_pattern() -> None:
+    # 118 layers over PP 4 x 2 virtual stages with 29 layers on the first and last ranks: the
+    # emitted pattern's '|' segments carry the split, and the importer reads it back
+    m = _real("nemotron-h-56b-base-8k")
+    lay = Layout(tp=8, pp=4, dp=8, global_batch=1024, virtual_stages=2, first_stage_layers=29, last_stage_layers=29,
+                 sequence_parallel=True, zero=1)  # fmt: skip
+    text = emit_launch("megatron", m, lay)
+    knobs, _, _, notes = layout_from_launch(read_launch_text(text, "megatron"), m)
+    assert (knobs["virtual_stages"], knobs["first_stage_layers"], knobs["last_stage_layers"]) == (2, 29, 29)
+    assert not [n for n in notes if "layer pattern" in n]  # the pattern is the model's
 
 
 def test_hybrid_model_is_refused_by_other_emitters() -> None:
