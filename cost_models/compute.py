@@ -15,7 +15,8 @@ of its per-step attention outputs and gradients (`cp_merge_bytes`). Without flas
 a memory-bound softmax.
 
 Memory-bound kernels move these bytes per token in the forward pass (backward: twice):
-    two norms and two residual adds 20h (a norm reads and writes 2h, an add reads 4h, writes 2h)
+    two norms and two residual adds 20h (a norm reads and writes 2h, an add reads 4h, writes 2h;
+    one of each in a hybrid model's one-block layer, 10h)
     activation: gated 6f/TP (reads gate and up, writes the product), plain 4f/TP, x top-k (MoE)
     rotary embedding on Q and K 4(a*d + g*d)/TP;  dropout (GPT) 2 x 5h
     MoE token permutation and unpermutation (`moe_permute_bytes`, per micro-batch, not per token):
@@ -26,6 +27,10 @@ run eagerly (`Stack.compiled` false) moves more, counted op by op (`eager_extra_
 Sequence parallelism splits the norm, residual and dropout work over TP; without it each TP rank
 repeats it on all tokens. FP8 adds the casts of the GEMM operands, which depend on the stack's
 recipe (`fp8_cast_bytes`); torchao's rowwise_with_gw_hp runs the weight-gradient GEMM in BF16.
+
+Hybrid models (`ModelSpec.layer_pattern`): the mean layer holds each kind of block on its share of
+the layers, attention (projections and core), Mamba-2 mixers (in_proj and out_proj through the GEMM
+model, the conv, SSD scan and gated norm in `mamba_mixer_s`) and MLPs.
 
 The optimizer step (fused Adam) streams per local parameter: fp32 master, m, v read and written
 (24 bytes), the gradient read, the bf16 weight written (2 bytes). FP16 training adds dynamic

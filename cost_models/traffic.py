@@ -4,7 +4,8 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
   TP  each layer all-reduces its attention and MLP outputs (T*h*2 bytes) in the forward and
       their gradients in the backward: 4 all-reduces (Shoeybi et al. 2019, Fig. 4); with
       sequence parallelism each becomes a reduce-scatter + all-gather of the same bytes
-      (Korthikanti et al. 2022, Sec 4.2.2). Full recompute repeats the forward's 2. The forward
+      (Korthikanti et al. 2022, Sec 4.2.2); a hybrid model's layer is one block (Mamba-2 mixer,
+      attention or MLP), half of these (`linear_blocks`). Full recompute repeats the forward's 2. The forward
       collectives sit on the critical path. In the backward, the input-gradient collective of
       each column-parallel linear (QKV and the MLP's first projection) runs while that linear's
       weight-gradient GEMM computes (Megatron's `LinearWithGradAccumulationAndAsyncCommunication`,
