@@ -15,7 +15,8 @@ of its per-step attention outputs and gradients (`cp_merge_bytes`). Without flas
 a memory-bound softmax.
 
 Memory-bound kernels move these bytes per token in the forward pass (backward: twice):
-    two norms and two residual adds 20h (a norm reads and writes 2h, an add reads 4h, writes 2h)
+    two norms and two residual adds 20h (a norm reads and writes 2h, an add reads 4h, writes 2h;
+    one of each in a hybrid model's one-block layer, 10h)
     activation: gated 6f/TP (reads gate and up, writes the product), plain 4f/TP, x top-k (MoE)
     rotary embedding on Q and K 4(a*d + g*d)/TP;  dropout (GPT) 2 x 5h
     MoE token permutation and unpermutation (`moe_permute_bytes`, per micro-batch, not per token):
@@ -26,6 +27,10 @@ run eagerly (`Stack.compiled` false) moves more, counted op by op (`eager_extra_
 Sequence parallelism splits the norm, residual and dropout work over TP; without it each TP rank
 repeats it on all tokens. FP8 adds the casts of the GEMM operands, which depend on the stack's
 recipe (`fp8_cast_bytes`); torchao's rowwise_with_gw_hp runs the weight-gradient GEMM in BF16.
+
+Hybrid models (`ModelSpec.layer_pattern`): the mean layer holds each kind of block on its share of
+the layers, attention (projections and core), Mamba-2 mixers (in_proj and out_proj through the GEMM
+model, the conv, SSD scan and gated norm in `mamba_mixer_s`) and MLPs.
 
 The optimizer step (fused Adam) streams per local parameter: fp32 master, m, v read and written
 (24 bytes), the gradient read, the bf16 weight written (2 bytes). FP16 training adds dynamic
@@ -117,18 +122,22 @@ def _layer_gemms_fwd_s(
     routed experts (top-k tokens spread over the E/EP local experts), weighted by the share of
     each kind of layer. `rate`: the large-GEMM rate, by default the layout precision's."""
     parts = _gemm_parts(model, lay, cluster, tokens, rate)
+    # a hybrid model's blocks: attention, Mamba mixers, MLPs on their shares of the layers
+    mixers = model.attention_share * parts["attention"] + model.mamba_share * parts["mamba"]
     if not model.is_moe:
-        return np.asarray(parts["attention"] + parts["dense"])
+        return np.asarray(mixers + model.dense_mlp_share * parts["dense"])
     share = model.moe_share
     moe = parts["routed"] + parts["shared"] + parts["router"]
-    return np.asarray(parts["attention"] + (1.0 - share) * parts["dense"] + share * moe)
+    return np.asarray(mixers + model.dense_mlp_share * parts["dense"] + share * moe)
 
 
 def _gemm_parts(
     model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray, rate: FloatArray | float | None = None
 ) -> dict[str, FloatArray]:
     """`_layer_gemms_fwd_s`'s parts, forward, each for a layer that has it: "attention" (every
-    layer), "dense" (a dense layer's MLP), "routed", "shared", "router" (an MoE layer's)."""
+    layer of a transformer decoder), "mamba" (a Mamba-2 mixer's in_proj, column-parallel, and
+    out_proj, row-parallel, as Megatron's MambaMixer splits them over TP), "dense" (a dense
+    layer's MLP), "routed", "shared", "router" (an MoE layer's)."""
     h = float(model.hidden_size)
     tp = lay.floats("tp")
     peak = matmul_rate(cluster, lay) if rate is None else rate
@@ -147,7 +156,11 @@ def _gemm_parts(
     dense_ffn = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
     zero = np.zeros(len(lay))
     parts = {"attention": np.asarray(attention), "dense": mlp(dense_ffn, tokens), "routed": zero, "shared": zero,
-             "router": zero}  # fmt: skip
+             "router": zero, "mamba": zero}  # fmt: skip
+    if model.mamba_heads:
+        inner = float(model.mamba_inner)
+        parts["mamba"] = np.asarray(gemm_s(tokens, model.mamba_in_width / tp, h * ones, peak, cluster)
+                                    + gemm_s(tokens, h * ones, inner / tp, peak, cluster))  # fmt: skip
     if not model.is_moe:
         return parts
     parts["routed"] = routed_gemms_fwd_s(model, lay, cluster, tokens, peak)
@@ -201,6 +214,13 @@ def _attention_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: St
     heads = model.num_heads / lay.tp
     seq = lay.floats("seq_len")
     peak = cluster.gpu.peak_bf16_flops
+    # a hybrid model's mean layer holds its share of an attention layer's core
+    return np.asarray(model.attention_share * _attention_core_s(model, lay, cluster, stack, heads, seq, tokens, peak))
+
+
+def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, heads: FloatArray,
+                      seq: FloatArray, tokens: FloatArray, peak: float) -> FloatArray:  # fmt: skip
+    """`_attention_fwd_s` of an attention layer."""
     if stack.flash_attention:
         keys = causal_keys(model, seq)
         causal_flops = 2.0 * tokens * keys * model.attention_core_width / lay.tp
@@ -385,11 +405,13 @@ def _expert_epilogue_kernels(model: ModelSpec, lay: Layouts, per_expert: int) ->
 def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, tokens: FloatArray) -> FloatArray:
     h = float(model.hidden_size)
     tp = lay.floats("tp")
-    per_token_shared = 20.0 * h + (10.0 * h if model.dropout else 0.0)
+    # a norm and a residual add per block: 2 blocks a layer, 1 in a hybrid model
+    blocks = model.blocks_per_layer / 2.0
+    per_token_shared = 20.0 * h * blocks + (10.0 * h if model.dropout else 0.0)
     shared = np.where(lay.seq_parallel_active, per_token_shared / tp, per_token_shared)
     activation = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active / tp
-    rotary = 0.0 if model.learned_positions else 4.0 * (model.q_dim + model.kv_dim) / tp
-    kernels = np.full(len(lay), float(ELEMENTWISE_KERNELS_PER_LAYER))
+    rotary = 0.0 if model.learned_positions or not model.rotary else 4.0 * (model.q_dim + model.kv_dim) / tp
+    kernels = np.full(len(lay), float(ELEMENTWISE_KERNELS_PER_LAYER) * blocks)
     return _kernels_s(tokens * (shared + activation + rotary), kernels, cluster)
 
 
@@ -443,7 +465,7 @@ def _eager_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> list[tuple[Eager
         ops.append((EAGER_RMSNORM, float(model.norms_per_layer), np.asarray(width)))
     if model.mlp == "gated":
         ops.append((EAGER_SWIGLU, 1.0, np.asarray(model.mean_mlp_inner_active / tp)))
-    if not model.learned_positions:
+    if not model.learned_positions and model.rotary:
         ops.append((EAGER_ROTARY, 1.0, np.asarray((model.q_dim + model.kv_dim) / tp)))
     return ops
 
@@ -533,10 +555,10 @@ def mlp_outer_width(model: ModelSpec, lay: Layouts) -> FloatArray:
     for the shared experts (one SharedExpertMLP on every token)."""
     h = float(model.hidden_size)
     if not model.is_moe:
-        return np.full(len(lay), h)
+        return np.full(len(lay), h * model.dense_mlp_share)
     routed = model.experts_top_k * h * lay.floats("etp") / lay.floats("tp")
     shared = h if model.num_shared_experts else 0.0
-    return np.asarray((1.0 - model.moe_share) * h + model.moe_share * (routed + shared))
+    return np.asarray(model.dense_mlp_share * h + model.moe_share * (routed + shared))
 
 
 def fp8_cast_bytes(model: ModelSpec, lay: Layouts, stack: Stack, tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -553,7 +575,11 @@ def fp8_cast_bytes(model: ModelSpec, lay: Layouts, stack: Stack, tokens: FloatAr
     h = float(model.hidden_size)
     tp = lay.floats("tp")
     outer = mlp_outer_width(model, lay)
-    inputs = h + outer + (model.q_dim + model.mean_mlp_inner_active) / tp
+    # the mixers' first and last linears: QKV and the output projection on the attention layers,
+    # in_proj and out_proj on a hybrid model's Mamba layers
+    mixer_in = h * (model.attention_share + model.mamba_share)
+    mixer_out = model.q_dim * model.attention_share + model.mamba_inner * model.mamba_share
+    inputs = mixer_in + outer + (mixer_out + model.mean_mlp_inner_active) / tp
     fp8 = lay.precision == Precision.FP8
     if stack.fp8_recipe == "delayed":
         fwd = np.where(fp8, DELAYED_CAST_BYTES * tokens * inputs, 0.0)
@@ -562,7 +588,8 @@ def fp8_cast_bytes(model: ModelSpec, lay: Layouts, stack: Stack, tokens: FloatAr
     up = 2.0 if model.mlp == "gated" else 1.0
     out_width = float(model.num_heads * (model.v_head_dim or model.head_dim))
     attention_in = (model.attention_matmul_params - out_width * h) / h
-    grad_outputs = (attention_in + up * model.mean_mlp_inner_active) / tp + h + outer
+    mixer_widths = attention_in * model.attention_share + model.mamba_in_width * model.mamba_share
+    grad_outputs = (mixer_widths + up * model.mean_mlp_inner_active) / tp + mixer_in + outer
     weights = model.mean_matmul_params_active / tp
     fwd = tokens * cast.input_fwd * inputs + cast.weight_fwd * weights
     bwd = (
@@ -596,7 +623,7 @@ def selective_recompute_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, 
     one = np.ones(len(lay))
     act = 6.0 if model.mlp == "gated" else 4.0  # activation bytes per element of the MLP width
     moe_share = model.moe_share if model.is_moe else 0.0
-    dense_share = 1.0 - moe_share
+    dense_share = model.dense_mlp_share
     total = np.where("core_attn" in modules, attention, 0.0)
     if "layernorm" in modules:
         norms = (1.0 if model.is_mla else 0.0) + moe_share
@@ -698,6 +725,10 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     attention = attention + _memory_s(merge_fwd_bytes, cluster)
     layer_fwd = gemms + attention + elementwise
     layer_bwd = gemms + wgrad + elementwise_bwd + attention_bwd
+    if model.mamba_heads:
+        mixer_fwd, mixer_bwd = mamba_mixer_s(model, lay, cluster)
+        layer_fwd = layer_fwd + model.mamba_share * mixer_fwd
+        layer_bwd = layer_bwd + model.mamba_share * mixer_bwd
     op_level = 0.5 * gemms + elementwise + (0.0 if stack.attention_saved else attention)
     modules = selective_recompute_fwd_s(model, lay, cluster, stack, tokens, attention, permute_fwd)
     # DeepSpeed's selective is the attention core (frameworks `selective`), Megatron's its modules
@@ -818,6 +849,46 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     others = attn_e + attention_tp + 2.0 + 7.0 + dispatch_e + expert_e + shared_e + quantized
     bookkeeping = router_b + dispatch_b + expert_b
     return np.asarray((gemms + others + bookkeeping) + (2.0 * gemms + others), dtype=np.float64)
+
+
+# Kernels of one Mamba-2 mixer besides its GEMMs, forward (`mamba_mixer_s`): Megatron's two layout
+# copies, the causal conv1d, mamba_ssm's five SSD kernels (_chunk_cumsum_fwd, _chunk_state_fwd,
+# _state_passing_fwd, _bmm_chunk_fwd, _chunk_scan_fwd) and the gated RMSNorm.
+MAMBA_KERNELS_FWD = 9
+
+
+def mamba_mixer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> tuple[FloatArray, FloatArray]:
+    """One Mamba-2 mixer's work besides its projections, per micro-batch on one GPU, (forward,
+    backward), on its d/TP channels (Megatron's MambaMixer splits the heads over TP).
+
+    Megatron-LM d98e8a64 (megatron/core/ssm/mamba_mixer.py `_ssm_training`, the default
+    `use_mamba_mem_eff_path`) copies in_proj's output to batch-major (`.contiguous()`), runs
+    mamba_ssm's `mamba_split_conv1d_scan_combined` (the causal conv1d over x, B, C, then the SSD
+    chunked scan with the silu(z) gate), copies the output back to sequence-major and applies the
+    gated RMSNorm. The scan is tile matmuls on tensor cores in Triton kernels, like flash attention
+    work on small (chunk x head-dim) tiles: its FLOPs (`ModelSpec.mamba_scan_flops_per_token`) run at
+    the attention efficiency of the BF16 peak; its backward runs two matmuls per forward one plus
+    what it recomputes (`ModelSpec.mamba_scan_recompute_flops_per_token`). The rest is memory-bound,
+    bf16 bytes per token (w = in_proj width, c = conv channels d + 2GN, H heads):
+      layout copies  read and write in_proj's output 4w, the scan's output 4d
+      conv1d         read and write x, B, C: 4c
+      scan I/O       read x, B, C, z, dt once 2(c + d + H), write the gated output and the
+                     pre-gate output it keeps for the backward 4d
+      gated norm     read and write 4d
+    The backward moves twice the forward's bytes in twice the kernels, as the other elementwise
+    work (module docstring)."""
+    tokens = lay.tokens_per_micro_batch
+    tp = lay.floats("tp")
+    rate = cluster.gpu.peak_bf16_flops * cluster.efficiency.attention
+    scan = model.mamba_scan_flops_per_token
+    d, c, w = float(model.mamba_inner), float(model.mamba_conv_channels), float(model.mamba_in_width)
+    per_token = 4.0 * w + 4.0 * d + 4.0 * c + 2.0 * (c + d + model.mamba_heads) + 4.0 * d + 4.0 * d
+    nbytes = tokens * per_token / tp
+    kernels = np.full(len(lay), float(MAMBA_KERNELS_FWD))
+    fwd = tokens * scan / tp / rate + _kernels_s(nbytes, kernels, cluster)
+    bwd_flops = 2.0 * scan + model.mamba_scan_recompute_flops_per_token
+    bwd = tokens * bwd_flops / tp / rate + _kernels_s(2.0 * nbytes, 2.0 * kernels, cluster)
+    return np.asarray(fwd), np.asarray(bwd)
 
 
 def moe_host_wait_s(model: ModelSpec, lay: Layouts, stack: Stack, layer_gpu_s: FloatArray) -> FloatArray:

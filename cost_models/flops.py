@@ -18,6 +18,12 @@ Two conventions for s_eff, the keys each token attends to on average:
     Megatron-Bridge's performance tables do. At 4K tokens the two differ by a few percent; at
     128K the PaLM count exceeds the work done by ~1.6x for Llama-3-8B.
 
+Hybrid models (`ModelSpec.layer_pattern`: Nemotron-H, Mamba-2) have one block per layer: the
+attention scores count on the attention layers only (`attention_share` of them), and each Mamba-2
+layer adds its SSD scan (`ModelSpec.mamba_scan_flops_per_token`, derived there); its projections
+are among the matmul weights. The scan's backward counts as twice its forward in F_model, like
+every matmul.
+
 MFU = F_model / (step time * GPUs * peak); HFU adds the FLOPs that recompute spends again: full
 recompute runs every recomputed layer's forward once more (Narayanan eq. 3: 96 instead of 72),
 Megatron's selective recompute its modules (by default the attention core, Korthikanti Sec 4.2;
@@ -52,10 +58,18 @@ def causal_keys(model: ModelSpec, seq_len: FloatArray) -> FloatArray:
     return np.asarray(keys[inverse.reshape(-1)]) if len(unique) else np.zeros(0)
 
 
+def attention_core_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
+    """Per token and mean layer, forward: the attention scores and their use, 2 * keys *
+    (a*d_qk + a*d_v) on the attention layers (`attention_share`), and a hybrid model's SSD scans
+    (`mamba_share` x `ModelSpec.mamba_scan_flops_per_token`)."""
+    core = 2.0 * keys * model.attention_core_width * model.attention_share
+    return np.asarray(core + model.mamba_share * model.mamba_scan_flops_per_token)
+
+
 def forward_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
     """Forward FLOPs per token with `keys` attended keys per query: 2 per multiply-add over the
-    matmul weights, and 2 * keys * (a*d_qk + a*d_v) for the attention scores and their use."""
-    core = 2.0 * keys * model.attention_core_width
+    matmul weights, and the attention cores (`attention_core_flops_per_token`)."""
+    core = attention_core_flops_per_token(model, keys)
     layers = model.num_layers * (2.0 * layer_matmul_weights_active(model) + core)
     return np.asarray(layers + 2.0 * model.vocab_size * model.word_embed_dim)
 
@@ -89,10 +103,12 @@ def recompute_flops_per_step(
     layer's forward goes through `_checkpointed_forward`, "mirrors transformer_block")."""
     tokens = (lay.global_batch * lay.seq_len).astype(np.float64)
     layers = model.num_layers + (model.mtp_layers if mtp else 0)
-    attention_core = 2.0 * causal_keys(model, lay.floats("seq_len")) * model.attention_core_width
+    keys = causal_keys(model, lay.floats("seq_len"))
+    attention_core = 2.0 * keys * model.attention_core_width * model.attention_share
     attention_core = attention_core * layers
     matmuls = layers * 2.0 * layer_matmul_weights_active(model)
-    full = matmuls + attention_core
+    # a hybrid model's SSD scans run again under full recompute; no selective module holds them
+    full = matmuls + attention_core + layers * model.mamba_share * model.mamba_scan_flops_per_token
     # torchtitan's op-level policy recomputes every other matmul; DeepSpeed's the attention core;
     # Megatron's its modules' GEMMs (`selective_module_flops_per_token`) and, with core_attn, the core.
     megatron = selective_module_flops_per_token(model, modules) + (attention_core if "core_attn" in modules else 0.0)

@@ -119,6 +119,7 @@ class FrameworkSpec:
     model_parallel_comms: bool  # communicators over TP x PP and, with FP8, TP x DP x CP (see MODEL_PARALLEL_COMMS)
     token_drop: bool  # Stack.token_drop can run: MoE capacity factor with padding (see TOKEN_DROP)
     mtp: bool  # Stack.mtp can run: multi-token-prediction modules (see MTP)
+    hybrid: bool  # hybrid Mamba-2 / attention / MLP layer stacks (ModelSpec.layer_pattern; see HYBRID)
     cpu_checkpointing: (
         bool  # Stack.cpu_checkpointing can run: activation checkpoints in host memory (CPU_CHECKPOINTING)
     )
@@ -284,6 +285,15 @@ MTP: dict[Framework, bool] = {
     Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
 }  # fmt: skip
 
+# Hybrid layer stacks (`ModelSpec.layer_pattern`: Nemotron-H, Mamba-2) per framework: Megatron-LM
+# d98e8a64 trains them (pretrain_hybrid.py, megatron/core/models/hybrid/ and megatron/core/ssm/,
+# --hybrid-layer-pattern and the --mamba-* flags of megatron_lm_arguments.json); torchtitan 0.3.0
+# has no Mamba model among its models and paraplan's DeepSpeed launch (a Megatron-DeepSpeed GPT
+# script) builds transformer layers only.
+HYBRID: dict[Framework, bool] = {
+    Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
+}  # fmt: skip
+
 # Stack.ep_dispatcher per framework: Megatron-LM d98e8a64 has --moe-token-dispatcher-type
 # {allgather,alltoall,flex} and --moe-flex-dispatcher-backend {deepep,hybridep,ncclep}
 # (megatron_lm_arguments.json); paraplan's DeepSpeed launch (Megatron-DeepSpeed) and torchtitan
@@ -398,6 +408,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON], token_drop=TOKEN_DROP[Framework.MEGATRON], mtp=MTP[Framework.MEGATRON],
+        hybrid=HYBRID[Framework.MEGATRON],
         cpu_checkpointing=CPU_CHECKPOINTING[Framework.MEGATRON],
         ep_dispatchers=EP_DISPATCHERS[Framework.MEGATRON], moe_host_s_per_op=MOE_HOST_S_PER_OP[Framework.MEGATRON],
     ),
@@ -414,6 +425,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED], token_drop=TOKEN_DROP[Framework.DEEPSPEED], mtp=MTP[Framework.DEEPSPEED],
+        hybrid=HYBRID[Framework.DEEPSPEED],
         cpu_checkpointing=CPU_CHECKPOINTING[Framework.DEEPSPEED],
         ep_dispatchers=EP_DISPATCHERS[Framework.DEEPSPEED], moe_host_s_per_op=MOE_HOST_S_PER_OP[Framework.DEEPSPEED],
     ),
@@ -430,6 +442,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN], token_drop=TOKEN_DROP[Framework.TORCHTITAN], mtp=MTP[Framework.TORCHTITAN],
+        hybrid=HYBRID[Framework.TORCHTITAN],
         cpu_checkpointing=CPU_CHECKPOINTING[Framework.TORCHTITAN],
         ep_dispatchers=EP_DISPATCHERS[Framework.TORCHTITAN], moe_host_s_per_op=MOE_HOST_S_PER_OP[Framework.TORCHTITAN],
     ),
@@ -582,6 +595,11 @@ def even_split_needs_divisor(lay: Layouts, num_layers: int) -> BoolArray:
     return per_framework(
         lay, lambda fs, x: even & fs.even_split_divides & (num_layers % (x.pp * x.virtual_stages) != 0)
     )
+
+
+def hybrid_unsupported(lay: Layouts) -> BoolArray:
+    """Layouts whose framework cannot train a hybrid Mamba-2 model (`FrameworkSpec.hybrid`)."""
+    return per_framework(lay, lambda fs, x: np.full(len(x), not fs.hybrid))
 
 
 def unsupported_words(lay: Layout, num_layers: int) -> str:

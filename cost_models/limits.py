@@ -132,6 +132,31 @@ def _a2a_overlap_words(t: Target, lay: Layout) -> str:
     return f"moe-a2a-overlap (Megatron-LM's --overlap-moe-expert-parallel-comm): {'; '.join(reasons)}"
 
 
+def _hybrid(t: Target, lay: Layouts) -> BoolArray:
+    """A hybrid Mamba-2 model (`ModelSpec.layer_pattern`) on a framework without one, or with
+    context parallelism, which paraplan does not price for Mamba layers (Megatron-LM's
+    MambaContextParallel exchanges heads by all-to-all around the scan)."""
+    if not t.model.is_hybrid:
+        return np.zeros(len(lay), dtype=bool)
+    return np.asarray(frameworks.hybrid_unsupported(lay) | (lay.cp > 1))
+
+
+def _hybrid_words(t: Target, lay: Layout) -> str:
+    fs = frameworks.spec(lay.framework)
+    if not fs.hybrid:
+        return (f"{t.model.name} has Mamba-2 layers, which {fs.title} {fs.version} cannot train (Megatron-LM's "
+                "hybrid model does)")  # fmt: skip
+    return f"context parallelism (CP {lay.cp}) of Mamba-2 layers is not modelled"
+
+
+def _mamba_tp(t: Target, lay: Layouts) -> BoolArray:
+    """Megatron-LM's MambaMixer asserts TP divides the Mamba heads and groups (mamba_mixer.py)."""
+    m = t.model
+    if not m.mamba_heads:
+        return np.zeros(len(lay), dtype=bool)
+    return np.asarray((m.mamba_heads % lay.tp != 0) | (m.mamba_groups % lay.tp != 0))
+
+
 def _cpu_checkpointing(t: Target, lay: Layouts) -> BoolArray:
     if not t.stack.cpu_checkpointing:
         return np.zeros(len(lay), dtype=bool)
@@ -198,6 +223,10 @@ LIMITS: tuple[Limit, ...] = (
     Limit("adam_moments", ("framework", "zero", "offload"), _bf16_moments,
           lambda t, lay: f"adam-moments bf16 (Megatron-LM's precision-aware optimizer) needs its distributed "
                          f"optimizer (ZeRO-1) or the optimizer offloaded, not ZeRO-{lay.zero}"),
+    Limit("hybrid", ("framework", "cp"), _hybrid, _hybrid_words),
+    Limit("mamba_heads", ("tp",), _mamba_tp,
+          lambda t, lay: f"TP {lay.tp} does not divide the {t.model.mamba_heads} Mamba heads and "
+                         f"{t.model.mamba_groups} groups"),
     Limit("cpu_checkpointing", ("recompute",), _cpu_checkpointing,
           lambda t, lay: f"cpu-checkpointing moves the checkpoints of full recompute to the host; recompute "
                          f"{lay.recompute} keeps none"),

@@ -39,6 +39,9 @@ its all-to-all), so each rank keeps the copies of the tokens of all ETP sequence
 2h x top-k x ETP / TP per token of its micro-batch, not 2h x top-k / TP (megatron/core/transformer/
 moe/token_dispatcher.py and experts.py at d98e8a64; core_v0.6.0 holds a second such copy, the
 expert output it scales by the router probabilities in `token_unpermutation`).
+Hybrid models (`ModelSpec.layer_pattern`) have one block per layer, its norm input and its first
+linear's input replicated (4h, not 8h); the attention terms count on the attention layers
+(`attention_share`) and each Mamba-2 mixer keeps what Megatron's MambaMixer saves (`mamba_saved_bytes`).
 Selective recompute: Megatron's drops what its modules save (`selective_dropped_bytes`,
 `Stack.recompute_modules`); its default, core attention, the a*s score terms, which flash attention
 never stores anyway; torchtitan's op-level policy (`_apply_op_sac`: save every other matmul's
@@ -248,16 +251,18 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     h = model.hidden_size
     tp = lay.floats("tp")
     dropout = 1.0 if model.dropout else 0.0
-    replicated = 8.0 * h + 2.0 * h * dropout
+    blocks = model.blocks_per_layer / 2.0  # norm input and first linear input per block
+    replicated = 8.0 * h * blocks + 2.0 * h * dropout
     mlp_inner: float | FloatArray = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active
     if model.is_moe:
         # the dispatched copy of each token, gathered over the expert-TP group (module docstring)
         mlp_inner = np.asarray(mlp_inner + model.moe_share * model.experts_top_k * 2.0 * h * lay.etp, dtype=np.float64)
     # K and V as the attention saves them: g heads, or a heads when repeated (Stack.kv_repeated)
     kv_saved = 2.0 * (model.kv_dim + model.v_dim) * kv_repeats(model, stack)
-    split: float | FloatArray = 4.0 * model.q_dim + kv_saved + mlp_inner
+    attention = (4.0 * model.q_dim + kv_saved) * model.attention_share
+    split: float | FloatArray = attention + mlp_inner + model.mamba_share * mamba_saved_bytes(model)
     if not stack.flash_attention:
-        scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout)
+        scores = model.num_heads * (lay.seq_len / lay.cp) * (2.0 + 3.0 * dropout) * model.attention_share
         # kept unless recomputed: selective recompute without core_attn (Stack.recompute_modules) keeps them
         kept = (lay.recompute == Recompute.NONE) | (
             (lay.recompute == Recompute.SELECTIVE) & ("core_attn" not in stack.recompute_modules)
@@ -269,10 +274,14 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     # Flash attention keeps its bf16 output for its own backward, so the projection's FP8 input is a
     # second copy (+a d); unfused attention keeps the probabilities instead, and the output is only
     # the projection's input, now at 1 B (-a d).
-    fp8_split: float | FloatArray = (1.0 if stack.flash_attention else -1.0) * model.q_dim - model.mean_mlp_inner_active
+    fp8_split: float | FloatArray = (
+        (1.0 if stack.flash_attention else -1.0) * model.q_dim * model.attention_share
+        - model.mean_mlp_inner_active
+        - model.mamba_share * model.mamba_inner
+    )
     if model.is_moe:
         fp8_split = np.asarray(fp8_split - model.moe_share * model.experts_top_k * h * lay.etp, dtype=np.float64)
-    replicated_kept = np.where(fp8_inputs, replicated - 2.0 * h, replicated)
+    replicated_kept = np.where(fp8_inputs, replicated - 2.0 * h * blocks, replicated)
     split = np.asarray(split + np.where(fp8_inputs, fp8_split, 0.0), dtype=np.float64)
     replicated_share = np.where(lay.seq_parallel_active, replicated_kept / tp, replicated_kept)
     full_layer = replicated_share + split / tp
@@ -286,6 +295,20 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     share = lay.full_recompute_share(model.num_layers)
     stored = share * layer_input + (1.0 - share) * full_layer - selective_dropped_bytes(model, lay, stack)
     return np.asarray(np.where(_selective_op(lay), op_policy, stored))
+
+
+def mamba_saved_bytes(model: ModelSpec) -> float:
+    """What one Mamba-2 mixer keeps for its backward per token, bf16, all split over TP (the
+    layer's norm input and in_proj's input are the block's replicated 4h), as Megatron-LM
+    d98e8a64 runs it (megatron/core/ssm/mamba_mixer.py `_ssm_training`, the default memory-efficient
+    path):
+      mamba_ssm's MambaSplitConv1dScanCombinedFn (mamba_ssm/ops/triton/ssd_combined.py) saves
+        in_proj's output zxbcdt (2w, w = 2d + 2GN + H) and the scan's pre-gate output out_x (2d);
+        it recomputes the conv and the chunk states in its backward, so no per-chunk states
+        are kept;
+      the gated RMSNorm (ExtendedRMSNorm) saves its input (2d) and its fp32 rstd per group (4G);
+      out_proj saves its input, the norm's output (2d)."""
+    return 2.0 * model.mamba_in_width + 6.0 * model.mamba_inner + 4.0 * model.mamba_groups
 
 
 def selective_modules_on(lay: Layouts) -> BoolArray:
@@ -326,7 +349,7 @@ def selective_dropped_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> Flo
     inner = 6.0 if model.mlp == "gated" else 4.0
     inner_kept = inner - np.where(fp8, 1.0, 0.0)  # fc2's input at 1 B under FP8
     moe_share = model.moe_share if model.is_moe else 0.0
-    dense_share = 1.0 - moe_share
+    dense_share = model.dense_mlp_share
     replicated: float | FloatArray = 0.0
     split: float | FloatArray = 0.0
     if "layernorm" in modules:

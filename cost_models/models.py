@@ -71,8 +71,14 @@ StarCoder2 tie by default; Llama, Mistral, Qwen, DeepSeek, GPT-NeoX, GPT-J, Nemo
 head_dim (Gemma 256, Qwen3 128, otherwise hidden/heads), KV heads, biases, norms, MoE and
 sliding-window layouts. It never returns a silently wrong model:
 
-* refused (InputError naming the key or model_type): non-transformer or hybrid architectures
-  (mamba, mamba2, rwkv, jamba, zamba, bamba, falcon_h1, nemotron_h, xlstm, recurrent_gemma,
+Hybrid Mamba-2 stacks (model_type nemotron_h, NemotronHConfig; mamba2, Mamba2Config) are read by
+their own loader (`_hybrid_from_config`) into a per-layer `ModelSpec.layer_pattern` (one block per
+layer: Mamba-2 mixer, attention, MLP or MoE; `ModelSpec.mamba_params`). Published totals reproduced
+in tests/test_hybrid.py: Nemotron-H-8B 8,100,852,736, Nemotron-H-56B within 1%, Nemotron-3-Nano-30B-A3B
+31.58B / 3.58B active (31.6B / 3.6B published), Mamba-Codestral-7B 7,285,403,648.
+
+* refused (InputError naming the key or model_type): other non-transformer or hybrid architectures
+  (mamba, rwkv, jamba, zamba, bamba, falcon_h1, xlstm, recurrent_gemma,
   minimax, qwen3_next, ... and any config carrying state-space or hybrid-layout keys such as
   `state_size`, `hybrid_override_pattern`, `layers_block_type`, `attn_type_list`), encoder-only
   and encoder-decoder models (`is_encoder_decoder`, `add_cross_attention`, bert/t5/whisper/...),
@@ -123,7 +129,9 @@ from paraplan.hardware_specs.files import names_anything, read_text_file
 
 MlpKind = Literal["gated", "plain"]
 QkNorm = Literal["none", "head", "full"]
-LayerKind = Literal["dense", "moe"]
+LayerKind = Literal["dense", "moe", "attention", "mamba"]
+# `ModelSpec.layer_pattern` symbols and the kind of layer each is
+PATTERN_KINDS: dict[str, LayerKind] = {"M": "mamba", "*": "attention", "-": "dense", "E": "moe"}
 
 GATED_FAMILIES = frozenset(
     {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
@@ -221,6 +229,20 @@ class ModelSpec(BaseModel):
     expert_groups: int = Field(default=1, ge=1, le=100_000)
     group_top_k: int = Field(default=1, ge=1, le=100_000)
 
+    # --- hybrid Mamba-2 layer stacks (Nemotron-H, pure Mamba-2) ---------------------------------
+    # One symbol per layer, each layer ONE block with its own pre-norm and residual (Megatron-LM
+    # d98e8a64 megatron/core/models/hybrid/hybrid_layer_allocation.py `Symbols`): 'M' a Mamba-2
+    # mixer, '*' self-attention, '-' a dense MLP, 'E' an MoE layer. None: every layer is attention
+    # + MLP (a transformer decoder). See `mamba_params` for the mixer.
+    layer_pattern: str | None = Field(default=None, min_length=1, max_length=MAX_LAYERS, pattern=r"^[M*\-E]+$")
+    mamba_heads: int = Field(default=0, ge=0, le=MAX_WIDTH)
+    mamba_head_dim: int = Field(default=64, ge=1, le=MAX_WIDTH)
+    mamba_state_dim: int = Field(default=128, ge=1, le=MAX_WIDTH)
+    mamba_groups: int = Field(default=8, ge=1, le=MAX_WIDTH)
+    mamba_conv_kernel: int = Field(default=4, ge=1, le=1_000)
+    mamba_chunk: int = Field(default=128, ge=1, le=100_000)
+    rotary: bool = True  # rotary embeddings on q and k (False: learned positions, or none as in Nemotron-H)
+
     warnings: tuple[str, ...] = ()  # what the loader assumed; see the module docstring
 
     @model_validator(mode="after")
@@ -267,7 +289,27 @@ class ModelSpec(BaseModel):
         ]
         if both:
             raise ValueError(f"layer {both[0]} cannot both slide a window and attend in chunks")
+        self._consistent_hybrid()
         return self
+
+    def _consistent_hybrid(self) -> None:
+        pattern = self.layer_pattern
+        if pattern is None:
+            if self.mamba_heads:
+                raise ValueError("mamba_heads needs a layer_pattern with Mamba ('M') layers")
+            return
+        if len(pattern) != self.num_layers:
+            raise ValueError(f"layer_pattern has {len(pattern)} symbols for {self.num_layers} layers")
+        if self.dense_layer_ids:
+            raise ValueError("a layer_pattern places the dense MLP layers itself ('-'): no dense_layer_ids")
+        if ("E" in pattern) != self.is_moe:
+            raise ValueError("a layer_pattern has MoE ('E') layers exactly when the model has routed experts")
+        if ("M" in pattern) != (self.mamba_heads > 0):
+            raise ValueError("a layer_pattern has Mamba ('M') layers exactly when mamba_heads is set")
+        if self.mamba_heads % self.mamba_groups:
+            raise ValueError(f"{self.mamba_heads} Mamba heads do not split into {self.mamba_groups} groups")
+        if self.mtp_layers:
+            raise ValueError("multi-token prediction is not modelled for a layer_pattern model")
 
     # --- shapes -------------------------------------------------------------------------------
     @property
@@ -313,7 +355,11 @@ class ModelSpec(BaseModel):
 
     # --- per-layer view -------------------------------------------------------------------------
     def layer_kinds(self) -> tuple[LayerKind, ...]:
-        """Per layer: "moe" (routed experts) or "dense" (one MLP). Dense models are all "dense"."""
+        """Per layer: "moe" (routed experts) or "dense" (one MLP), each with attention; a
+        `layer_pattern` model's layers are one block each, "mamba", "attention", "dense" (MLP) or
+        "moe". Dense models are all "dense"."""
+        if self.layer_pattern is not None:
+            return tuple(PATTERN_KINDS[c] for c in self.layer_pattern)
         dense = set(range(self.num_layers)) if not self.is_moe else set(self.dense_layer_ids)
         kinds: list[LayerKind] = ["dense" if i in dense else "moe" for i in range(self.num_layers)]
         return tuple(kinds)
@@ -330,12 +376,136 @@ class ModelSpec(BaseModel):
 
     @property
     def num_dense_layers(self) -> int:
-        """All layers with a dense MLP (every layer of a dense model)."""
+        """All layers with a dense MLP (every layer of a dense model; the '-' of a `layer_pattern`)."""
+        if self.layer_pattern is not None:
+            return self.layer_pattern.count("-")
         return self.num_layers if not self.is_moe else len(self.dense_layer_ids)
 
     @property
     def num_moe_layers(self) -> int:
+        if self.layer_pattern is not None:
+            return self.layer_pattern.count("E")
         return self.num_layers - self.num_dense_layers
+
+    # --- hybrid layer stacks: the share of each kind of block in the mean layer ------------------
+    @property
+    def is_hybrid(self) -> bool:
+        """Layers of one block each (`layer_pattern`), not attention + MLP."""
+        return self.layer_pattern is not None
+
+    @property
+    def blocks_per_layer(self) -> int:
+        """Blocks (pre-norm, mixer or MLP, residual add) per layer: 2 in a transformer decoder
+        (attention, MLP), 1 in a `layer_pattern` model."""
+        return 1 if self.is_hybrid else 2
+
+    @property
+    def attention_share(self) -> float:
+        """Share of the layers with self-attention: 1 but in a `layer_pattern` model."""
+        return 1.0 if self.layer_pattern is None else self.layer_pattern.count("*") / self.num_layers
+
+    @property
+    def mamba_share(self) -> float:
+        """Share of the layers that are Mamba-2 mixers (0 but in a `layer_pattern` model)."""
+        return 0.0 if self.layer_pattern is None else self.layer_pattern.count("M") / self.num_layers
+
+    @property
+    def dense_mlp_share(self) -> float:
+        """Share of the layers with a dense MLP: 1 - `moe_share` in a transformer decoder."""
+        if self.layer_pattern is None:
+            return 1.0 - self.moe_share
+        return self.num_dense_layers / self.num_layers
+
+    # --- the Mamba-2 mixer ----------------------------------------------------------------------
+    # Dao & Gu 2024 ("Transformers are SSMs", arXiv:2405.21060, Sec 7-8; the reference mamba_ssm
+    # Mamba2 module) as Megatron-LM d98e8a64 builds it (megatron/core/ssm/mamba_mixer.py
+    # MambaMixer) and transformers' NemotronHMamba2Mixer: d = mamba_heads x mamba_head_dim (d_inner),
+    # G groups, N state dim, H heads, K conv kernel.
+    #   in_proj   h x (2d + 2GN + H)   [z, x, B, C, dt], no bias (Megatron asserts `not bias`)
+    #   conv1d    depthwise over the d + 2GN channels of x, B, C: (d + 2GN) x K weights + a bias
+    #             (Megatron asserts `conv_bias`)
+    #   A_log, D, dt_bias   H each (D per head: `D_has_hdim` False)
+    #   norm      gated RMSNorm over d (its weight, d), group size d/G
+    #   out_proj  d x h, no bias
+    # plus the layer's pre-norm (h), in Megatron fused into in_proj (TELayerNormColumnParallelLinear).
+
+    @property
+    def mamba_inner(self) -> int:
+        """d_inner = mamba_heads x mamba_head_dim."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_in_width(self) -> int:
+        """in_proj's output width: z and x (d each), B and C (GN each), dt (H)."""
+        return 2 * self.mamba_inner + 2 * self.mamba_groups * self.mamba_state_dim + self.mamba_heads
+
+    @property
+    def mamba_conv_channels(self) -> int:
+        """The conv1d's channels: x, B and C."""
+        return self.mamba_inner + 2 * self.mamba_groups * self.mamba_state_dim
+
+    @property
+    def mamba_matmul_params(self) -> int:
+        """The Mamba-2 mixer's projection weights (in_proj and out_proj)."""
+        return self.hidden_size * self.mamba_in_width + self.mamba_inner * self.hidden_size
+
+    @property
+    def mamba_params(self) -> int:
+        """One Mamba-2 mixer (without the layer's pre-norm): projections, conv1d weight and bias,
+        A_log, D and dt_bias per head, the gated norm's weight."""
+        conv = self.mamba_conv_channels * (self.mamba_conv_kernel + 1)
+        return self.mamba_matmul_params + conv + 3 * self.mamba_heads + self.mamba_inner
+
+    @property
+    def mamba_scan_flops_per_token(self) -> float:
+        """Forward FLOPs per token of one mixer's SSD scan (chunk length Q = `mamba_chunk`, 128 in
+        Megatron and mamba_ssm), the chunked algorithm of arXiv:2405.21060 Sec 6 as mamba_ssm's
+        `_mamba_chunk_scan_combined_fwd` runs it (mamba_ssm/ops/triton/ssd_combined.py), per chunk
+        of Q tokens:
+          C B^T within the chunk (`_bmm_chunk_fwd`, all Q x Q pairs): Q x Q x N per group
+              -> 2 Q N G per token;
+          the intra-chunk output (CB o decay) X (`_chunk_scan_fwd`, causal: query i reads i + 1
+              keys, (Q + 1)/2 on average): -> 2 (Q + 1)/2 P per head = (Q + 1) d per token;
+          the chunk's final states, B^T (decay o X) (`_chunk_state_fwd`): N x P x Q per head
+              -> 2 N d per token;
+          the inter-chunk output, C times the entering state (`_chunk_scan_fwd`): Q x N x P per
+              head -> 2 N d per token;
+        2 Q N G + (Q + 1) d + 4 N d in all. The state passing between chunks (N P per head and
+        chunk), the dt softplus and cumsum, D x, the gate y silu(z) and the conv are O(d) per
+        token, left out. Nemotron-H 8B (d 8192, N 128, G 8): 5.5 MFLOP, 2.5% of the mixer's
+        projections (2 x 4096 x (18560 + 8192) = 219 MFLOP)."""
+        q, n, d = float(self.mamba_chunk), float(self.mamba_state_dim), float(self.mamba_inner)
+        return 2.0 * q * n * self.mamba_groups + (q + 1.0) * d + 4.0 * n * d
+
+    @property
+    def mamba_scan_recompute_flops_per_token(self) -> float:
+        """FLOPs per token one mixer's scan backward runs again before its gradients: mamba_ssm's
+        `_mamba_chunk_scan_combined_bwd` recomputes C B^T (`_bmm_chunk_fwd`) and the chunk states
+        (`_chunk_state_fwd`, then the state passing), 2 Q N G + 2 N d; its gradients are two
+        matmuls for each forward one (2 x `mamba_scan_flops_per_token`)."""
+        q, n, d = float(self.mamba_chunk), float(self.mamba_state_dim), float(self.mamba_inner)
+        return 2.0 * q * n * self.mamba_groups + 2.0 * n * d
+
+    def _hybrid_block_params(self) -> dict[str, int]:
+        """Parameters of each kind of `layer_pattern` block, its pre-norm included (the MoE
+        block with all its E routed experts)."""
+        norm = self.norm_params
+        moe = self.router_params + self.shared_expert_params + self.num_experts * self.expert_params
+        return {"M": self.mamba_params + norm, "*": self.attention_params + norm, "-": self.dense_mlp_params + norm,
+                "E": moe + norm}  # fmt: skip
+
+    def _hybrid_block_matmul_active(self) -> dict[str, int]:
+        """Matrix weights one token is multiplied by in each kind of `layer_pattern` block."""
+        h, m = self.hidden_size, self.mlp_matrices
+        shared = self.num_shared_experts * m * h * (self.shared_expert_ffn or self.ffn_hidden_size)
+        moe = h * self.num_experts + shared + self.experts_top_k * m * h * self.ffn_hidden_size
+        return {"M": self.mamba_matmul_params, "*": self.attention_matmul_params,
+                "-": m * h * (self.dense_ffn_hidden_size or self.ffn_hidden_size), "E": moe}  # fmt: skip
+
+    def _hybrid_sum(self, per_block: dict[str, int]) -> int:
+        """Sum over the layers of a `layer_pattern` model of a per-block count."""
+        assert self.layer_pattern is not None
+        return sum(self.layer_pattern.count(c) * value for c, value in per_block.items())
 
     def layer_is_sliding(self) -> tuple[bool, ...]:
         return self._layers_with(self.sliding_window, self.sliding_layer_ids)
@@ -469,16 +639,23 @@ class ModelSpec(BaseModel):
     def last_layer_kind(self) -> LayerKind:
         """`layer_kinds()[-1]`, without the tuple of every layer (the MTP modules copy the last
         layer; cost models ask per evaluation, of configs with up to 100,000 layers)."""
+        if self.layer_pattern is not None:
+            return PATTERN_KINDS[self.layer_pattern[-1]]
         return "moe" if self.is_moe and self.num_layers - 1 not in self.dense_layer_ids else "dense"
 
     def last_layer_params(self) -> int:
         """`layer_param_counts()[-1]` (see `last_layer_kind`)."""
+        if self.layer_pattern is not None:
+            return self._hybrid_block_params()[self.layer_pattern[-1]]
         if not self.is_moe:
             return self.layer_params
         return self.dense_layer_params if self.last_layer_kind() == "dense" else self.layer_params
 
     def layer_param_counts(self) -> tuple[int, ...]:
         """Parameters of each layer, in order."""
+        if self.layer_pattern is not None:
+            blocks = self._hybrid_block_params()
+            return tuple(blocks[c] for c in self.layer_pattern)
         if not self.is_moe:
             return (self.layer_params,) * self.num_layers
         dense, moe = self.dense_layer_params, self.layer_params
@@ -487,6 +664,9 @@ class ModelSpec(BaseModel):
     def layer_matmul_params_active(self) -> tuple[int, ...]:
         """Per layer, the matrix weights one token is multiplied by (no biases, no norms):
         forward FLOPs per token are twice this, plus the attention scores."""
+        if self.layer_pattern is not None:
+            blocks = self._hybrid_block_matmul_active()
+            return tuple(blocks[c] for c in self.layer_pattern)
         dense, moe = self._matmul_params_active_by_kind()
         if not self.is_moe:
             return (dense,) * self.num_layers
@@ -560,7 +740,11 @@ class ModelSpec(BaseModel):
     @property
     def mean_layer_dense_params(self) -> float:
         """Per layer, the parameters replicated over expert parallelism (attention, norms, router,
-        shared experts; the MLP of a dense layer)."""
+        shared experts; the MLP of a dense layer; a `layer_pattern` model's Mamba and attention
+        blocks)."""
+        if self.layer_pattern is not None:
+            routed = self.num_moe_layers * self.num_experts * self.expert_params
+            return (self._hybrid_sum(self._hybrid_block_params()) - routed) / self.num_layers
         dense = self.num_dense_layers * self.dense_layer_params
         return (dense + self.num_moe_layers * self.layer_dense_params) / self.num_layers
 
@@ -593,6 +777,8 @@ class ModelSpec(BaseModel):
         """The mean of `layer_matmul_params_active`, summed as (layers of each kind) x (its
         weights): the same integer, without a tuple of every layer (asked on every evaluation,
         of configs with up to 100,000 layers)."""
+        if self.layer_pattern is not None:
+            return self._hybrid_sum(self._hybrid_block_matmul_active()) / self.num_layers
         dense, moe = self._matmul_params_active_by_kind()
         return (self.num_dense_layers * dense + self.num_moe_layers * moe) / self.num_layers
 
@@ -664,6 +850,13 @@ class ModelSpec(BaseModel):
 
     @property
     def total_params(self) -> int:
+        if self.layer_pattern is not None:
+            return (
+                self._hybrid_sum(self._hybrid_block_params())
+                + self.embedding_params
+                + self.head_params
+                + (self.final_norm_params)
+            )
         if self.is_moe:
             layers = self.num_moe_layers * self.layer_params + self.num_dense_layers * self.dense_layer_params
         else:
@@ -911,8 +1104,8 @@ _SLOT_NAMES = {
 }
 
 NON_TRANSFORMER_TYPES = frozenset(
-    {"mamba", "mamba2", "falcon_mamba", "rwkv", "rwkv5", "rwkv6", "rwkv7", "jamba", "zamba", "zamba2", "bamba",
-     "falcon_h1", "nemotron_h", "granitemoehybrid", "lfm2", "lfm2_moe", "xlstm", "recurrent_gemma", "minimax",
+    {"mamba", "falcon_mamba", "rwkv", "rwkv5", "rwkv6", "rwkv7", "jamba", "zamba", "zamba2", "bamba",
+     "falcon_h1", "granitemoehybrid", "lfm2", "lfm2_moe", "xlstm", "recurrent_gemma", "minimax",
      "minimax_m1", "qwen3_next", "plamo2", "mamba_hybrid", "hymba", "retnet", "striped_hyena", "hyena"}
 )  # fmt: skip
 NOT_DECODER_TYPES = frozenset(
@@ -933,7 +1126,7 @@ _REFUSED_KEYS = {
     "intermediate_size_mlp": "Llama 4 separate dense-layer width, read for model_type llama4_text only",
     "moe_layers": "Llama 4 list of MoE layers, read for model_type llama4_text only",
     "shared_intermediate_size": "MiniMax shared-expert layout",
-    "moe_shared_expert_intermediate_size": "Nemotron-H shared-expert layout",
+    "moe_shared_expert_intermediate_size": "Nemotron-H shared-expert layout, read for model_type nemotron_h only",
     "moe_latent_size": "latent MoE projections",
     "num_kv_shared_layers": "Gemma 3n KV sharing across layers",
     "altup_num_inputs": "Gemma 3n AltUp",
@@ -1585,8 +1778,10 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     wrapper_warnings: list[str] = []
     if str(config.get("model_type", "")).lower() == "llama4" and isinstance(config.get("text_config"), dict):
         config, wrapper_warnings = _llama4_text_config(config)
-    r = _Reader(config, warnings=wrapper_warnings)
     model_type = str(_get(config, "model_type", default="")).lower()
+    if model_type in HYBRID_TYPES:
+        return _hybrid_from_config(config, name, model_type)
+    r = _Reader(config, warnings=wrapper_warnings)
     _refuse_unsupported(r, model_type)
     family_name, fam = _family_for(r, model_type)
     r.used.add("model_type")
@@ -1807,3 +2002,133 @@ def _falcon_norms(r: _Reader) -> int:
     if new and n_ln == 2:
         return 2
     return 1 if r.flag("parallel_attn", True) else 2
+
+
+# --- hybrid Mamba-2 stacks: Nemotron-H (model_type nemotron_h) and Mamba-2 (mamba2) ----------------
+HYBRID_TYPES = frozenset({"nemotron_h", "mamba2"})
+# NemotronHConfig's layers_block_type names (and the older ones remap_legacy_layer_types reads)
+_BLOCK_TYPE_SYMBOLS = {"mamba": "M", "linear_attention": "M", "attention": "*", "full_attention": "*", "mlp": "-",
+                       "moe": "E"}  # fmt: skip
+# Keys of NemotronHConfig / Mamba2Config that change neither parameters nor FLOPs
+_HYBRID_HARMLESS = frozenset({
+    "mamba_hidden_act", "time_step_min", "time_step_max", "time_step_limit", "time_step_floor", "time_step_rank",
+    "time_step_init_scheme", "time_step_scale", "mamba_ssm_cache_dtype", "rescale_prenorm_residual",
+    "residual_in_fp32", "expand", "norm_before_gate", "rms_norm", "moe_shared_expert_overlap", "mamba_dt_min",
+    "mamba_dt_max", "mamba_dt_limit", "mamba_dt_init_floor", "mamba_expand", "attention_head_dim",
+})  # fmt: skip
+
+
+def _hybrid_pattern(r: _Reader, model_type: str) -> str:
+    """The per-layer pattern: nemotron_h's `hybrid_override_pattern` or `layers_block_type`
+    (NemotronHConfig maps one onto the other); a mamba2 model is all Mamba layers."""
+    if model_type == "mamba2":
+        return "M" * r.int(("num_hidden_layers",))
+    r.used.update(("hybrid_override_pattern", "layers_block_type", "layer_types"))
+    pattern = r.raw.get("hybrid_override_pattern")
+    blocks = r.raw.get("layers_block_type", r.raw.get("layer_types"))
+    if pattern is None and blocks is not None:
+        if not isinstance(blocks, list) or not all(b in _BLOCK_TYPE_SYMBOLS for b in blocks):
+            raise InputError(f"model config 'layers_block_type' = {_short(blocks)} must list layer types among "
+                             f"{', '.join(sorted(_BLOCK_TYPE_SYMBOLS))}")  # fmt: skip
+        pattern = "".join(_BLOCK_TYPE_SYMBOLS[b] for b in blocks)
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set(PATTERN_KINDS):
+        raise InputError(f"model config 'hybrid_override_pattern' = {_short(pattern)} must be a string of the "
+                         "layer symbols M (Mamba), * (attention), - (MLP), E (MoE)")  # fmt: skip
+    stated = r.raw.get("num_hidden_layers")
+    r.used.add("num_hidden_layers")
+    if stated is not None and stated != len(pattern):
+        r.warn(f"'num_hidden_layers' = {_short(stated)} ignored: the layer pattern has {len(pattern)} layers "
+               "(NemotronHConfig derives the count from it)")  # fmt: skip
+    return pattern
+
+
+def _hybrid_from_config(config: dict[str, Any], name: str, model_type: str) -> ModelSpec:
+    """A Nemotron-H or Mamba-2 model: transformers' NemotronHConfig (configuration_nemotron_h.py)
+    and Mamba2Config defaults, the module trees of modeling_nemotron_h.py / modeling_mamba2.py and
+    Megatron-LM's MambaModel (`ModelSpec.mamba_params`). Nemotron-H: a layer per pattern symbol,
+    each RMSNorm + one mixer; attention without positional embedding (Megatron-Bridge's
+    NemotronHBridge sets position_embedding_type "none"); MLP and experts up_proj/down_proj with
+    squared ReLU (plain, 2 matrices); an MoE block of E routed experts (moe_intermediate_size),
+    one shared expert of moe_shared_expert_intermediate_size and a router with its
+    e_score_correction_bias. Mamba-2 (mistralai/Mamba-Codestral): every layer a mixer; the
+    attention sizes are unused and set to the mixer's heads."""
+    r = _Reader(config)
+    r.used.add("model_type")
+    mamba2 = model_type == "mamba2"
+    pattern = _hybrid_pattern(r, model_type)
+    hidden = r.int(("hidden_size",))
+    vocab = r.int(("vocab_size",), default=131072 if not mamba2 else None)
+    heads_keys = ("num_heads",) if mamba2 else ("mamba_num_heads",)
+    mamba_heads = r.int(heads_keys, default=128)
+    mamba_head_dim = r.int(("head_dim",) if mamba2 else ("mamba_head_dim",), default=64)
+    for key, what in (("use_bias", "linear biases"), ("mamba_proj_bias", "Mamba projection biases"),
+                      ("moe_latent_size", "latent MoE projections")):  # fmt: skip
+        r.used.add(key)
+        if r.raw.get(key):
+            raise InputError(f"model config has '{key}' = {_short(r.raw[key])} ({what}), which paraplan does not "
+                             "model (Megatron-LM's MambaMixer asserts no projection bias)")  # fmt: skip
+    if not r.flag("use_conv_bias", True):
+        raise InputError("model config has 'use_conv_bias' false: Megatron-LM's MambaMixer asserts a conv bias")
+    if r.int(("num_nextn_predict_layers",), default=0, minimum=0):
+        raise InputError("model config has 'num_nextn_predict_layers': multi-token prediction of a hybrid model is "
+                         "not modelled")  # fmt: skip
+    fields: dict[str, Any] = dict(
+        layer_pattern=pattern, mamba_heads=mamba_heads if "M" in pattern else 0, mamba_head_dim=mamba_head_dim,
+        mamba_state_dim=r.int(("ssm_state_size", "state_size"), default=128),
+        mamba_groups=r.int(("n_groups", "mamba_n_groups"), default=8),
+        mamba_conv_kernel=r.int(("conv_kernel", "mamba_d_conv"), default=4),
+        mamba_chunk=r.int(("chunk_size", "mamba_chunk_size"), default=128 if not mamba2 else 256),
+    )  # fmt: skip
+    if mamba2:
+        heads, kv_heads, head_dim, ffn = mamba_heads, mamba_heads, mamba_head_dim, mamba_heads * mamba_head_dim
+        r.used.update(("intermediate_size",))
+    else:
+        heads = r.int(("num_attention_heads",), default=32)
+        kv_heads = r.int(("num_key_value_heads",), default=8)
+        head_dim = r.int(("head_dim", "attention_head_dim"), default=128)
+        ffn = r.int(("intermediate_size",), default=21504)
+        act = r.raw.get("mlp_hidden_act", "relu2")
+        r.used.add("mlp_hidden_act")
+        if act != "relu2":
+            r.warn(f"'mlp_hidden_act' = {_short(act)}: NemotronHMLP is up_proj/down_proj whatever the activation "
+                   "(plain MLP assumed)")  # fmt: skip
+        for key in ("attention_bias", "mlp_bias"):
+            if r.flag(key, False):
+                raise InputError(f"model config has '{key}' true: Nemotron-H biases are not modelled")
+        if "E" in pattern:
+            experts = r.int(("n_routed_experts",), default=8)
+            top_k = r.int(("num_experts_per_tok",), default=2)
+            shared = r.int(("n_shared_experts",), default=1, minimum=0)
+            shared_width = r.int(("moe_shared_expert_intermediate_size",), default=7688, minimum=0)
+            fields.update(num_experts=experts, experts_top_k=top_k, ffn_hidden_size=r.int(("moe_intermediate_size",),
+                          default=7688), router_bias=True, num_shared_experts=1 if shared and shared_width else 0,
+                          shared_expert_ffn=shared_width if shared and shared_width else None,
+                          dense_ffn_hidden_size=ffn if "-" in pattern else None)  # fmt: skip
+            fields.update(_expert_groups(r, FAMILIES["deepseek_v3"], experts, top_k))
+        else:
+            r.used.update(("n_routed_experts", "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size",
+                           "moe_shared_expert_intermediate_size", "n_group", "topk_group"))  # fmt: skip
+        if r.raw.get("sliding_window") is not None:
+            raise InputError("model config has 'sliding_window': sliding attention of a hybrid model is not modelled")
+        r.used.add("sliding_window")
+    max_pos = r.int(("max_position_embeddings",), default=4096 if not mamba2 else 1 << 20)
+    dropout = _dropout(r, False, ())
+    tie = r.flag("tie_word_embeddings", False)
+    r.used.update(_HYBRID_HARMLESS)
+    r.used.update(k for k in r.raw if k in HARMLESS_KEYS)
+    for key, value in r.raw.items():
+        if key.startswith("_") or key in r.used or value is None or value is False or value == 0:
+            continue
+        r.warn(f"'{key}' = {_short(value)} is not a key paraplan knows: assumed to change neither the parameter "
+               f"count nor the FLOPs (model_type {model_type!r})")  # fmt: skip
+    try:
+        return ModelSpec(
+            name=str(config.get("_paraplan_name", name)), hidden_size=hidden, num_layers=len(pattern),
+            num_heads=heads, num_kv_heads=kv_heads, head_dim=head_dim, ffn_hidden_size=fields.pop("ffn_hidden_size",
+            ffn), vocab_size=vocab, max_seq_len=max_pos, mlp="plain", tied_embeddings=tie, norms_per_layer=1,
+            rotary=False, dropout=dropout, warnings=tuple(r.warnings), **fields,
+        )  # fmt: skip
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "config"
+        raise InputError(f"model config {name!r}: {where}: {err['msg']}") from None

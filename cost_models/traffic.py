@@ -4,7 +4,8 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
   TP  each layer all-reduces its attention and MLP outputs (T*h*2 bytes) in the forward and
       their gradients in the backward: 4 all-reduces (Shoeybi et al. 2019, Fig. 4); with
       sequence parallelism each becomes a reduce-scatter + all-gather of the same bytes
-      (Korthikanti et al. 2022, Sec 4.2.2). Full recompute repeats the forward's 2. The forward
+      (Korthikanti et al. 2022, Sec 4.2.2); a hybrid model's layer is one block (Mamba-2 mixer,
+      attention or MLP), half of these (`linear_blocks`). Full recompute repeats the forward's 2. The forward
       collectives sit on the critical path. In the backward, the input-gradient collective of
       each column-parallel linear (QKV and the MLP's first projection) runs while that linear's
       weight-gradient GEMM computes (Megatron's `LinearWithGradAccumulationAndAsyncCommunication`,
@@ -140,19 +141,29 @@ def linear_blocks(model: ModelSpec, dispatcher: bool) -> tuple[tuple[float, floa
     (`dispatcher`) the MLP blocks are a dense layer's and the shared experts' (weighted by the
     share of each kind of layer, `moe_share`), and the routed experts' projections are in the
     denominator only: their collectives are the dispatcher's plain autograd ones (see the module
-    docstring). Otherwise an MoE layer's MLP is one block over all its experts."""
+    docstring). Otherwise an MoE layer's MLP is one block over all its experts.
+    A hybrid model's layer is one block (`ModelSpec.layer_pattern`): attention, a Mamba-2 mixer
+    (in_proj column-, out_proj row-parallel: Megatron's MambaMixer, the same collectives as an
+    attention block) or an MLP, each counted on its share of the layers."""
     up = 2.0 if model.mlp == "gated" else 1.0
     share = model.moe_share
     dense = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
     shared = float(model.num_shared_experts * (model.shared_expert_ffn or model.ffn_hidden_size))
     routed = float(model.experts_top_k * model.ffn_hidden_size) if model.is_moe else 0.0
     qkv = model.q_dim + 2.0 * model.kv_dim
-    mlp_down = (1.0 - share) * dense + share * (shared + routed)
-    total = qkv + up * mlp_down + model.q_dim + mlp_down
-    attention = (1.0, qkv / total, model.q_dim / total)
+    mlp_share = model.dense_mlp_share
+    mlp_down = mlp_share * dense + share * (shared + routed)
+    attn, mamba = model.attention_share, model.mamba_share
+    mamba_in, mamba_out = float(model.mamba_in_width), float(model.mamba_inner)
+    total = attn * qkv + up * mlp_down + attn * model.q_dim + mlp_down + mamba * (mamba_in + mamba_out)
+    attention = (attn, qkv / total, model.q_dim / total)
+    mixers = [attention, (mamba, mamba_in / total, mamba_out / total)]
     if not dispatcher:
-        return attention, (1.0, up * mlp_down / total, mlp_down / total)
-    blocks = [attention, (1.0 - share, up * dense / total, dense / total)]
+        # MLP blocks per layer: 1 in a transformer decoder, whose per-block widths are the mean's
+        mlp_blocks = mlp_share + share if model.is_hybrid else 1.0
+        blocks = [*mixers, (mlp_blocks, up * mlp_down / mlp_blocks / total, mlp_down / mlp_blocks / total)]
+        return tuple(block for block in blocks if block[0] > 0.0)
+    blocks = [*mixers, (mlp_share, up * dense / total, dense / total)]
     if model.num_shared_experts:
         blocks.append((share, up * shared / total, shared / total))
     return tuple(block for block in blocks if block[0] > 0.0)
@@ -276,15 +287,21 @@ def split_gemm_extra_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> tupl
     out_width = float(model.num_heads * (model.v_head_dim or model.head_dim))
     attention_in = (model.attention_matmul_params - out_width * h) / h
     dense = float(model.dense_ffn_hidden_size or model.ffn_hidden_size)
-    mlp = 1.0 - model.moe_share
+    mlp = model.dense_mlp_share
+    attn, mamba = model.attention_share, model.mamba_share
+    mamba_in, mamba_out = float(model.mamba_in_width), float(model.mamba_inner)
 
     def column(m: FloatArray) -> FloatArray:
-        return np.asarray(gemm_s(m, attention_in / tp, h * ones, peak, cluster)
-                          + mlp * gemm_s(m, up * dense / tp, h * ones, peak, cluster))  # fmt: skip
+        mixer = attn * gemm_s(m, attention_in / tp, h * ones, peak, cluster)
+        if mamba:
+            mixer = mixer + mamba * gemm_s(m, mamba_in / tp, h * ones, peak, cluster)
+        return np.asarray(mixer + mlp * gemm_s(m, up * dense / tp, h * ones, peak, cluster))
 
     def row(m: FloatArray) -> FloatArray:
-        return np.asarray(gemm_s(m, h * ones, out_width / tp, peak, cluster)
-                          + mlp * gemm_s(m, h * ones, dense / tp, peak, cluster))  # fmt: skip
+        mixer = attn * gemm_s(m, h * ones, out_width / tp, peak, cluster)
+        if mamba:
+            mixer = mixer + mamba * gemm_s(m, h * ones, mamba_out / tp, peak, cluster)
+        return np.asarray(mixer + mlp * gemm_s(m, h * ones, dense / tp, peak, cluster))
 
     def extra(gemm: Callable[[FloatArray], FloatArray], chunks: FloatArray | float) -> FloatArray:
         return np.asarray(chunks * gemm(rows / chunks) - gemm(rows))

@@ -618,10 +618,16 @@ def test_gpt_oss_glu_clamp_follows_swiglu_limit() -> None:
     assert not _real("mixtral-8x7b").glu_clamp
 
 
-def test_mamba_codestral_is_refused() -> None:
-    # mistralai/Mamba-Codestral-7B-v0.1 (model_type mamba2) was read as a 128-head transformer
-    with pytest.raises(InputError, match="mamba2"):
-        _real("mamba-codestral-7b")
+def test_mamba_codestral_7b_is_counted() -> None:
+    # mistralai/Mamba-Codestral-7B-v0.1 (model_type mamba2; model card: 7,285,403,648 parameters,
+    # "7.3B"), read as 64 Mamba-2 layers (it was once read as a 128-head transformer). By hand, h 4096,
+    # 128 heads x 64 = d 8192, 8 groups, state 128, kernel 4: in_proj 4096 x (2*8192 + 2*8*128 + 128)
+    # = 76,021,760; conv (8192 + 2048) x 5 = 51,200; A_log, D, dt_bias 3 x 128; norm 8192; out_proj
+    # 8192 x 4096 = 33,554,432; + the layer norm 4096 -> 109,640,064 a layer; x 64, + untied
+    # embedding and head 2 x 32768 x 4096, + final norm 4096.
+    m = _real("mamba-codestral-7b")
+    assert m.layer_pattern == "M" * 64
+    assert m.total_params == 64 * 109_640_064 + 2 * 32768 * 4096 + 4096 == 7_285_403_648
 
 
 def test_every_real_config_is_covered() -> None:
@@ -629,6 +635,7 @@ def test_every_real_config_is_covered() -> None:
     assert names == {
         "deepseek-v3", "deepseek-v2", "qwen1.5-moe-a2.7b", "mixtral-8x7b", "llama-3.1-405b",
         "gemma-2-2b", "gemma-2-9b", "opt-125m", "falcon-7b", "mamba-codestral-7b", "llama-4-scout-17b-16e",
+        "nemotron-h-8b-base-8k", "nemotron-h-56b-base-8k", "nemotron-3-nano-30b-a3b",
     }  # fmt: skip
 
 

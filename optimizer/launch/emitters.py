@@ -71,6 +71,17 @@ DEEPSPEED_INTEGRATION_FLAGS: frozenset[str] = frozenset({
     "--checkpoint-in-cpu",
 })  # fmt: skip
 MEGATRON_SCRIPT = "pretrain_gpt.py"
+# Hybrid Mamba-2 models (`ModelSpec.layer_pattern`): d98e8a64's entry point for them; its
+# pretrain_mamba.py is a deprecated wrapper that runs this file ("pretrain_mamba.py has been
+# deprecated. Use pretrain_hybrid.py instead.")
+MEGATRON_HYBRID_SCRIPT = "pretrain_hybrid.py"
+
+
+def megatron_script(model: ModelSpec) -> str:
+    """The Megatron-LM training script of a model: pretrain_hybrid.py for a hybrid layer stack."""
+    return MEGATRON_HYBRID_SCRIPT if model.is_hybrid else MEGATRON_SCRIPT
+
+
 GB = 1e9
 # Stack.fp8_recipe values each framework can be told: Megatron-LM's --fp8-recipe choices at the
 # pinned commit (tensorwise, delayed, mxfp8, blockwise, custom; the last two are not modelled);
@@ -305,7 +316,7 @@ def megatron_model_flags(
         no(f"{m.name} uses non-parametric LayerNorm (OLMo); Megatron-LM has no flag for it")
     if not m.final_norm:
         no(f"{m.name} has no final norm; Megatron-LM always adds one")
-    if m.norms_per_layer != 2:
+    if m.norms_per_layer != m.blocks_per_layer:
         no(f"{m.name} has {m.norms_per_layer} norms per layer; Megatron-LM's GPT layer has 2")
     if m.qk_norm == "full":
         no(f"{m.name} normalises q and k over all heads (OLMo 2); Megatron-LM's --qk-layernorm is per head")
@@ -322,12 +333,19 @@ def megatron_model_flags(
     flags.append(("--ffn-hidden-size", str(dense_ffn if m.is_moe else m.ffn_hidden_size)))
     if m.mlp == "gated":
         flags.append(("--swiglu", None))
+    elif m.is_hybrid:
+        flags.append(("--squared-relu", None))  # Nemotron-H's MLP and experts (NemotronHMLP: relu2)
     flags.append(("--normalization", "LayerNorm" if m.layernorm else "RMSNorm"))
     if m.learned_positions:
         if lay.seq_len > m.max_seq_len:
             no(f"sequence length {lay.seq_len} exceeds {m.name}'s {m.max_seq_len} learned positions "
                "(--max-position-embeddings)")  # fmt: skip
         flags += [("--position-embedding-type", "learned_absolute"), ("--max-position-embeddings", str(m.max_seq_len))]
+    elif not m.rotary:
+        flags += [
+            ("--position-embedding-type", "none"),
+            ("--max-position-embeddings", str(max(m.max_seq_len, lay.seq_len))),
+        ]
     else:
         flags += [
             ("--position-embedding-type", "rope"),
@@ -388,6 +406,14 @@ def megatron_model_flags(
                       ("--moe-router-group-topk", str(m.group_top_k))]  # fmt: skip
         if m.dense_layer_ids:
             flags.append(("--moe-layer-freq", _moe_pattern(m)))
+    if m.mamba_heads:
+        # the layer pattern itself is in the split flags (`_megatron_split`: '|' marks its chunks)
+        flags += [
+            ("--mamba-num-heads", str(m.mamba_heads)),
+            ("--mamba-head-dim", str(m.mamba_head_dim)),
+            ("--mamba-state-dim", str(m.mamba_state_dim)),
+            ("--mamba-num-groups", str(m.mamba_groups)),
+        ]
     return flags
 
 
@@ -413,6 +439,8 @@ def _megatron_split(ctx: _Ctx) -> list[Flag]:
     chunks. Any other split that `stages.split_valid` accepts is the layout (`_megatron_layout`),
     which sets the virtual stages itself: arguments.py asserts it is not given with
     --num-virtual-stages-per-pipeline-rank."""
+    if ctx.model.is_hybrid:
+        return _megatron_hybrid_split(ctx)
     lay, layers = ctx.lay, ctx.model.num_layers
     f, last, pp, v = lay.first_stage_layers, lay.last_stage_layers, lay.pp, lay.virtual_stages
     virtual: list[Flag] = [("--num-virtual-stages-per-pipeline-rank", str(v))] if v > 1 else []
@@ -441,6 +469,31 @@ def _megatron_split(ctx: _Ctx) -> list[Flag]:
     if f % v == 0 and last % v == 0 and per_middle % v == 0:
         return virtual + counts
     return [("--pipeline-model-parallel-layout", _megatron_layout(ctx))]
+
+
+def _megatron_hybrid_split(ctx: _Ctx) -> list[Flag]:
+    """A hybrid model's layer pattern with its pipeline split. Megatron-LM d98e8a64 (arguments.py,
+    "Hybrid layer pattern" validation) takes --hybrid-layer-pattern (--hybrid-override-pattern is
+    its deprecated alias) and derives the layer count from it; with it, virtual stages and any
+    uneven split are '|' separators between the pattern's pipeline segments (segment i is virtual
+    stage i // PP of rank i % PP), and --num-virtual-stages-per-pipeline-rank and
+    --pipeline-model-parallel-layout are refused. An even split without virtual stages is the
+    plain pattern; otherwise the segments are paraplan's chunks (`stages.chunk_layers`)."""
+    lay, model = ctx.lay, ctx.model
+    pattern = model.layer_pattern or ""
+    pp, v, f, last = lay.pp, lay.virtual_stages, lay.first_stage_layers, lay.last_stage_layers
+    if pp == 1 or (v == 1 and not (f or last) and model.num_layers % pp == 0):
+        return [("--hybrid-layer-pattern", pattern)]
+    per_rank = chunk_layers(model.num_layers, pp, v, f, last)
+    segments, start = [], 0
+    for i in range(pp * v):
+        n = per_rank[i % pp][i // pp]
+        segments.append(pattern[start : start + n])
+        start += n
+    if any(not seg for seg in segments):
+        _refuse(ctx, "virtual_stages", "a pipeline segment without layers: Megatron-LM's hybrid pattern needs a layer "
+                "in each")  # fmt: skip
+    return [("--hybrid-layer-pattern", "|".join(segments))]
 
 
 def _megatron_layout(ctx: _Ctx) -> str:
@@ -629,7 +682,8 @@ def _bind(ctx: _Ctx) -> Refuser:
 def _emit_megatron(ctx: _Ctx) -> str:
     flags, notes = _megatron_flags(ctx)
     per, nodes = _nodes(ctx.lay.gpus, ctx.gpus_per_node)
-    lines = _header(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]} ({MEGATRON_SCRIPT}): every flag below is checked against "
+    script = megatron_script(ctx.model)
+    lines = _header(ctx, f"Megatron-LM {MEGATRON_COMMIT[:8]} ({script}): every flag below is checked against "
                          "that commit's argparse")  # fmt: skip
     lines += notes
     lines.append("# add the data, tokenizer, optimizer, checkpoint and logging flags; on several nodes give torchrun "
@@ -637,7 +691,7 @@ def _emit_megatron(ctx: _Ctx) -> str:
     lines = _comments(lines)
     if not any(f == "--use-megatron-fsdp" for f, _ in flags):
         lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
-    lines.append(_render_command(f"torchrun --nproc_per_node {per} --nnodes {nodes} {MEGATRON_SCRIPT}", flags))
+    lines.append(_render_command(f"torchrun --nproc_per_node {per} --nnodes {nodes} {script}", flags))
     return "\n".join(lines) + "\n"
 
 
@@ -694,6 +748,9 @@ def _deepspeed_script_flags(ctx: _Ctx) -> list[Flag]:
 
 def _emit_deepspeed(ctx: _Ctx) -> str:
     lay, stack, spec = ctx.lay, ctx.stack, FRAMEWORKS[Framework.DEEPSPEED]
+    if ctx.model.is_hybrid:
+        _refuse(ctx, "framework", f"{ctx.model.name} has Mamba-2 layers; the Megatron-DeepSpeed GPT script builds "
+                "transformer layers only (frameworks.HYBRID)")  # fmt: skip
     if lay.virtual_stages > 1:
         _refuse(ctx, "virtual_stages", f"DeepSpeed {DEEPSPEED_VERSION}'s pipeline engine has no interleaved schedule")
     if lay.cp > 1:
@@ -749,6 +806,8 @@ def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
     why: list[str] = []
     if m.is_moe or m.is_mla:
         why.append("mixture-of-experts or latent attention (torchtitan's llama3 module is dense, with GQA)")
+    if m.is_hybrid:
+        why.append("Mamba-2 layers (torchtitan has no Mamba model; frameworks.HYBRID)")
     if m.mlp != "gated" or m.layernorm or not m.norm_affine or m.norms_per_layer != 2:
         why.append("an MLP or norm other than SwiGLU with two RMSNorms per layer")
     if m.learned_positions or m.linear_bias or m.has_qkv_bias or m.has_out_bias or m.has_mlp_bias:

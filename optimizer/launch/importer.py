@@ -281,6 +281,7 @@ _MEGATRON_MODEL_DESTS = frozenset({
     "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_router_enable_expert_bias",
     "moe_layer_freq", "padded_vocab_size", "moe_router_num_groups", "moe_router_group_topk",
+    "squared_relu", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups",
 })  # fmt: skip
 
 
@@ -426,6 +427,8 @@ def _megatron_pipeline(meg: _Megatron, pp: int) -> None:
     if meg.has("pipeline_model_parallel_layout"):
         _megatron_layout(meg, pp, v is not None or per_chunk is not None or emb or loss)
         return
+    if _megatron_hybrid_pattern(meg, pp):
+        return
     st.knobs["virtual_stages"] = v if v is not None and v > 0 else 1
     v = int(_num(st.knobs["virtual_stages"], 1))
     first = meg.int("decoder_first_pipeline_num_layers")
@@ -456,6 +459,35 @@ def _megatron_pipeline(meg: _Megatron, pp: int) -> None:
         else:
             st.note("the embedding/loss accounting does not split the layers evenly (Megatron-LM asserts it): "
                     "modelled as an even split")  # fmt: skip
+
+
+def _megatron_hybrid_pattern(meg: _Megatron, pp: int) -> bool:
+    """A hybrid model's --hybrid-layer-pattern (or its deprecated --hybrid-override-pattern):
+    Megatron-LM d98e8a64 reads its '|'-separated segments as the pipeline split, segment i virtual
+    stage i // PP of rank i % PP (arguments.py "Derive VPP from pipe segments"); the pattern less
+    the separators is checked against the model's. True where the pattern set the split."""
+    st = meg.st
+    dest = next((d for d in ("hybrid_layer_pattern", "hybrid_override_pattern") if meg.has(d)), None)
+    if dest is None:
+        return False
+    text = str(meg.get(dest))
+    main = text.split("/")[0]  # the MTP patterns after '/' are not modelled
+    if main.replace("|", "") != (st.model.layer_pattern or ""):
+        st.note(f"{meg.flag(dest)} {main} differs from {st.model.name}'s layer pattern {st.model.layer_pattern} "
+                "(the model wins)")  # fmt: skip
+    if "|" not in main:
+        return False
+    segments = main.split("|")
+    if len(segments) % pp or pp == 1:
+        st.note(f"{meg.flag(dest)}: {len(segments)} pipeline segments do not divide over PP {pp}: read as an even "
+                "split")  # fmt: skip
+        return False
+    per_rank = [sum(len(seg) for i, seg in enumerate(segments) if i % pp == r) for r in range(pp)]
+    st.knobs["virtual_stages"] = len(segments) // pp
+    even = len(set(per_rank)) == 1
+    st.knobs["first_stage_layers"] = 0 if even else per_rank[0]
+    st.knobs["last_stage_layers"] = 0 if even else per_rank[-1]
+    return True
 
 
 # Megatron-LM d98e8a64 pipeline_parallel_layer_layout.py `parse_str_to_list`: cosmetic commas,
