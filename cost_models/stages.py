@@ -17,10 +17,10 @@ recipes count the embedding and the loss as one layer each: 30 layers on PP4 x V
 chunk per GPU first/last stages up to 3 layers lighter than ceil(l/p) (the first stage holds the
 most micro-batches in flight, the last the LM head and loss), the middle stages taking the rest
 evenly; for interleaved stages, the embedding-and-loss accounting when l + 2 (or l + 1) divides
-into p v chunks, and where neither that nor the even split divides, one of the lighter first/last
-stages as for one chunk (of those whose most loaded rank is lightest, the one with the lightest
-last stage; each rank holding at least a layer per chunk; Megatron-LM takes such a split as
---pipeline-model-parallel-layout).
+into p v chunks, and where neither that nor an equal count per rank (p dividing l) exists, one of
+the lighter first/last stages as for one chunk (of those whose most loaded rank is lightest, the
+one with the lightest last stage; each rank holding at least a layer per chunk; Megatron-LM
+takes such a split as --pipeline-model-parallel-layout).
 
 `chunk_layers` spells a split out chunk by chunk, as the model prices it: each rank's layers in
 the most even integer shares over its v chunks (what a launch configuration must reproduce).
@@ -80,14 +80,16 @@ def split_options(model: ModelSpec, pp: int, virtual_stages: int) -> list[tuple[
             if (layers + extra) % (pp * virtual_stages) == 0:
                 share = (layers + extra) // pp
                 options.append((share - f_less, share - l_less))
-        if len(options) > 1 or layers % (pp * virtual_stages) == 0:
+        if len(options) > 1 or layers % pp == 0:
             return options
-        # no chunk-aligned split: of the lighter first/last stages below (each rank holding a
-        # layer per chunk at least) whose most loaded rank is lightest, the one with the lightest
-        # last stage, which also holds the LM head, the loss and any MTP modules (DeepSeek-V3's 61
-        # layers on PP8 x VPP2 ran as 8 + 6 x 8 + 5). Every lighter pair, as for one chunk, would
-        # multiply the interleaved space, already the largest (DeepSeek-V3 on 512 GPUs: 0.30M
-        # candidates without these splits, 0.70M with this one, 1.10M with the lightest first too).
+        # No chunk-aligned split, and the ranks cannot hold equal layer counts (where they can, a
+        # v that does not divide a rank's count is a poor choice, not tried). Of the lighter
+        # first/last stages below (each rank holding a layer per chunk at least) whose most loaded
+        # rank is lightest, the one with the lightest last stage, which also holds the LM head,
+        # the loss and any MTP modules (DeepSeek-V3's 61 layers on PP8 x VPP2 ran as 8 + 6 x 8 +
+        # 5). Every lighter pair, as for one chunk, would multiply the interleaved space, already
+        # the largest (DeepSeek-V3 on 512 GPUs: 0.30M candidates without these splits, 0.70M with
+        # this one, 1.10M with the lightest first too).
         uneven = _lighter_ends(layers, pp, virtual_stages)
         if uneven:
             heaviest = min(max(f, last, _middle(layers, pp, f, last)) for f, last in uneven)
