@@ -339,6 +339,13 @@ def _moe_permute_kernels(model: ModelSpec, lay: Layouts, per_direction: int) -> 
 # the clamp, two clamps and a cat forward, two clamp backwards and a cat backward; the fc2 bias,
 # per local expert a multiply and an add forward and two multiplies and two sums backward, plus
 # one cat each way.
+# The per-expert loop (TEGroupedMLP._apply_bias, `t + b * p` over torch.split chunks) is the only
+# bias path in every Megatron-Core the published GPT-OSS rows ran: the 3rdparty/Megatron-LM pin of
+# Megatron-Bridge v0.2.0 (25.11) 0d8e0714, v0.3.0 (26.02) b0cc2706, v0.3.1 (26.02.01) 55ac7082,
+# v0.4.0 (26.04) d7288711 and v0.4.2 (26.04.01) 2edffadb, and core_v0.15.0 to core_v0.18.0. The
+# packed path (`_apply_packed_bias`, one repeat_interleave) came with Megatron-LM 883533e0
+# (2026-08-14) and even at d98e8a64 runs only with moe_single_grouped_bias=True (default False;
+# needs moe_use_grouped_tensor and TE >= 2.14), which no Megatron-Bridge recipe up to v0.4.2 sets.
 CLAMP_KERNELS = 3
 BIAS_KERNELS_PER_EXPERT_FWD = 2
 BIAS_KERNELS_PER_EXPERT_BWD = 4
