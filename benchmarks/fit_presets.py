@@ -53,7 +53,7 @@ PRESETS = REPO / "hardware_specs" / "presets"
 SAME_DIE = {
     "h100-sxm": ("h200", "h800", "h100-96g", "h100-pcie"),
     "a100-80g": ("a100-40g", "a800-80g", "a100-80g-pcie"),
-    "b200": ("b200-750w",),
+    "b200": ("b200-750w", "gb200"),
 }
 MIN_RUNS = 4
 # The MAMF share of each die's BF16 peak: stas00/ml-engineering compute/accelerator/README.md

@@ -588,10 +588,23 @@ def _node_ranks(size: IntArray, stride: IntArray, gpus_per_node: int) -> FloatAr
     return np.asarray(members_on_node(size, stride, gpus_per_node), dtype=np.float64)
 
 
+# NCCL's NVLS "heads": a communicator's NVLS buffers are nvlsPerRankSize x nHeads per GPU
+# (src/transport/nvls.cc `ncclNvlsBufferSetup`: nvlsTotalSize = nvlsPerRankSize * nHeads), and the
+# NVLS graph search has at most min(NCCL_MAX_NVLS_ARITY, the node's GPUs) heads
+# (src/graph/search.cc: graph->maxChannels = std::min(NCCL_MAX_NVLS_ARITY, system->nodes[GPU].count);
+# src/include/device.h: #define NCCL_MAX_NVLS_ARITY 32; NVIDIA/nccl v2.30.7-1, 73cf1122, and so
+# since v2.25.1-1, the first release to support GB200 (NVIDIA/nccl issue #1611)). Inside one
+# node the search forces one head per GPU
+# (minChannels = maxChannels), so a communicator over n <= 32 of a node's GPUs has n heads, over
+# more (a 72-GPU NVLink domain, which NCCL's MNNVL treats as one node) 32.
+NVLS_MAX_HEADS = 32
+
+
 def nvls_buffer_bytes(lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
     """NCCL's NVLink SHARP buffers on one GPU where the stack has NVLS on (`Stack.nvls`):
     `cluster.nvls_bytes_per_rank` for each GPU of the
-    node that a communicator spans, for every communicator that spans more than two of them (NCCL
+    node that a communicator spans, at most NVLS_MAX_HEADS of them (NCCL's NVLS heads), for every
+    communicator that spans more than two of them (NCCL
     sets NVLS up for such communicators on NVSwitch nodes that support it; NVLS is not used for
     two GPUs, vllm-project/vllm#9699). PyTorch creates a group's NCCL communicator at its first
     collective, so only groups that run one count: the world (barriers; Megatron-LM's
@@ -620,7 +633,7 @@ def nvls_buffer_bytes(lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArra
     amax = _node_ranks(tp * dp * cp, one, g)
     groups.append(np.where(extra, model_parallel, 0.0))
     groups.append(np.where(extra & (lay.precision == Precision.FP8), amax, 0.0))
-    node_ranks = np.sum([np.where(n > 2, n, 0.0) for n in groups], axis=0)
+    node_ranks = np.sum([np.where(n > 2, np.minimum(n, NVLS_MAX_HEADS), 0.0) for n in groups], axis=0)
     return np.asarray(cluster.nvls_bytes_per_rank * node_ranks)
 
 

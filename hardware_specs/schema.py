@@ -144,7 +144,8 @@ class Cluster(_Spec):
     efficiency: Efficiency
     memory_reserve_bytes: float = Field(ge=0)  # CUDA context, NCCL buffers, allocator slack
     # NCCL's NVLink SHARP (NVLS) buffers per GPU of the node a communicator spans, for every
-    # communicator with more than two of the node's GPUs; 0 where the node has no NVLS
+    # communicator with more than two of the node's GPUs (NCCL's NVLS heads: at most 32 of them,
+    # cost_models/memory.NVLS_MAX_HEADS); 0 where the node has no NVLS
     # (cost_models/memory.nvls_buffer_bytes).
     nvls_bytes_per_rank: float = Field(default=0.0, ge=0, le=1e10)
     price: Price | None = None

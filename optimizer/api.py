@@ -297,18 +297,23 @@ def gpu_counts(text: str | int | None, per_node: int, where: str = "gpus") -> li
 
 
 def gpu_count_domain(lo: int, hi: int, per_node: int) -> list[int]:
-    """GPU counts a range admits: whole nodes (or one partial node) of the form 2^a or 3*2^a.
+    """GPU counts a range admits: 2^a or 3*2^a whole nodes, or 2^a or 3*2^a GPUs of one partial node.
 
     Layout degrees are products of small factors; counts with a large prime factor only admit
     degenerate layouts. Powers of two and 1.5x powers of two cover the sizes clusters are built
-    in (256, 384, 512, 768, ...) at two counts per doubling.
+    in (256, 384, 512, 768, ...) at two counts per doubling. Counted in nodes, not GPUs, so that a
+    node whose size has another factor keeps its whole nodes: no 2^a or 3*2^a GPU count is a whole
+    number of 72-GPU NVL72 racks (72 = 8 x 9), while 1, 2, 3, 4, 6, 8, ... racks are how those are
+    bought. For nodes of 2^k GPUs the two readings admit the same counts.
     """
     counts = set()
     value = 1
     while value <= hi:
         for count in (value, 3 * value):
-            if lo <= count <= hi and (count % per_node == 0 or count < per_node):
+            if lo <= count <= hi and count < per_node:
                 counts.add(count)
+            if lo <= count * per_node <= hi:
+                counts.add(count * per_node)
         value *= 2
     if not counts:
         counts = {c for c in (lo, hi) if c % per_node == 0 or c < per_node} or {lo}

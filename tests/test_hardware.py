@@ -111,6 +111,27 @@ def test_a_power_limited_b200_has_the_rated_peaks_of_its_limit(presets: dict[str
     assert capped.efficiency.model_dump(exclude={"sources"}) == full.efficiency.model_dump(exclude={"sources"})
 
 
+def test_gb200_per_gpu_figures_from_the_rack(presets: dict[str, Cluster]) -> None:
+    # NVIDIA GB200 NVL72 specification table, per rack of 72 GPUs: FP16/BF16 360 PFLOPS and FP8
+    # 720 PFLOPS with sparsity (dense half), 576 TB/s HBM3e, NVLink 130 TB/s (bidirectional);
+    # 36 Grace CPUs with up to 480 GB LPDDR5X each.
+    gb200 = presets["gb200"]
+    assert gb200.gpu.peak_bf16_flops == pytest.approx(360e15 / 72 / 2)
+    assert gb200.gpu.peak_fp8_flops == pytest.approx(720e15 / 72 / 2)
+    assert gb200.gpu.mem_bw_bytes_per_s == pytest.approx(576e12 / 72)
+    # 130 TB/s is 72 x 1.8 TB/s rounded (129.6): 900 GB/s per direction
+    assert gb200.intra_node.link.bw_bytes_per_s == pytest.approx(130e12 / 72 / 2, rel=0.01) == 1.8e12 / 2
+    assert gb200.gpu.memory_bytes == 189471 * MIB
+    assert (gb200.gpus_per_node, gb200.nvlink_domain, gb200.gpu_family) == (72, 72, "b200")
+    assert gb200.host is not None and gb200.host.memory_bytes == 36 * 480e9
+    # the same die as b200: its fitted fractions (benchmarks/fit_presets.py SAME_DIE)
+    assert gb200.efficiency.model_dump(exclude={"sources"}) == presets["b200"].efficiency.model_dump(
+        exclude={"sources"}
+    )
+    # no published price: no placeholder either
+    assert gb200.price is None
+
+
 # ---------------------------------------------------------------------------- topology
 
 
@@ -120,6 +141,29 @@ def test_tp8_on_nvswitch_is_nvlink(a100: Cluster) -> None:
     assert link.bw_bytes_per_s == a100.intra_node.link.effective_bw_bytes_per_s
     # a GPU -> NVSwitch -> GPU path adds the link's latency once (half on each edge)
     assert link.latency_s == pytest.approx(a100.intra_node.link.latency_s)
+
+
+def test_tp8_ep8_stays_on_nvlink_in_a_72_gpu_rack(presets: dict[str, Cluster]) -> None:
+    # TP8 x EP8 = 64 GPUs, ranks TP fastest. The EP group of a rank is 8 ranks 8 apart (0, 8, ...,
+    # 56) and the tokens' TP x EP group the 64 consecutive ranks 0..63. On gb200 all 64 sit in the
+    # first 72-GPU node: NVLink at 900e9 x 0.85 = 765e9 B/s. On b200 (8 GPUs a node) the EP group
+    # has one member per node (8 nodes) and the 64 ranks span 8 nodes: the network, each EP member
+    # on its own NIC share 50e9 x 0.85 = 42.5e9 B/s.
+    gb200, b200 = presets["gb200"], presets["b200"]
+    for size, stride in ((8, 8), (64, 1)):
+        link = group_link(gb200, size, stride)
+        assert link.kind == "nvlink"
+        assert link.bw_bytes_per_s == pytest.approx(765e9)
+        assert group_link(b200, size, stride).kind == "network"
+    assert group_link(b200, 8, 8).bw_bytes_per_s == pytest.approx(42.5e9)
+    # the hierarchical all-to-all's legs (comm.a2a_legs): no NIC leg inside the rack; on b200 one
+    # NIC share and no NVLink leg (one member per node)
+    assert math.isinf(group_link(gb200, 8, 8).nic_bw_bytes_per_s)
+    spread = group_link(b200, 8, 8)
+    assert spread.nic_bw_bytes_per_s == pytest.approx(42.5e9)
+    assert spread.node_bw_bytes_per_s == math.inf
+    # past 72 GPUs the rack is left: TP8 x EP16 (128 ranks, 72 on the first node)
+    assert group_link(gb200, 16, 8).kind == "network"
 
 
 def test_one_rank_per_node_rides_the_network(a100: Cluster) -> None:

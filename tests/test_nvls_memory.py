@@ -95,3 +95,41 @@ def test_a_stride_that_does_not_divide_the_node_counts_the_ranks_it_holds(preset
     # so it is an NVLS communicator of 3 there, the same count `topology` prices its ring with.
     # World 8 + TP 3 + DP 3 + TP x PP 3 = 17 GPUs' worth.
     assert _nvls(presets["h100-sxm"], framework="megatron", tp=3, dp=8, micro_batch=1) == 17 * PER_RANK
+
+
+# GB200 NVL72 (the gb200 preset): NCCL's NVLS buffers per head on Blackwell inside one NVLink
+# domain, from NVIDIA/nccl v2.30.7-1 src/transport/nvls.cc: nvlsPerRankSize = nChannels * 2 *
+# buffSize = 24 (NVLS_NCHANNELS_SM100_NVL) * 2 * (128 KiB chunk * 8 NCCL_STEPS) = 50,331,648 B;
+# a communicator holds nvlsPerRankSize * nHeads, nHeads = min(32 (NCCL_MAX_NVLS_ARITY), its GPUs
+# on the node).
+GB200_PER_HEAD = 24 * 2 * 131_072 * 8
+
+
+def test_gb200_carries_nccls_blackwell_per_head_size(presets: dict[str, Cluster]) -> None:
+    assert presets["gb200"].nvls_bytes_per_rank == GB200_PER_HEAD == 50_331_648
+
+
+def test_a_72_gpu_communicator_holds_32_heads(presets: dict[str, Cluster]) -> None:
+    # DP 72 at TP1 on one rack: the world and the DP group each span 72 GPUs, 32 heads each:
+    # 2 x 32 x 48 MiB = 3 GiB, not 2 x 72 x 48 MiB = 6.75 GiB.
+    got = _nvls(presets["gb200"], framework="megatron", dp=72, micro_batch=1)
+    assert got == 2 * 32 * GB200_PER_HEAD == 3 * 1024**3
+
+
+def test_megatron_tp8_dp18_on_two_racks(presets: dict[str, Cluster]) -> None:
+    # 144 GPUs, TP8 PP1 DP18: the world holds 72 GPUs of the first rack (32 heads); TP 8;
+    # DP 18 ranks 8 apart, 9 of them on a rack (0, 8, ..., 64); TP x PP = TP's 8. FP8 adds the
+    # amax group TP x DP, 72 GPUs of the rack (32 heads).
+    # BF16: (32 + 8 + 9 + 8) x 50,331,648 = 57 x 50,331,648 = 2,868,903,936 B.
+    knobs: dict[str, Any] = {"framework": "megatron", "tp": 8, "dp": 18, "micro_batch": 1}
+    assert _nvls(presets["gb200"], **knobs) == 2_868_903_936
+    assert _nvls(presets["gb200"], precision="fp8", **knobs) == (57 + 32) * GB200_PER_HEAD
+
+
+def test_heads_stop_at_32(presets: dict[str, Cluster]) -> None:
+    # DP 64 at TP1: world and DP span 32 GPUs of a 32-GPU node (32 heads each) and 64 of a
+    # 64-GPU node (still 32 heads each); on 8-GPU nodes (every other preset) the cap never binds.
+    cluster = presets["h100-sxm"].model_copy(update={"gpus_per_node": 32})
+    assert _nvls(cluster, framework="megatron", dp=64, micro_batch=1) == 2 * 32 * PER_RANK
+    cluster = presets["h100-sxm"].model_copy(update={"gpus_per_node": 64})
+    assert _nvls(cluster, framework="megatron", dp=64, micro_batch=1) == 2 * 32 * PER_RANK

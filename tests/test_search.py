@@ -352,6 +352,15 @@ def test_gpu_count_domain() -> None:
     assert gpu_count_domain(12, 12, 8) == [12]  # nothing of that form in range: the bound itself
 
 
+def test_gpu_count_domain_counts_racks_of_72() -> None:
+    """72-GPU nodes (GB200 NVL72): 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64 racks fall in
+    256..4608, of which 4, 6, ..., 64 racks = 288 .. 4608 GPUs; a 2^a or 3*2^a GPU count never is
+    a whole number of racks (72 = 8 x 9), so counting GPUs would leave only the bound 4608."""
+    assert gpu_count_domain(256, 4608, 72) == [288, 432, 576, 864, 1152, 1728, 2304, 3456, 4608]
+    # below one rack: the 2^a and 3*2^a GPUs of a partial node, then the rack itself
+    assert gpu_count_domain(1, 72, 72) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 72]
+
+
 def test_a_gpu_range_picks_counts_of_the_range(invoke: Invoke) -> None:
     result = invoke("optimize", "--model", "llama2-7b", "--gpus", "8..64", "--hardware", "a100-80g",
                     "--deadline-days", "30", "--tokens", "2e11", "--objective", "cost", "--top", "3",
