@@ -762,65 +762,97 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     )
 
 
+# The router's other calls (score, top-k, probs, aux loss), forward (`moe_layer_ops`)
+ROUTER_E = 7.0
+
+
 def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     """Host dispatches of one MoE layer per micro-batch, forward + backward: the Python-level calls
     that each launch work on the GPU (a torch op, a Transformer Engine module or extension call, a
-    collective), counted from Megatron-Core at d98e8a64 (paths under megatron/core/transformer/).
-    A host-bound layer's floor is this count times the stack's host time per dispatch
+    collective), counted from Megatron-Core at d98e8a64 (paths under megatron/core/, "M") with
+    Transformer Engine at d0067d0d (paths under transformer_engine/pytorch/, "TE"). A host-bound
+    layer's floor is this count times the stack's host time per dispatch
     (`frameworks.MOE_HOST_S_PER_OP`, `moe_host_wait_s`).
 
     Forward, per layer (G: GEMM calls, E: other kernels and collectives, B: bookkeeping on the
-    token counts, no backward):
-      module (file: function)                              G      E                      B
-      attention, GQA (attention.py:                         2      norm, rope q and k,    -
-        SelfAttention.get_query_key_value_tensors,          qkv,   core attention,
-        Attention.forward; transformer_layer.py)           proj   residual add: 5; +2
-                                                                  q/k norms (qk_norm)
-      attention, MLA (multi_latent_attention.py:            4      norm, kv norm, fused   -
-        get_query_key_value_tensors, _qkv_down_projection)  (+1    rope q and kv, core
-        q (or q_down + q_up), kv_down, kv_up, proj          LoRA q) attention, add: 6;
-                                                                  +1 q norm (LoRA q)
-      attention's TP collectives: SP all-gathers and the reduce-scatter, GQA 2 (before qkv,
-        after proj), MLA 5 (+1 LoRA q: one per down and up projection input, k_pos_emb's
-        gather_from_sequence_parallel_region, the reduce-scatter); TP without SP 1 (all-reduce)
-      pre-MLP norm and the second residual add (transformer_layer.py)     E 2
-      router (router.py TopKRouter.forward, routing;         1     7 (score, top-k,       2 with a
-        moe_utils.topk_routing_with_score_function)                probs, aux loss)       router bias
-                                                                                         (_apply_expert_bias)
-      dispatcher alltoall (token_dispatcher.py               -     permute, 2 all-to-all  8 (preprocess:
-        MoEAlltoAllTokenDispatcher: preprocess,                    (tokens, probs), the   sums, count
-        dispatch_*, combine_*; moe_utils.permute,                  combining all-to-all,  all-gather,
-        sort_chunks_by_idxs, unpermute)                            unpermute: 5; +2 sort  device-to-host)
-                                                                  by local expert (more
-                                                                  than one local expert)
-      dispatcher flex (DeepEP, HybridEP:                     -     dispatch, combine: 2   3 (setup_metadata)
-        MoEFlexTokenDispatcher, _HybridEPManager)
-      expert TP (ETP > 1, alltoall and flex alike): +3 E (tokens and probs all-gathered, the
-        output reduce-scattered: dispatch_postprocess, combine_preprocess), +2 B (split lists)
-      experts (experts.py TEGroupedMLP.forward)              2     activation: 1          1 (tolist);
-        fc1 and fc2 GroupedLinear                                                         +2 with FP8
-                                                                                         (quantization_padding)
-      GPT-OSS epilogue (TEGroupedMLP._apply_bias, the clamp around weighted_bias_quick_geglu_impl):
-        clamp of both halves and their cat +3 E (CLAMP_KERNELS; `ModelSpec.glu_clamp`); the fc2
-        bias loop, t + b * p per local expert (BIAS_KERNELS_PER_EXPERT_FWD, 2), then cat and the
-        dtype cast, +2 L + 2 E (expert biases, `ModelSpec.has_mlp_bias`; L local experts)
-      shared experts (shared_experts.py SharedExpertMLP      2     activation, the add    -
-        .forward, moe_layer.py postprocess)                 (+1    to the routed output:
-                                                             gate)  2; +2 gate (sigmoid,
-                                                                  product); SP +2, TP
-                                                                  without SP +1
-      FP8: each GEMM call but the router's quantizes its input: +1 E per call
+    token counts, no backward). Python bwd: the calls whose backward is a custom autograd Function
+    (or a torch.library op's registered backward) written in Python; "native": torch ops whose
+    backward the autograd engine runs in C++.
+      module (file: function)                  G      E                    B             Python bwd (file: Function)
+      attention, GQA (transformer/attention.py 2 qkv, 5: norm, rope q      -             GEMMs: TE module/layernorm_
+        SelfAttention.get_query_key_value_      proj  and k, core                        linear.py _LayerNormLinear,
+        tensors, Attention.forward;                   attention, residual                linear.py _Linear; norms: TE
+        transformer_layer.py)                         add; +2 q/k norms                  ops/fuser.py _OperationFuser
+                                                      (qk_norm)                          AutogradFunction (TENorm);
+                                                                                         rope: TE attention/rope.py
+                                                                                         FusedRoPEFunc; core: TE
+                                                                                         attention/dot_product_
+                                                                                         attention/backends.py
+                                                                                         FusedAttnFunc. Add native
+      attention, MLA (transformer/multi_       4 (+1  6: norm, kv norm,    -             as GQA; rope: M fusions/
+        latent_attention.py: get_query_key_     LoRA  fused rope q and kv,               fused_mla_yarn_rope_apply.py
+        value_tensors, _qkv_down_projection)    q)    core attention,                    _FusedMLARoPEInplace,
+        q (or q_down + q_up), kv_down, kv_up,         add; +1 q norm                     _FusedMLARoPEKVSplit. Add
+        proj                                          (LoRA q)                           native
+      attention's TP collectives: SP all-gathers and the reduce-scatter, GQA 2 (before qkv, after proj), MLA 5 (+1
+        LoRA q: one per down and up projection input, k_pos_emb's gather_from_sequence_parallel_region, the
+        reduce-scatter); TP without SP 1 (all-reduce). Python bwd: M tensor_parallel/mappings.py
+        _GatherFromSequenceParallelRegion, _ReduceScatterToSequenceParallelRegion, _ReduceFromModelParallelRegion
+      pre-MLP norm and the second residual add (transformer_layer.py)   E 2  Python bwd: the norm (TENorm); add native
+      router (transformer/moe/router.py        1      7 (score, top-k,     2 with a      GEMM: M moe_utils.py Router
+        TopKRouter.forward, routing;                  probs, aux loss)     router bias   GatingLinearFunction; of the
+        moe_utils.topk_routing_with_score_                                 (_apply_      7, MoEAuxLossAutoScaler
+        function)                                                          expert_bias)  (moe_utils.py); 6 native
+      dispatcher alltoall (moe/token_          -      permute, 2 all-to-   8 (pre-       all: permute, unpermute,
+        dispatcher.py MoEAlltoAllToken                all (tokens,         process:      sorts: TE permutation.py
+        Dispatcher: preprocess, dispatch_*,           probs), the          sums, count   moe_permute_mask_map_forward,
+        combine_*; moe_utils.permute,                 combining all-to-    all-gather,   moe_unpermute_mask_map_
+        sort_chunks_by_idxs, unpermute)               all, unpermute: 5;   device-to-    forward, moe_chunk_sort_
+                                                      +2 sort by local     host)         forward (register_autograd);
+                                                      expert (more than                  all-to-all: M mappings.py
+                                                      one local expert)                  _AllToAll
+      dispatcher flex (DeepEP, HybridEP:       -      dispatch, combine:   3 (setup_     all: M moe/fused_a2a.py
+        MoEFlexTokenDispatcher,                       2                    metadata)     FusedDispatch, FusedCombine,
+        _HybridEPManager)                                                                HybridEPDispatch, -Combine
+      expert TP (ETP > 1, alltoall and flex alike): +3 E (tokens and probs all-gathered, the output reduce-scattered:
+        dispatch_postprocess, combine_preprocess), +2 B (split lists). Python bwd: all (M mappings.py)
+      experts (moe/experts.py TEGroupedMLP     2      activation: 1        1 (tolist);   GEMMs: TE module/grouped_
+        .forward) fc1 and fc2 GroupedLinear                                +2 with FP8   linear.py _GroupedLinear;
+                                                                           (quantization activation: M fusions/
+                                                                           _padding)     fused_bias_swiglu.py
+                                                                                         (Weighted)(Bias)SwiGLU
+                                                                                         Function, fused_bias_geglu.py
+                                                                                         WeightedBiasQuickGeGLUFunction
+      GPT-OSS epilogue (TEGroupedMLP._apply_bias, the clamp around weighted_bias_quick_geglu_impl): clamp of both
+        halves and their cat +3 E (CLAMP_KERNELS; `ModelSpec.glu_clamp`); the fc2 bias loop, t + b * p per local
+        expert (BIAS_KERNELS_PER_EXPERT_FWD, 2), then cat and the dtype cast, +2 L + 2 E (expert biases,
+        `ModelSpec.has_mlp_bias`; L local experts). Python bwd: none, all native torch ops
+      shared experts (moe/shared_experts.py    2 (+1  activation, the add  -             GEMMs: TE _Linear;
+        SharedExpertMLP.forward, moe_layer.py  gate)  to the routed                      activation as the experts';
+        postprocess)                                  output: 2; +2 gate                 SP/TP collectives: M
+                                                      (sigmoid, product);                mappings.py. Add and gate
+                                                      SP +2, TP without                  native
+                                                      SP +1
+      FP8: each GEMM call but the router's quantizes its input: +1 E per call. Python bwd: the GEMM's Function
+        quantizes its output gradient in its Python backward
+    The rows assume Megatron-Bridge's recipes: moe_permute_fusion on, moe_router_fusion off (e.g.
+    src/megatron/bridge/recipes/gpt_oss/h100/gpt_oss.py, deepseek/h100/deepseek_v3.py); with router fusion its
+    top-k and aux-loss scores and loss would be 3 TE Functions with a Python backward (TE router.py).
     Backward: autograd runs one backward per forward call, a GEMM call's two (dgrad and wgrad),
-    every other differentiable call's one; the bookkeeping has none. So a layer dispatches
-    (G + E + B) + (2G + E).
+    every other differentiable call's one; the bookkeeping has none. Only the Python backwards cost
+    the host a dispatch: a native backward node is queued by the autograd engine's C++ loop without
+    Python, a few microseconds, and the GPU work it launches is in the GPU time already; it is
+    priced at 0. So with N the native E calls (2 residual adds, 6 of the router's, the GPT-OSS
+    epilogue, the shared experts' add and gate), a layer dispatches (G + E + B) + (2G + E - N).
 
     One TE GroupedLinear call is one dispatch although it launches a cuBLAS GEMM per local expert
     (Transformer Engine's multi_stream_cublas_gemm loops over the experts in C++:
     transformer_engine/common/gemm/cublaslt_gemm.cu at d0067d0d): a C++ launch costs the host a
     few microseconds, a Python-level dispatch with autograd tens. Counting those launches as
     dispatches (6 per local expert, more with FP8's per-expert casts) fits worse (step 3 of
-    benchmarks/fit_presets.py: MAPE 23.6% against 17.4%). GPT-OSS's bias loop is Python-level,
-    per expert. Recompute (selective or full) runs forward dispatches again; not counted."""
+    benchmarks/fit_presets.py: MAPE 23.6% against 17.4%, with every backward counted). GPT-OSS's
+    bias loop is Python-level per expert in its forward, native in its backward. Recompute
+    (selective or full) runs forward dispatches again; not counted."""
     n = len(lay)
     sp = lay.seq_parallel_active
     tp_only = (lay.tp > 1) & ~sp
@@ -846,16 +878,21 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     bias = np.where(model.has_mlp_bias, BIAS_KERNELS_PER_EXPERT_FWD * local + 2.0, 0.0)  # + cat, cast
     expert_e = 1.0 + clamp + bias
     expert_b = 1.0 + np.where(fp8, 2.0, 0.0)
-    shared_g = shared_e = np.zeros(n)
+    shared_g = shared_e = shared_native = np.zeros(n)
     if model.num_shared_experts:
         gate = 1.0 if model.shared_expert_gate else 0.0
         shared_g = np.full(n, 2.0 + gate)
         shared_e = 2.0 + 2.0 * gate + np.where(sp, 2.0, np.where(tp_only, 1.0, 0.0))
+        shared_native = np.full(n, 1.0 + 2.0 * gate)  # the add to the routed output, the gate's two
     gemms = attn_g + 1.0 + 2.0 + shared_g  # attention, router, experts' fc1 and fc2, shared experts
     quantized = np.where(fp8, gemms - 1.0, 0.0)  # every GEMM call but the router's
-    others = attn_e + attention_tp + 2.0 + 7.0 + dispatch_e + expert_e + shared_e + quantized
+    others = attn_e + attention_tp + 2.0 + ROUTER_E + dispatch_e + expert_e + shared_e + quantized
     bookkeeping = router_b + dispatch_b + expert_b
-    return np.asarray((gemms + others + bookkeeping) + (2.0 * gemms + others), dtype=np.float64)
+    # E calls whose backward autograd runs natively (no Python): the two residual adds, the router's
+    # 6 of 7 (all but MoEAuxLossAutoScaler), GPT-OSS's clamp and bias loop, the shared experts' add
+    # and gate (table above)
+    native = 2.0 + (ROUTER_E - 1.0) + clamp + bias + shared_native
+    return np.asarray((gemms + others + bookkeeping) + (2.0 * gemms + others - native), dtype=np.float64)
 
 
 # Kernels of one Mamba-2 mixer besides its GEMMs, forward (`mamba_mixer_s`): Megatron's two layout

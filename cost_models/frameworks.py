@@ -307,7 +307,8 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # The host floor of a dropless mixture-of-experts layer: per MoE layer and micro-batch, the forward
 # plus backward pass takes at least its host dispatches (`compute.moe_layer_ops`: the Python-level
 # calls that launch GPU work, counted from Megatron-Core's code per attention kind, shared experts,
-# TP collectives, FP8 casts, dispatcher and GPT-OSS's per-expert bias loop) times
+# TP collectives, FP8 casts, dispatcher and GPT-OSS's per-expert bias loop, and in the backward the
+# custom autograd Functions with a Python backward; native backward nodes cost no dispatch) times
 # MOE_HOST_S_PER_OP, however little work its kernels do (`compute.moe_host_wait_s`). Mechanism:
 # Megatron-LM's dropless alltoall dispatcher copies the
 # per-expert token counts to the host in every MoE layer's forward (megatron/core/transformer/moe/
@@ -335,10 +336,11 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # was first fitted on, the one floor of 12.4 ms per layer it replaces gave 19.3% and the count 17.4%,
 # leave-one-source-out macro MAPE 13.0% -> 12.1%). Solved
 # per row, the floors the runs need differ by architecture: Qwen3-30B at MBS 1 (GQA, no shared
-# experts, TP1; 67-82 dispatches) 8.6-9.3 ms, Moonlight (MLA, 2 shared experts, TP2 with SP; 102) 16-18 ms,
-# DeepSeek-V3 on B200 (MLA with LoRA q, a shared expert; 98-113) 19-26 ms; the count orders them
-# so, though not in full (17.4% left). It overshoots GPT-OSS-120B on H100 (144 dispatches, 16 local
-# experts' bias loop: +25..+29%, 15 ms needed) and leaves the H100 Qwen3-30B rows with many virtual
+# experts, TP1; 59-74 dispatches) 8.6-9.3 ms, Moonlight (MLA, 2 shared experts, TP2 with SP; 93) 16-18 ms,
+# DeepSeek-V3 on B200 (MLA with LoRA q, a shared expert; 89-104) 19-26 ms; the count orders them
+# so, though not in full. Counting every backward call (GPT-OSS-120B on H100: 144 dispatches, most
+# from its 16 local experts' bias loop, whose backward is native) overshot GPT-OSS by +25..+29%
+# (12-15 ms needed); with native backward nodes free it has 99. It leaves the H100 Qwen3-30B rows with many virtual
 # stages (VP 12 and 24, one or two layers per chunk) too fast. Tried and not kept: a forward-only
 # floor (the backward has no sync and can run ahead), better in-sample but worse held out; counting
 # each local expert's GEMM launch as a dispatch (`compute.moe_layer_ops` says why not). The other

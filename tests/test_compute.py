@@ -395,8 +395,9 @@ def test_expert_epilogue_bytes_by_hand() -> None:
 # `moe_layer_ops`: G = 2 attention + 1 router + 2 experts = 5 GEMM calls; E = 5 attention + 2
 # (pre-MLP norm, residual add) + 7 router + 7 dispatcher (5, +2 sorts for its 8 local experts) + 1
 # activation + 18 (gpt_spec's MLP biases: the bias loop, 2 x 8 local experts + 2) = 40; B = 8
-# dispatcher + 1 tolist = 9: (5 + 40 + 9) + (2 x 5 + 40) = 54 + 50 = 104.
-TINY_MOE_OPS = 104.0
+# dispatcher + 1 tolist = 9. Native backward (no Python): N = 2 residual adds + 6 router calls (all
+# but MoEAuxLossAutoScaler) + the 18 of the bias loop = 26: (5 + 40 + 9) + (2 x 5 + 40 - 26) = 54 + 24 = 78.
+TINY_MOE_OPS = 78.0
 
 
 def _with_floor(monkeypatch: pytest.MonkeyPatch, floor_s: float, ops: float = TINY_MOE_OPS) -> None:
@@ -417,24 +418,27 @@ def test_moe_layer_ops_by_hand() -> None:
     # Qwen3-30B-A3B's layer (GQA with q/k norms, 128 experts, no shared experts) at TP1, EP8 (16
     # local experts), FP8, alltoall: G = 2 attention + 1 router + 2 experts = 5; E = 7 attention
     # + 2 + 7 router + 7 dispatcher + 1 activation + 4 FP8 casts (every GEMM call but the
-    # router's) = 28; B = 8 dispatcher + 1 tolist + 2 FP8 padding = 11: (5 + 28 + 11) + (10 + 28)
-    # = 44 + 38 = 82.
+    # router's) = 28; B = 8 dispatcher + 1 tolist + 2 FP8 padding = 11; native backward N = 2 residual
+    # adds + 6 router calls = 8: (5 + 28 + 11) + (10 + 28 - 8) = 44 + 30 = 74.
     qwen = _no_bias(num_experts=128, experts_top_k=8, qk_norm="head")
-    assert _f(moe_layer_ops(qwen, one(dp=8, ep=8, micro_batch=1, precision="fp8"), Stack())) == 82.0
+    assert _f(moe_layer_ops(qwen, one(dp=8, ep=8, micro_batch=1, precision="fp8"), Stack())) == 74.0
     # Moonlight's layer (MLA without a q LoRA, 64 experts, 2 shared experts, expert bias) at TP2
     # with SP, EP8 (8 local), expert TP 1, BF16, alltoall: G = 4 attention + 1 + 2 + 2 shared = 9;
     # E = 6 attention + 5 SP collectives + 2 + 7 + 7 + 1 + 4 shared (activation, add, SP
-    # all-gather and reduce-scatter) = 32; B = 2 expert bias + 8 + 1 = 11: (9 + 32 + 11) + (18 +
-    # 32) = 52 + 50 = 102.
+    # all-gather and reduce-scatter) = 32; B = 2 expert bias + 8 + 1 = 11; native backward N = 2
+    # residual adds + 6 router calls + the shared experts' add = 9: (9 + 32 + 11) + (18 + 32 - 9) =
+    # 52 + 41 = 93.
     moonlight = _no_bias(heads=8, num_experts=64, experts_top_k=6, kv_lora_rank=512, qk_rope_head_dim=64,
                          v_head_dim=128, num_shared_experts=2, shared_expert_ffn=1408, router_bias=True)  # fmt: skip
     lay = one(tp=2, dp=4, ep=8, sequence_parallel=True, expert_tp=1, micro_batch=1)
-    assert _f(moe_layer_ops(moonlight, lay, Stack())) == 102.0
+    assert _f(moe_layer_ops(moonlight, lay, Stack())) == 93.0
     # the flex dispatcher fuses the permutations into its dispatch and combine: 7 + 8 -> 2 + 3
-    # forward, 7 -> 2 backward, 15 dispatches fewer
+    # forward, 7 -> 2 backward (all with a Python backward), 15 dispatches fewer
     flex = moe_layer_ops(qwen, one(dp=8, ep=8, micro_batch=1, precision="fp8"), Stack(ep_dispatcher="hybridep"))
-    assert _f(flex) == 82.0 - 15.0
+    assert _f(flex) == 74.0 - 15.0
     assert _f(moe_layer_ops(_tiny_moe(), one(micro_batch=1), Stack())) == TINY_MOE_OPS
+    # GPT-OSS's clamp of both halves and their cat: 3 forward calls, native backward: + 3 only
+    assert _f(moe_layer_ops(_tiny_moe(glu_clamp=True), one(micro_batch=1), Stack())) == TINY_MOE_OPS + 3.0
 
 
 def test_more_dispatches_never_lower_the_floor(monkeypatch: pytest.MonkeyPatch) -> None:
