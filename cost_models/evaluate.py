@@ -48,7 +48,7 @@ from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.pipeline import bubble_s
 from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.stages import most_layers, stage_layers
-from paraplan.cost_models.traffic import dp_exposed_s, micro_batch_comm, overlap_windows
+from paraplan.cost_models.traffic import dp_exposed_s, live_blocked_numel, micro_batch_comm, overlap_windows
 from paraplan.hardware_specs.schema import Cluster
 
 TIME_TERMS = (
@@ -228,7 +228,9 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
         # d98e8a64); the bubble's slot (warmup and cooldown passes, which run alone) keeps all of it
         "ep_comm": m * (n + d * to_moe) * (comm.ep_layer_s - comm.ep_hidden_s),
         "pp_comm": m * comm.pp_s,
-        "dp_comm": dp_exposed_s(params, lay, cluster, stack, overlap_windows(slot)),
+        "dp_comm": dp_exposed_s(
+            params, lay, cluster, stack, overlap_windows(slot), live_blocked_numel(model, lay, stack)
+        ),
         "bubble": bubble_s(lay, slot),
         "offload": offload_s(params, lay, cluster, stack) + m * n * ckpt,
         "host_wait": m * (n * wait + d * mtp_wait),

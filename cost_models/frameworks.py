@@ -81,7 +81,13 @@ import numpy as np
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
+from paraplan.cost_models.stack import (
+    DEFAULT_RECOMPUTE_MODULES,
+    DEFAULT_ZERO3_MAX_LIVE_PARAMS,
+    Fp8Recipe,
+    Stack,
+    module_list,
+)
 from paraplan.cost_models.stack import EP_DISPATCHERS as ALL_EP_DISPATCHERS
 
 
@@ -137,18 +143,13 @@ class FrameworkSpec:
 # DeepSpeed's figure is not a kernel speed: Megatron-DeepSpeed runs Megatron's fused kernels, and
 # its ZeRO-3 175B run on Azure (group deepspeed_azure22) is predicted within 1.2% at 1.0 (24% too
 # slow at the fitted figure: DeepSpeed ZeRO-3 runs without model parallelism likely are too). The
-# MT-NLG pipeline runs (mtnlg22) are 18-21% and the 1T/2T ZeRO-3 runs 21%/27% slower than what is
+# MT-NLG pipeline runs (mtnlg22) are 18-21% and the 1T/2T ZeRO-3 runs 21%/23% slower than what is
 # priced for them at 1.0, after the pipeline engine's blocking transfers (`PP_SERIAL_TRANSFERS`),
 # the CPU checkpoints (`Stack.cpu_checkpointing`) and the host's wait for ZeRO-3's reduce-scatters
-# with the optimizer offloaded (`OFFLOAD_BLOCKS_GRAD_REDUCE`); the fitted figure carries that
-# unexplained rest, so it stays a per-stack residual until its mechanism is found. Read but not
-# priced: DeepSpeed's ZeRO-3 prefetches nothing while the gathered parameters reach
-# stage3_max_live_parameters (`fetch_sub_module` in deepspeed/runtime/zero/
-# partitioned_param_coordinator.py at v0.6.2: `min(max_n_available - n_available, bucket)`;
-# default 1e9, the Azure recipes 3e9), so a linear wider than that exposes the next one's gather:
-# the 2T run's QKV (3.2e9) and MLP (4.3e9 each) weights expose about 3 of a layer's 4 gathers per
-# pass, ~42 s of its step at 1.0 (none for the 1T and 175B runs); pricing it needs that setting
-# as a stack knob.
+# with the optimizer offloaded (`OFFLOAD_BLOCKS_GRAD_REDUCE`) and the gathers that ZeRO-3's
+# stage3_max_live_parameters keeps from being prefetched (`Stack.zero3_max_live_params`,
+# `traffic.live_blocked_numel`: the 2T run's); the fitted figure carries that unexplained rest, so
+# it stays a per-stack residual until its mechanism is found.
 KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.MEGATRON: 1.0,
     Framework.DEEPSPEED: 0.796,
@@ -550,6 +551,21 @@ def sp_regathers_input(lay: Layouts) -> FloatArray:
     return per_framework_value(lay, lambda fs: 1.0 if fs.sp_regathers_input else 0.0)
 
 
+# The frameworks whose ZeRO-3 prefetches nothing while the gathered parameters reach a limit
+# (`Stack.zero3_max_live_params`): DeepSpeed's `PartitionedParameterCoordinator`. FSDP prefetches
+# one module ahead whatever its size; Megatron-LM's distributed optimizer gathers per bucket.
+ZERO3_LIVE_LIMIT: dict[Framework, bool] = {
+    Framework.MEGATRON: False,
+    Framework.DEEPSPEED: True,
+    Framework.TORCHTITAN: False,
+}
+
+
+def zero3_live_limited(lay: Layouts) -> BoolArray:
+    """ZeRO-3 under a framework whose prefetch stops at a live-parameter limit (`ZERO3_LIVE_LIMIT`)."""
+    return per_framework(lay, lambda fs, x: (x.zero >= 3) & ZERO3_LIVE_LIMIT[fs.framework])
+
+
 def offload_blocks_grad_reduce(lay: Layouts) -> BoolArray:
     """ZeRO-3 with the optimizer offloaded, where the framework's host waits for each gradient
     reduce-scatter (`OFFLOAD_BLOCKS_GRAD_REDUCE`): the backward cannot hide it."""
@@ -719,6 +735,9 @@ def stack_unsupported(framework: Framework, stack: Stack) -> list[tuple[str, str
         out.append(("master_weights", f"master-weights {stack.master_weights}: {release} keeps an fp32 master copy; "
                     "16-bit remainders or no master copy are Apex's DistributedFusedAdam, which NeMo runs on "
                     "Megatron"))  # fmt: skip
+    if stack.zero3_max_live_params != DEFAULT_ZERO3_MAX_LIVE_PARAMS and not ZERO3_LIVE_LIMIT[framework]:
+        out.append(("zero3_max_live_params", f"zero3-max-live-params {stack.zero3_max_live_params:g}: {release} has no "
+                    "live-parameter limit on its weight gathers; that is DeepSpeed's stage3_max_live_parameters"))  # fmt: skip
     if stack.delay_wgrad and not stack.moe_a2a_overlap:
         # transformer_config.py at d98e8a64 asserts it
         out.append(("delay_wgrad", "delay-wgrad needs moe-a2a-overlap (Megatron-LM: 'overlap_moe_expert_parallel_comm "

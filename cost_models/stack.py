@@ -178,10 +178,18 @@ selective_recompute_fwd_s` (its forward again in the backward) and what it saves
                   tensor_parallel.checkpoint.
 Megatron-LM also accepts gdn_norm_out, gdp_in_proj, gdp_qkv and mhc (GatedDeltaNet/Product and
 HyperConnection layers), which paraplan's decoders do not have: refused.
+`zero3_max_live_params`: DeepSpeed ZeRO-3's stage3_max_live_parameters, the count of gathered
+(whole, per GPU) parameters above which its coordinator prefetches nothing: `fetch_sub_module` in
+deepspeed/runtime/zero/partitioned_param_coordinator.py (v0.6.2 32d97976 and v0.19.5 cf443004 alike)
+prefetches at most `min(max_n_available - n_available, prefetch_bucket)` elements after gathering the
+current module's. Default DeepSpeed's 1e9 (zero/config.py `max_live_parameters`); Megatron-DeepSpeed's
+Azure recipes set 3e9. Only DeepSpeed at ZeRO-3 reads it (`frameworks.stack_unsupported` refuses a
+changed value elsewhere); priced in `traffic.live_blocked_numel`.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
 from typing import Literal, get_args
 
@@ -200,6 +208,7 @@ EP_DISPATCHERS: tuple[EpDispatcher, ...] = get_args(EpDispatcher)
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
 RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)  # Megatron-LM's order
 DEFAULT_RECOMPUTE_MODULES: frozenset[RecomputeModule] = frozenset({"core_attn"})
+DEFAULT_ZERO3_MAX_LIVE_PARAMS = 1e9  # DeepSpeed's stage3_max_live_parameters default (zero/config.py)
 
 
 @dataclass(frozen=True)
@@ -297,11 +306,17 @@ class Stack:
         },
     )
 
+    zero3_max_live_params: float = field(
+        default=DEFAULT_ZERO3_MAX_LIVE_PARAMS,
+        metadata={"help": "DeepSpeed ZeRO-3's stage3_max_live_parameters: no prefetch past this many gathered."},
+    )
+
     def __post_init__(self) -> None:
         # a list or a comma-separated string given for the module set becomes the set (ValueError if unknown)
         object.__setattr__(self, "recompute_modules", parse_modules(self.recompute_modules))
+        object.__setattr__(self, "zero3_max_live_params", parse_count(self.zero3_max_live_params))
 
-    def settings(self) -> dict[str, bool | str | list[str]]:
+    def settings(self) -> dict[str, bool | str | float | list[str]]:
         """Every setting by name, as the JSON reports them (module sets as lists, Megatron's order)."""
         return {f.name: module_list(v) if isinstance(v, frozenset) else v for f in fields(self)
                 for v in (getattr(self, f.name),)}  # fmt: skip
@@ -348,6 +363,8 @@ STACK_CHOICES: dict[str, tuple[str, ...]] = {
 }
 # the stack settings that take a set of words (a list in JSON, comma-separated on the command line)
 STACK_SETS: dict[str, tuple[str, ...]] = {"recompute_modules": RECOMPUTE_MODULES}
+# the stack settings that take a positive count (a number in JSON and on the command line)
+STACK_NUMBERS: tuple[str, ...] = ("zero3_max_live_params",)
 
 
 def module_list(modules: frozenset[str]) -> list[str]:
@@ -371,6 +388,20 @@ def parse_modules(value: object) -> frozenset[RecomputeModule]:
             "prices them; gdn_norm_out, gdp_in_proj, gdp_qkv and mhc belong to layers it does not model)"
         )
     return frozenset(m for m in RECOMPUTE_MODULES if m in items)
+
+
+def parse_count(value: object) -> float:
+    """A positive, finite count from a number or its text ("3e9"); ValueError otherwise. A bool
+    is no count (JSON's true is not 1 parameter)."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"must be a positive number, not {value!r}")
+    try:
+        count = float(value)
+    except ValueError:
+        raise ValueError(f"must be a positive number, not {value!r}") from None
+    if not math.isfinite(count) or count <= 0:
+        raise ValueError(f"must be a positive number, not {value!r}")
+    return count
 
 
 BF16_BYTES = 2  # bf16/fp16 weights and activations

@@ -96,6 +96,7 @@ from paraplan.cost_models.frameworks import (
     pp_partition_gathers,
     pp_serial_transfers,
     sp_regathers_input,
+    zero3_live_limited,
 )
 from paraplan.cost_models.layout import CpComm, Framework
 from paraplan.cost_models.memory import StageParams, kv_repeats, selective_modules_on
@@ -598,8 +599,65 @@ def overlap_windows(slot_s: FloatArray) -> tuple[FloatArray, FloatArray]:
     return np.asarray(slot_s / 3.0), np.asarray(2.0 * slot_s / 3.0)
 
 
+def live_blocked_numel(model: ModelSpec, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray]:
+    """Parameters per layer, per GPU, whose ZeRO-3 gather cannot be prefetched under DeepSpeed's
+    live-parameter limit (`Stack.zero3_max_live_params`), in the forward pass and in the backward's
+    re-gather; 0 elsewhere (`frameworks.zero3_live_limited`).
+
+    DeepSpeed's coordinator, `PartitionedParameterCoordinator.fetch_sub_module` in
+    deepspeed/runtime/zero/partitioned_param_coordinator.py (v0.6.2 32d97976 and v0.19.5 cf443004
+    alike), runs in each module's pre-hook: it all-gathers the module's own parameters
+    (`__all_gather_params` adds each one's whole `ds_numel` to `n_available_params`), waits for them,
+    then prefetches from the recorded trace while `numel_prefetching < min(max_n_available -
+    n_available, prefetch_bucket)`. The post-hook releases the module's parameters once their next
+    use is further than stage3_max_reuse_distance (in a pass, each linear's is the next pass).
+    Persistent parameters (under stage3_param_persistence_threshold, 1e5: norms, biases) are never
+    gathered and do not count. So at linear i's pre-hook `n_available` is its weight w_i (w_{i-1} is
+    released, w_{i+1} not yet issued when the prefetch runs one weight ahead, as with the default and
+    the Azure recipes' prefetch bucket of 5e7 < any weight here), and:
+      * w_i < limit: the loop runs and issues at least w_{i+1} (it stops after passing the bucket,
+        not before), which gathers while linear i computes: hidden, as the other gathers are;
+      * w_i >= limit: nothing is prefetched; w_{i+1} is gathered in its own pre-hook after linear i
+        has finished, and the compute waits for all of it: exposed.
+    A layer's linears run qkv, proj, up, down in the forward and down, up, proj, qkv in the backward
+    (each pass continues into the next layer's first), so a linear's gather is exposed when the one
+    before it in the pass reaches the limit. The backward's recompute forward (full recompute) is
+    priced as the one re-gather that `dp_exposed_s` counts per backward.
+
+    Hand-worked, the 2T Azure run (h = 32768, 4h MLP, TP 1, limit 3e9): qkv 3h^2 = 3.22e9, proj
+    h^2 = 1.07e9, up and down 4h^2 = 4.29e9. Forward: proj (after qkv), down (after up) and the next
+    layer's qkv (after down) are exposed, 1.07e9 + 4.29e9 + 3.22e9 = 8.59e9 per layer; backward: up
+    (after down), proj (after up) and the previous layer's down (after qkv), 4.29e9 + 1.07e9 +
+    4.29e9 = 9.66e9. The 175B run (h = 12288): its largest weight, 4h^2 = 6.0e8, is under 3e9:
+    nothing exposed.
+
+    The linears are those of standard attention (qkv fused, as Megatron-DeepSpeed's) and the dense
+    MLP (gate and up fused); an MoE, MLA or hybrid model's layers are not priced here (0)."""
+    h = float(model.hidden_size)
+    limited = zero3_live_limited(lay)
+    if model.is_moe or model.is_mla or model.is_hybrid or not np.any(limited):
+        zeros = np.zeros(len(lay))
+        return zeros, zeros
+    width = float(model.ffn_hidden_size)
+    forward = np.array(
+        [h * (model.q_dim + 2 * model.kv_dim), model.q_dim * h, (model.mlp_matrices - 1) * h * width, width * h]
+    )
+    weights = forward[None, :] / lay.tp.astype(np.float64)[:, None]  # each GPU gathers its TP shard
+    full = weights >= stack.zero3_max_live_params
+    # forward: linear i+1 waits where linear i is full (the last one's successor is the next qkv)
+    fwd = np.sum(np.where(np.roll(full, 1, axis=1), weights, 0.0), axis=1)
+    # backward, in reverse order: linear i-1 waits where linear i is full
+    bwd = np.sum(np.where(np.roll(full, -1, axis=1), weights, 0.0), axis=1)
+    return np.where(limited, fwd, 0.0), np.where(limited, bwd, 0.0)
+
+
 def dp_exposed_s(
-    params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack, windows: tuple[FloatArray, FloatArray]
+    params: StageParams,
+    lay: Layouts,
+    cluster: Cluster,
+    stack: Stack,
+    windows: tuple[FloatArray, FloatArray],
+    blocked: tuple[FloatArray, FloatArray],
 ) -> FloatArray:
     """Exposed data-parallel time per step, dense and expert weights together.
 
@@ -609,6 +667,9 @@ def dp_exposed_s(
     micro-batch's gradients, except where the framework defers the sync to the last micro-batch
     (`frameworks.deferred_grad_sync`: once per step). A window is wall time, so a faster GPU
     that only shifts time from compute to exposed communication does not shrink it.
+    `blocked`: per layer, the parameters whose ZeRO-3 gather waits in line, forward and backward
+    (`live_blocked_numel`): those gathers are exposed whole, per micro-batch, and leave the window
+    to the others (their latency counted once per layer and pass).
     """
     overlap = cluster.efficiency.dp_overlap if stack.dp_overlap else 0.0
     m = np.maximum(lay.num_micro_batches, 1.0)
@@ -632,6 +693,10 @@ def dp_exposed_s(
         gather = gather + all_gather_s(count * BF16_BYTES, n, bw, lat)
         layer_gathers = layer_gathers + layers * all_gather_s(count * BF16_BYTES / layers, n, bw, lat)
         layer_scatters = layer_scatters + layers * reduce_scatter_s(count * stack.grad_bytes / layers, n, bw, lat)
+    # the gathers that wait in line (dense weights, over the dense group)
+    bw_d, lat_d = groups[0][2]
+    waits = [np.where(b > 0, layers * all_gather_s(b * BF16_BYTES, dense_n, bw_d, lat_d), 0.0) for b in blocked]
+    wait_fwd, wait_bwd = (np.minimum(w, layer_gathers) for w in waits)
     fwd = overlap * windows[0]
     bwd = overlap * windows[1]
     deferred = deferred_grad_sync(lay)
@@ -644,14 +709,15 @@ def dp_exposed_s(
     # (with the optimizer offloaded, a framework whose host waits for each layer's reduce-scatter
     # in the step's last micro-batch hides only that micro-batch's gathers:
     # `frameworks.offload_blocks_grad_reduce`)
-    backward_3 = np.where(deferred, m * exposed(layer_gathers, bwd) + exposed(scatter, bwd),
-                          m * exposed(layer_gathers + scatter, bwd))  # fmt: skip
-    blocked_3 = (m - 1.0) * exposed(layer_gathers + scatter, bwd) + exposed(layer_gathers, bwd) + layer_scatters
-    backward_3 = np.where(offload_blocks_grad_reduce(lay), blocked_3, backward_3)
+    hidden_bwd = layer_gathers - wait_bwd
+    backward_3 = np.where(deferred, m * exposed(hidden_bwd, bwd) + exposed(scatter, bwd),
+                          m * exposed(hidden_bwd + scatter, bwd))  # fmt: skip
+    blocked_3 = (m - 1.0) * exposed(hidden_bwd + scatter, bwd) + exposed(hidden_bwd, bwd) + layer_scatters
+    backward_3 = np.where(offload_blocks_grad_reduce(lay), blocked_3, backward_3) + m * wait_bwd
     by_stage = (
         exposed(all_reduce, bwd),  # ZeRO-0
         exposed(scatter, bwd) + exposed(gather, fwd),  # ZeRO-1
         np.where(deferred, 1.0, m) * exposed(scatter, bwd) + exposed(gather, fwd),  # ZeRO-2
-        m * exposed(layer_gathers, fwd) + backward_3,  # ZeRO-3
+        m * (exposed(layer_gathers - wait_fwd, fwd) + wait_fwd) + backward_3,  # ZeRO-3
     )
     return np.asarray(np.choose(np.minimum(lay.zero, 3), by_stage))

@@ -35,7 +35,7 @@ from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import evaluate
 from paraplan.cost_models.layout import KNOBS, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
-from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_SETS, Stack
+from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_NUMBERS, STACK_SETS, Stack
 from paraplan.fit_parameters import PARAMETERS
 from paraplan.hardware_specs.files import is_regular_file, read_text_file
 from paraplan.hardware_specs.schema import Cluster
@@ -147,7 +147,11 @@ def _row_settings(row: dict[str, str], where: str) -> tuple[dict[str, object], d
             extra[key] = _cell(row, key)
     stack = {k: extra.pop(k) for k in list(extra) if k in STACK_FIELDS}
     for key in STACK_FIELDS:
-        if key in stack and key not in STACK_CHOICES and key not in STACK_SETS and not isinstance(stack[key], bool):
+        if (
+            key in stack
+            and key not in (*STACK_CHOICES, *STACK_SETS, *STACK_NUMBERS)
+            and not isinstance(stack[key], bool)
+        ):
             try:
                 stack[key] = parse_knob("sequence_parallel", stack[key])  # the same true/false reading
             except ValueError as exc:

@@ -27,7 +27,7 @@ import click
 
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import BOOLS, DEGREES, ENUMS, KNOBS, SEARCHED, SETTINGS, Role, parse_knob
-from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_SETS, Stack
+from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_NUMBERS, STACK_SETS, Stack
 
 F = TypeVar("F", bound=Callable[..., Any])
 MAX_GPUS = 10_000_000
@@ -91,6 +91,8 @@ def _stack_option(name: str) -> Callable[[F], F]:
         return click.option(_flag(name), type=click.Choice(STACK_CHOICES[name]), default=None, help=help_text)
     if name in STACK_SETS:  # comma-separated words, read by question.stack_from
         return click.option(_flag(name), type=str, default=None, metavar="A,B", help=help_text)
+    if name in STACK_NUMBERS:  # a positive count, checked by question.stack_from
+        return click.option(_flag(name), type=str, default=None, metavar="N", help=help_text)
     return click.option(f"{_flag(name)}/--no-{name.replace('_', '-')}", default=None, help=help_text)
 
 

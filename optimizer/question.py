@@ -30,7 +30,15 @@ from paraplan.cost_models.layout import (
     parse_knob,
 )
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_SETS, Stack, parse_modules
+from paraplan.cost_models.stack import (
+    STACK_CHOICES,
+    STACK_FIELDS,
+    STACK_NUMBERS,
+    STACK_SETS,
+    Stack,
+    parse_count,
+    parse_modules,
+)
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.space import Bounds, enumerate_space, expand
 
@@ -96,8 +104,14 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
                 given[name] = parse_modules(given[name])
             except ValueError as exc:
                 raise InputError(f"{name.replace('_', '-')}: {exc}") from None
+    for name in STACK_NUMBERS:
+        if name in given:
+            try:
+                given[name] = parse_count(given[name])
+            except ValueError as exc:
+                raise InputError(f"{name.replace('_', '-')} {exc}") from None
     for name, value in given.items():
-        if name not in STACK_CHOICES and name not in STACK_SETS and not isinstance(value, bool):
+        if name not in (*STACK_CHOICES, *STACK_SETS, *STACK_NUMBERS) and not isinstance(value, bool):
             raise InputError(f"{name.replace('_', '-')} must be true or false, not {value!r}")
     stack = default_stack(framework).with_overrides(**given)
     _refuse_first(stack_unsupported(framework, stack))

@@ -157,7 +157,7 @@ class HardwareResult(_Out):
     solver: SolverOut = Field(description="how the answer was found")
     layouts: list[EvaluatedLayout] = Field(description="best first, all feasible")
     reason: str | None = Field(default=None, description="why no layout qualifies, with figures")
-    stack: dict[str, bool | str | list[str]] = Field(
+    stack: dict[str, bool | str | float | list[str]] = Field(
         default_factory=dict,
         description="the software-stack settings the prediction assumes: the framework's defaults with the "
         "--flash-attention, --loss, --fp8-recipe ... overrides applied (empty for a pool)",
@@ -242,7 +242,7 @@ class ValidateResult(EvaluatedLayout):
     requirements: list[str] = Field(description="settings the plan cannot do without (e.g. 'recompute full')")
     fixes: list[str] = Field(default_factory=list, description="the smallest changes that make the plan feasible")
     solver: SolverOut = Field(description="how the plan's open knobs were chosen")
-    stack: dict[str, bool | str | list[str]] = Field(
+    stack: dict[str, bool | str | float | list[str]] = Field(
         default_factory=dict,
         description="the software-stack settings the prediction assumes: the framework's defaults with the "
         "--flash-attention, --loss, --fp8-recipe ... overrides applied",

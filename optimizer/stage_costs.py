@@ -54,7 +54,13 @@ from paraplan.cost_models.limits import Target, limit_checks
 from paraplan.cost_models.memory import activation_bytes, device_reserve_bytes, model_state_bytes, stage_params
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
-from paraplan.cost_models.traffic import dp_exposed_s, overlap_windows, pp_per_micro_batch_s, tp_per_layer_s
+from paraplan.cost_models.traffic import (
+    dp_exposed_s,
+    live_blocked_numel,
+    overlap_windows,
+    pp_per_micro_batch_s,
+    tp_per_layer_s,
+)
 from paraplan.hardware_specs.schema import Cluster, Link
 
 HEAD_PASSES = 3.0  # the LM head's forward and backward (twice the forward), as `evaluate` adds it
@@ -360,11 +366,12 @@ def _linear_quantities(model: ModelSpec, rows: Layouts, cluster: Cluster, stack:
     memory = weights + grads + optimizer + acts + device_reserve_bytes(model, lay, cluster, stack)
     step = optimizer_step_s(params, lay, cluster, stack)
     zeros, hidden = np.zeros(len(lay)), np.full(len(lay), _HIDDEN)
-    if overlap > 0:
-        under_bwd = dp_exposed_s(params, lay, cluster, stack, (hidden, zeros))
-        under_fwd = dp_exposed_s(params, lay, cluster, stack, (zeros, hidden))
+    blocked_fwd, blocked_bwd = blocked = live_blocked_numel(model, lay, stack)
+    if overlap > 0:  # each pass's gathers that wait in line counted with that pass only
+        under_bwd = dp_exposed_s(params, lay, cluster, stack, (hidden, zeros), (zeros, blocked_bwd))
+        under_fwd = dp_exposed_s(params, lay, cluster, stack, (zeros, hidden), (blocked_fwd, zeros))
     else:  # nothing hides: all of it counts once, under the backward's (zero) window
-        under_bwd = dp_exposed_s(params, lay, cluster, stack, (zeros, zeros))
+        under_bwd = dp_exposed_s(params, lay, cluster, stack, (zeros, zeros), blocked)
         under_fwd = zeros
     out: list[Quantity] = []
     for values in (memory, step, under_bwd, under_fwd):

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 import pytest
-from conftest import one
+from conftest import gpt_spec, one
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +26,7 @@ from paraplan.cost_models.comm import (
     reduce_scatter_s,
 )
 from paraplan.cost_models.compute import MicroBatchTimes
+from paraplan.cost_models.evaluate import evaluate
 from paraplan.cost_models.layout import Framework, Offload
 from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
@@ -35,6 +36,7 @@ from paraplan.cost_models.traffic import (
     cp_per_layer_s,
     dp_exposed_s,
     ep_per_layer_s,
+    live_blocked_numel,
     moe_dispatch_tp_bytes,
     overlap_windows,
     pp_per_micro_batch_s,
@@ -554,6 +556,7 @@ def _params(dense: float, expert: float, layers: float) -> StageParams:
 
 
 NOTHING_HIDDEN = (_a(0.0), _a(0.0))
+NONE_BLOCKED = (_a(0.0), _a(0.0))  # no gather waits for the live-parameter limit
 # TP8 x DP2: the two replicas on two nodes, DP groups at stride 8 over the network
 # (10e9 B/s, 10 us). A stage of 1e9 dense and 2e9 expert parameters (EP1: both buckets reduce
 # over the same 2 ranks) in 2 layers; 2 micro-batches a step.
@@ -580,18 +583,22 @@ DP2 = {"tp": 8, "dp": 2, "micro_batch": 1, "global_batch": 4}
     ],
 )
 def test_dp_traffic_by_hand(dgx: Cluster, zero: int, expected: float) -> None:
-    got = _f(dp_exposed_s(_params(1e9, 2e9, 2), one(zero=zero, **DP2), dgx, Stack(), NOTHING_HIDDEN))
+    got = _f(dp_exposed_s(_params(1e9, 2e9, 2), one(zero=zero, **DP2), dgx, Stack(), NOTHING_HIDDEN, NONE_BLOCKED))
     assert got == pytest.approx(expected, rel=1e-12)
 
 
 def test_dp_traffic_hides_under_the_backward(dgx: Cluster) -> None:
     # ZeRO-0: 1.20004 s of all-reduce; dp_overlap 0.5 of a 2 s backward hides 1 s of it
     params, lay = _params(1e9, 2e9, 2), one(zero=0, **DP2)
-    assert _f(dp_exposed_s(params, lay, dgx, Stack(), (_a(1.0), _a(2.0)))) == pytest.approx(0.20004, rel=1e-9)
+    assert _f(dp_exposed_s(params, lay, dgx, Stack(), (_a(1.0), _a(2.0)), NONE_BLOCKED)) == pytest.approx(
+        0.20004, rel=1e-9
+    )
     # unless the stack does not overlap (Megatron-LM 2021-22 "local" DDP)
-    assert _f(dp_exposed_s(params, lay, dgx, Stack(dp_overlap=False), (_a(1.0), _a(2.0)))) == pytest.approx(1.20004)
+    assert _f(
+        dp_exposed_s(params, lay, dgx, Stack(dp_overlap=False), (_a(1.0), _a(2.0)), NONE_BLOCKED)
+    ) == pytest.approx(1.20004)
     # no data parallelism: nothing to reduce
-    assert _f(dp_exposed_s(params, one(tp=8, zero=0), dgx, Stack(), NOTHING_HIDDEN)) == 0.0
+    assert _f(dp_exposed_s(params, one(tp=8, zero=0), dgx, Stack(), NOTHING_HIDDEN, NONE_BLOCKED)) == 0.0
 
 
 def test_overlap_windows_split_the_slot_one_to_two() -> None:
@@ -614,7 +621,7 @@ def test_overlap_windows_split_the_slot_one_to_two() -> None:
 )
 def test_dense_models_run_no_expert_collectives(dgx: Cluster, zero: int, expected: float) -> None:
     lay = one(tp=8, dp=2, micro_batch=1, global_batch=2, zero=zero)
-    got = _f(dp_exposed_s(_params(1e9, 0.0, 32), lay, dgx, Stack(), NOTHING_HIDDEN))
+    got = _f(dp_exposed_s(_params(1e9, 0.0, 32), lay, dgx, Stack(), NOTHING_HIDDEN, NONE_BLOCKED))
     assert got == pytest.approx(expected, rel=1e-12)
 
 
@@ -644,7 +651,7 @@ def test_offloaded_zero3_reduce_scatter_is_exposed(
     # reduce-scatter hides as without offload, so two micro-batches expose what one does
     lay = one(tp=8, dp=2, micro_batch=1, global_batch=2 * micro_batches, zero=zero, framework=framework,
               offload=offload)  # fmt: skip
-    got = _f(dp_exposed_s(_params(1e9, 0.0, 32), lay, dgx, Stack(), (_a(1.0), _a(2.0))))
+    got = _f(dp_exposed_s(_params(1e9, 0.0, 32), lay, dgx, Stack(), (_a(1.0), _a(2.0)), NONE_BLOCKED))
     assert got == pytest.approx(expected, rel=1e-12, abs=1e-15)
 
 
@@ -659,3 +666,65 @@ def test_distinct_pairs_match_a_sort(pairs: list[tuple[int, int]], repeat: int) 
     unique_size, unique_stride, inverse = _distinct_pairs(size, stride)
     assert (unique_size[inverse] == size).all() and (unique_stride[inverse] == stride).all()
     assert len(unique_size) == len(set(pairs))
+
+
+def _blocked(h: int, framework: Framework, limit: float, zero: int = 3, tp: int = 1) -> tuple[float, float]:
+    lay = one(tp=tp, dp=1024 // tp, micro_batch=8, global_batch=8192, zero=zero, framework=framework)
+    fwd, bwd = live_blocked_numel(gpt_spec(h=h, layers=4, heads=h // 256), lay, Stack(zero3_max_live_params=limit))
+    return _f(fwd), _f(bwd)
+
+
+def test_live_limit_blocks_the_2t_runs_gathers_by_hand() -> None:
+    # The 2T Azure run (h 32768, 4h MLP, TP 1) at the recipes' 3e9: qkv 3h^2 = 3.22e9, proj
+    # h^2 = 1.07e9, up and down 4h^2 = 4.29e9. Forward qkv, proj, up, down: after qkv (full) proj
+    # waits, after up down waits, after down the next layer's qkv waits: h^2 + 4h^2 + 3h^2 = 8h^2.
+    # Backward down, up, proj, qkv: after down up waits, after up proj waits, proj (1.07e9) lets qkv
+    # be prefetched, after qkv the previous layer's down waits: 4h^2 + h^2 + 4h^2 = 9h^2.
+    h2 = 32768.0**2
+    assert _blocked(32768, Framework.DEEPSPEED, 3e9) == (8 * h2, 9 * h2)
+    # the 175B run (h 12288): its largest weight 4h^2 = 6.04e8 is under 3e9 (and under 1e9)
+    assert _blocked(12288, Framework.DEEPSPEED, 3e9) == (0.0, 0.0)
+    assert _blocked(12288, Framework.DEEPSPEED, 1e9) == (0.0, 0.0)
+    # the 1T run (h 25600): 4h^2 = 2.62e9 is under 3e9; at DeepSpeed's default 1e9 qkv (1.97e9) and
+    # the MLP's (2.62e9) are full and proj (6.6e8) is not: the same pattern as the 2T at 3e9
+    assert _blocked(25600, Framework.DEEPSPEED, 3e9) == (0.0, 0.0)
+    assert _blocked(25600, Framework.DEEPSPEED, 1e9) == (8 * 25600.0**2, 9 * 25600.0**2)
+    # each GPU gathers its TP shard: at TP 2 the 2T's qkv (1.61e9) and MLP (2.15e9) shards are under 3e9
+    assert _blocked(32768, Framework.DEEPSPEED, 3e9, tp=2) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("framework", [Framework.MEGATRON, Framework.TORCHTITAN])
+def test_live_limit_is_deepspeeds_zero3_only(framework: Framework) -> None:
+    # FSDP and Megatron's distributed optimizer have no such limit, and below ZeRO-3 nothing is gathered per layer
+    assert _blocked(32768, framework, 1.0) == (0.0, 0.0)
+    assert _blocked(32768, Framework.DEEPSPEED, 1.0, zero=2) == (0.0, 0.0)
+
+
+def test_blocked_gathers_are_exposed_whole(dgx: Cluster) -> None:
+    # The stage of test_offloaded_zero3_reduce_scatter_is_exposed (1e9 parameters in 32 layers, DP2
+    # over the network, 1 micro-batch, windows 1 s and 2 s of which 0.5 s and 1 s hide): everything
+    # hid. Half of each layer's forward gather (1.5625e7 parameters) waits in line: 32 x (1e-5 +
+    # (1/2) 2 x 1.5625e7 / 1e10) = 0.05032 s exposed, the other half (0.05 s) still hides.
+    lay = one(tp=8, dp=2, micro_batch=1, global_batch=2, zero=3, framework=Framework.DEEPSPEED)
+    half = _a(1e9 / 32 / 2)
+    windows = (_a(1.0), _a(2.0))
+    got = _f(dp_exposed_s(_params(1e9, 0.0, 32), lay, dgx, Stack(), windows, (half, _a(0.0))))
+    assert got == pytest.approx(0.05032, rel=1e-12)
+    # the backward's re-gather the same: twice that
+    got = _f(dp_exposed_s(_params(1e9, 0.0, 32), lay, dgx, Stack(), windows, (half, half)))
+    assert got == pytest.approx(2 * 0.05032, rel=1e-12)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(1e6, 1e10), st.floats(1.0, 100.0), st.sampled_from([1, 2, 4]))
+def test_a_larger_live_limit_never_makes_a_step_slower(limit: float, factor: float, tp: int) -> None:
+    from paraplan.hardware_specs.loader import load_cluster
+
+    cluster = load_cluster("a100-80g")
+    model = gpt_spec(h=16384, layers=8, heads=128, seq=1024)
+    lay = one(tp=tp, dp=64 // tp, micro_batch=1, global_batch=128, zero=3, framework=Framework.DEEPSPEED,
+              recompute="full")  # fmt: skip
+    steps = [
+        _f(evaluate(model, cluster, lay, Stack(zero3_max_live_params=x)).step_time_s) for x in (limit, limit * factor)
+    ]
+    assert steps[1] <= steps[0]

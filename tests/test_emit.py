@@ -782,6 +782,25 @@ def test_cpu_checkpointing_round_trips_through_megatron_deepspeed_flags() -> Non
         )
 
 
+def test_zero3_live_limit_round_trips_through_the_deepspeed_json() -> None:
+    # DeepSpeed's zero_optimization.stage3_max_live_parameters (an int in 0.19.8's schema), written
+    # at ZeRO-3 only (below it nothing is gathered per module) and read back; 3e9 as the Azure
+    # recipes write it (a JSON float) is read as well
+    model = load_model("llama2-7b")
+    lay = Layout(framework="deepspeed", tp=1, pp=1, dp=8, zero=3, micro_batch=1, global_batch=64)
+    stack = default_stack(Framework.DEEPSPEED).with_overrides(zero3_max_live_params=3e9)
+    text = emit_launch("deepspeed", model, lay, stack)
+    assert '"stage3_max_live_parameters": 3000000000' in text
+    assert check_emitted("deepspeed", text) == []
+    assert imported("deepspeed", text, model)[1].zero3_max_live_params == 3e9
+    recipe = text.replace('"stage3_max_live_parameters": 3000000000', '"stage3_max_live_parameters": 3e9')
+    assert imported("deepspeed", recipe, model)[1].zero3_max_live_params == 3e9
+    default = imported("deepspeed", emit_launch("deepspeed", model, lay), model)[1]
+    assert default.zero3_max_live_params == 1e9
+    zero1 = emit_launch("deepspeed", model, lay.model_copy(update={"zero": 1}))
+    assert "stage3_max_live_parameters" not in zero1
+
+
 def test_the_dispatcher_is_read_whatever_the_architecture_check_and_framework() -> None:
     """The flex dispatcher flags are a stack setting read on their own: a Megatron-LM script is read
     back with them where the model's architecture flags cannot be checked (the model has a feature

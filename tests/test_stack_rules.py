@@ -37,6 +37,23 @@ def test_a_setting_only_another_framework_runs_is_refused(setting: str, framewor
     assert getattr(stack_from(runs, {setting: True}), setting) is True
 
 
+@pytest.mark.parametrize("framework", [Framework.MEGATRON, Framework.TORCHTITAN])
+def test_a_live_parameter_limit_is_deepspeeds_alone(framework: Framework) -> None:
+    # FSDP and Megatron-LM have no stage3_max_live_parameters; their default value is no change
+    with pytest.raises(InputError, match=r"zero3-max-live-params 3e\+09: .* DeepSpeed's stage3_max_live_parameters"):
+        stack_from(framework, {"zero3_max_live_params": 3e9})
+    assert stack_from(framework, {"zero3_max_live_params": 1e9}).zero3_max_live_params == 1e9
+    assert stack_from(Framework.DEEPSPEED, {"zero3_max_live_params": "3e9"}).zero3_max_live_params == 3e9
+
+
+@pytest.mark.parametrize("value", [0, -1, 0.0, float("nan"), float("inf"), True, "many", [3e9]])
+def test_a_live_parameter_limit_is_a_positive_count(value: object) -> None:
+    with pytest.raises(InputError, match="zero3-max-live-params must be a positive number"):
+        stack_from(Framework.DEEPSPEED, {"zero3_max_live_params": value})
+    with pytest.raises(ValueError, match="positive number"):
+        Stack(zero3_max_live_params=value)  # type: ignore[arg-type]
+
+
 def test_mtp_needs_a_model_with_mtp_modules() -> None:
     with pytest.raises(InputError, match="llama2-7b has no multi-token-prediction modules"):
         Question.of(load_model("llama2-7b"), load_cluster("a100-80g"), {"global_batch": 64}, {"mtp": True})
@@ -114,6 +131,7 @@ def _single_changes(framework: Framework) -> list[tuple[str, object]]:
                                      if isinstance(getattr(base, f.name), bool)]  # fmt: skip
     out += [(name, word) for name, words in STACK_CHOICES.items() for word in words if word != getattr(base, name)]
     out.append(("recompute_modules", ["core_attn", "mlp"]))
+    out.append(("zero3_max_live_params", 3e9))  # the Azure recipes' (DeepSpeed's default is 1e9)
     return out
 
 

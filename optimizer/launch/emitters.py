@@ -707,6 +707,8 @@ def _deepspeed_config(ctx: _Ctx) -> dict[str, object]:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if lay.offload == Offload.ALL:
         zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    if zero["stage"] == 3:  # the prefetch limit paraplan prices (`Stack.zero3_max_live_params`)
+        zero["stage3_max_live_parameters"] = round(stack.zero3_max_live_params)
     low = "fp16" if lay.precision == Precision.FP16 else "bf16"
     config: dict[str, object] = {
         "train_batch_size": lay.global_batch,

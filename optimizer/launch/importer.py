@@ -877,6 +877,7 @@ _DS_MAPPED = frozenset({
     "zero_optimization.overlap_comm", "zero_optimization.offload_optimizer.device",
     "zero_optimization.offload_param.device", "zero_optimization.cpu_offload", "bf16.enabled", "bfloat16.enabled",
     "fp16.enabled", "data_types.grad_accum_dtype", "sequence_parallel_size",
+    "zero_optimization.stage3_max_live_parameters",
 })  # fmt: skip
 _DS_HARMLESS = (
     "optimizer.", "scheduler.", "steps_per_print", "wall_clock_breakdown", "gradient_clipping", "tensorboard.",
@@ -1052,6 +1053,13 @@ def _deepspeed_stack(st: _State, config: Mapping[str, Any], meg: _Megatron) -> N
     st.stack["main_grads"] = "fp32" if accum == "fp32" else "bf16"
     st.stack["tp_overlap"] = True
     st.stack["p2p_overlap"] = False
+    key = "zero_optimization.stage3_max_live_parameters"
+    if key in config:  # `Stack.zero3_max_live_params`; DeepSpeed takes 3e9 written as a float too
+        live = config[key]
+        if isinstance(live, int | float) and not isinstance(live, bool) and live > 0:
+            st.stack["zero3_max_live_params"] = float(live)
+        else:
+            st.note(f"{key} {live!r} is not a positive count (not used; 0 would prefetch nothing)")
 
 
 # =============================================================================================
