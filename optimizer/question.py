@@ -8,7 +8,7 @@ are refused here (`InputError`), before any search.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,18 +98,15 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
     for name, choices in STACK_CHOICES.items():
         if name in given and given[name] not in choices:
             raise InputError(f"{name.replace('_', '-')} {given[name]!r} is not {' or '.join(choices)}")
-    for name in STACK_SETS:
-        if name in given:
-            try:
-                given[name] = parse_modules(given[name])
-            except ValueError as exc:
-                raise InputError(f"{name.replace('_', '-')}: {exc}") from None
-    for name in STACK_NUMBERS:
-        if name in given:
-            try:
-                given[name] = parse_count(given[name])
-            except ValueError as exc:
-                raise InputError(f"{name.replace('_', '-')} {exc}") from None
+    parsers: tuple[tuple[Iterable[str], Callable[[Any], object], str], ...] = (
+        (STACK_SETS, parse_modules, ": "), (STACK_NUMBERS, parse_count, " "))  # fmt: skip
+    for names, parse, joint in parsers:
+        for name in names:
+            if name in given:
+                try:
+                    given[name] = parse(given[name])
+                except ValueError as exc:
+                    raise InputError(f"{name.replace('_', '-')}{joint}{exc}") from None
     for name, value in given.items():
         if name not in (*STACK_CHOICES, *STACK_SETS, *STACK_NUMBERS) and not isinstance(value, bool):
             raise InputError(f"{name.replace('_', '-')} must be true or false, not {value!r}")
