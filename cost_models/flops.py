@@ -58,12 +58,18 @@ def causal_keys(model: ModelSpec, seq_len: FloatArray) -> FloatArray:
     return np.asarray(keys[inverse.reshape(-1)]) if len(unique) else np.zeros(0)
 
 
-def attention_core_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
+def attention_score_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
     """Per token and mean layer, forward: the attention scores and their use, 2 * keys *
-    (a*d_qk + a*d_v) on the attention layers (`attention_share`), and a hybrid model's SSD scans
-    (`mamba_share` x `ModelSpec.mamba_scan_flops_per_token`)."""
-    core = 2.0 * keys * model.attention_core_width * model.attention_share
-    return np.asarray(core + model.mamba_share * model.mamba_scan_flops_per_token)
+    (a*d_qk + a*d_v) on the attention layers (`attention_share`)."""
+    return np.asarray(2.0 * keys * model.attention_core_width * model.attention_share)
+
+
+def attention_core_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
+    """Per token and mean layer, forward: the attention scores (`attention_score_flops_per_token`)
+    and a hybrid model's SSD scans (`mamba_share` x `ModelSpec.mamba_scan_flops_per_token`)."""
+    return np.asarray(
+        attention_score_flops_per_token(model, keys) + model.mamba_share * model.mamba_scan_flops_per_token
+    )
 
 
 def forward_flops_per_token(model: ModelSpec, keys: FloatArray) -> FloatArray:
@@ -104,11 +110,10 @@ def recompute_flops_per_step(
     tokens = (lay.global_batch * lay.seq_len).astype(np.float64)
     layers = model.num_layers + (model.mtp_layers if mtp else 0)
     keys = causal_keys(model, lay.floats("seq_len"))
-    attention_core = 2.0 * keys * model.attention_core_width * model.attention_share
-    attention_core = attention_core * layers
+    attention_core = layers * attention_score_flops_per_token(model, keys)
     matmuls = layers * 2.0 * layer_matmul_weights_active(model)
     # a hybrid model's SSD scans run again under full recompute; no selective module holds them
-    full = matmuls + attention_core + layers * model.mamba_share * model.mamba_scan_flops_per_token
+    full = matmuls + layers * attention_core_flops_per_token(model, keys)
     # torchtitan's op-level policy recomputes every other matmul; DeepSpeed's the attention core;
     # Megatron's its modules' GEMMs (`selective_module_flops_per_token`) and, with core_attn, the core.
     megatron = selective_module_flops_per_token(model, modules) + (attention_core if "core_attn" in modules else 0.0)

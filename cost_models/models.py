@@ -855,7 +855,7 @@ class ModelSpec(BaseModel):
                 self._hybrid_sum(self._hybrid_block_params())
                 + self.embedding_params
                 + self.head_params
-                + (self.final_norm_params)
+                + self.final_norm_params
             )
         if self.is_moe:
             layers = self.num_moe_layers * self.layer_params + self.num_dense_layers * self.dense_layer_params

@@ -634,9 +634,11 @@ def live_blocked_numel(model: ModelSpec, lay: Layouts, stack: Stack) -> tuple[Fl
     The linears are those of standard attention (qkv fused, as Megatron-DeepSpeed's) and the dense
     MLP (gate and up fused); an MoE, MLA or hybrid model's layers are not priced here (0)."""
     h = float(model.hidden_size)
+    zeros = np.zeros(len(lay))
+    if model.is_moe or model.is_mla or model.is_hybrid:
+        return zeros, zeros
     limited = zero3_live_limited(lay)
-    if model.is_moe or model.is_mla or model.is_hybrid or not np.any(limited):
-        zeros = np.zeros(len(lay))
+    if not np.any(limited):
         return zeros, zeros
     width = float(model.ffn_hidden_size)
     forward = np.array(
@@ -685,6 +687,8 @@ def dp_exposed_s(
     layer_gathers = np.zeros(len(lay))
     layer_scatters = np.zeros(len(lay))
     layers = np.maximum(params.layers, 1.0)
+    host_waits = offload_blocks_grad_reduce(lay)
+    per_layer_scatter = bool(np.any(host_waits))  # only read there: skipped on the hot path otherwise
     for count, n, (bw, lat) in groups:
         if not np.any(count > 0):
             continue  # a dense model has no expert weights: no expert collectives, not even their latency
@@ -692,10 +696,14 @@ def dp_exposed_s(
         scatter = scatter + reduce_scatter_s(count * stack.grad_bytes, n, bw, lat)
         gather = gather + all_gather_s(count * BF16_BYTES, n, bw, lat)
         layer_gathers = layer_gathers + layers * all_gather_s(count * BF16_BYTES / layers, n, bw, lat)
-        layer_scatters = layer_scatters + layers * reduce_scatter_s(count * stack.grad_bytes / layers, n, bw, lat)
+        if per_layer_scatter:
+            layer_scatters = layer_scatters + layers * reduce_scatter_s(count * stack.grad_bytes / layers, n, bw, lat)
     # the gathers that wait in line (dense weights, over the dense group)
     bw_d, lat_d = groups[0][2]
-    waits = [np.where(b > 0, layers * all_gather_s(b * BF16_BYTES, dense_n, bw_d, lat_d), 0.0) for b in blocked]
+    waits = [
+        np.where(b > 0, layers * all_gather_s(b * BF16_BYTES, dense_n, bw_d, lat_d), 0.0) if np.any(b > 0) else b
+        for b in blocked
+    ]
     wait_fwd, wait_bwd = (np.minimum(w, layer_gathers) for w in waits)
     fwd = overlap * windows[0]
     bwd = overlap * windows[1]
@@ -713,7 +721,7 @@ def dp_exposed_s(
     backward_3 = np.where(deferred, m * exposed(hidden_bwd, bwd) + exposed(scatter, bwd),
                           m * exposed(hidden_bwd + scatter, bwd))  # fmt: skip
     blocked_3 = (m - 1.0) * exposed(hidden_bwd + scatter, bwd) + exposed(hidden_bwd, bwd) + layer_scatters
-    backward_3 = np.where(offload_blocks_grad_reduce(lay), blocked_3, backward_3) + m * wait_bwd
+    backward_3 = np.where(host_waits, blocked_3, backward_3) + m * wait_bwd
     by_stage = (
         exposed(all_reduce, bwd),  # ZeRO-0
         exposed(scatter, bwd) + exposed(gather, fwd),  # ZeRO-1
