@@ -10,7 +10,8 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
      grouped-GEMM costs are not kernel efficiencies of the hardware, and fitting them in would
      bend every dense prediction (they remain validation runs, with their own error bars).
      Hardware of the same die without such runs (H200, H800, the 96 GB H100) takes the fitted
-     H100 fractions; a die with a published MAMF but no such runs (MI300X) takes its MAMF share
+     H100 fractions, and so does another die of the same architecture (`SAME_ARCH`: Blackwell
+     Ultra takes B200's); a die with a published MAMF but no such runs (MI300X) takes its MAMF share
      times the fitted dies' mean ratio of constant to MAMF share (`prior`).
   2. Per stack, on the runs of every other framework over all hardware: the kernel throughput
      relative to Megatron's (`cost_models.frameworks.KERNEL_EFFICIENCY`), by a one-dimensional
@@ -55,6 +56,12 @@ SAME_DIE = {
     "a100-80g": ("a100-40g", "a800-80g", "a100-80g-pcie"),
     "b200": ("b200-750w", "gb200"),
 }
+# Presets of another die of the same architecture, without Megatron-family runs of their own: they
+# take the main preset's fit as its die variants do. Blackwell Ultra (B300: DGX/HGX B300, GB300
+# NVL72) is a second Blackwell die (compute capability 10.3 against B200's 10.0) with the same
+# fifth-generation tensor cores, the same rated dense BF16/FP8 per GPU as B200/GB200 at their power
+# limits and the same FP8 path (hardware_specs/presets/b300.toml, gb300.toml).
+SAME_ARCH = {"b200": ("b300", "gb300")}
 MIN_RUNS = 4
 # The MAMF share of each die's BF16 peak: stas00/ml-engineering compute/accelerator/README.md
 # @744d01e1, 'Maximum Achievable Matmul FLOPS' BF16 table, over the preset's peak.
@@ -90,6 +97,18 @@ def prior(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float] | N
     }
 
 
+def fit_sharers(hardware: str) -> list[tuple[str, str]]:
+    """(preset, why) for each preset that takes the fit of main preset `hardware`."""
+    return [(other, "the same die") for other in SAME_DIE.get(hardware, ())] + [
+        (other, "the same architecture") for other in SAME_ARCH.get(hardware, ())
+    ]
+
+
+def main_preset(hardware: str) -> str:
+    """The preset whose fit `hardware` takes (`SAME_DIE`, `SAME_ARCH`); itself where none."""
+    return next((main for main, others in (*SAME_DIE.items(), *SAME_ARCH.items()) if hardware in others), hardware)
+
+
 MIN_STACK_RUNS = 3  # DeepSpeed's figure rests on MT-NLG's three runs: say so wherever it is quoted
 
 
@@ -110,7 +129,7 @@ def fit_hardware(runs: list[Run], quiet: bool = False) -> dict[str, dict[str, fl
         if fits_hardware(run):
             by_hw.setdefault(run.hardware, []).append(run)
     for hardware, mine in sorted(by_hw.items()):
-        if len(mine) < MIN_RUNS or any(hardware in same for same in SAME_DIE.values()):
+        if len(mine) < MIN_RUNS or main_preset(hardware) != hardware:
             continue  # too few runs, or a variant of a die fitted on its main preset
         names = ["gemm_max", "attention"]
         result = calibrate(hardware, mine, fit_names=names)
@@ -236,8 +255,7 @@ def fold_cluster(hardware: str, fitted: dict[str, dict[str, float]]) -> Cluster:
     """The preset with the constants of its die from this fit (or the die's `prior`); a preset
     without either is used as it is."""
     base = load_cluster(hardware)
-    variants = {o: h for h, same in SAME_DIE.items() for o in same}
-    die = variants.get(hardware, hardware)
+    die = main_preset(hardware)
     values = fitted.get(die) or prior(die, fitted)
     return with_values(base, values) if values else base
 
@@ -312,8 +330,8 @@ def main() -> int:
             basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {count} dense Megatron-family runs of "
                      f"{hardware} in benchmarks/data/runs_public.csv")  # fmt: skip
             write_preset(hardware, values, basis)
-            for other in [o for o in SAME_DIE.get(hardware, ()) if o not in fitted]:
-                write_preset(other, values, f"taken from {hardware} (the same die: its variants share the main preset's "
+            for other, why in [(o, why) for o, why in fit_sharers(hardware) if o not in fitted]:
+                write_preset(other, values, f"taken from {hardware} ({why}: its variants share the main preset's "
                                             f"fit) {basis}")  # fmt: skip
         shares = ", ".join(f"{d} {MAMF_SHARE[d]}" for d in sorted(fitted) if d in MAMF_SHARE)
         for die in sorted(set(MAMF_SHARE) - set(fitted)):

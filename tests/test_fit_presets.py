@@ -50,3 +50,19 @@ def test_with_nothing_fitted_the_mamf_share_and_attention_at_0_6_of_it() -> None
 
 def test_a_die_without_a_mamf_figure_has_no_prior() -> None:
     assert fit_presets.prior("rtx4090", FITTED) is None
+
+
+def test_a_preset_sharing_a_fit_carries_its_main_presets_constants() -> None:
+    # --write copies the main preset's fitted constants to its die variants (SAME_DIE) and to the
+    # other dies of its architecture (SAME_ARCH: Blackwell Ultra's b300 and gb300 take b200's), so
+    # between two fits every such preset holds them unchanged
+    from paraplan.hardware_specs.loader import load_cluster
+
+    assert fit_presets.main_preset("gb300") == fit_presets.main_preset("gb200") == "b200"
+    assert fit_presets.main_preset("b200") == "b200"
+    assert ("b300", "the same architecture") in fit_presets.fit_sharers("b200")
+    for main in (*fit_presets.SAME_DIE, *fit_presets.SAME_ARCH):
+        fitted = load_cluster(main).efficiency
+        for other, _ in fit_presets.fit_sharers(main):
+            efficiency = load_cluster(other).efficiency
+            assert (efficiency.gemm_max, efficiency.attention) == (fitted.gemm_max, fitted.attention), other

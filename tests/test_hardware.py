@@ -132,6 +132,66 @@ def test_gb200_per_gpu_figures_from_the_rack(presets: dict[str, Cluster]) -> Non
     assert gb200.price is None
 
 
+def test_b300_per_gpu_figures_from_the_hgx_table(presets: dict[str, Cluster]) -> None:
+    # NVIDIA HGX specification table, 'HGX B300' (8 GPUs): FP16/BF16 36 PFLOPS and FP8 72 PFLOPS
+    # with sparsity (dense half), NVLink 14.4 TB/s total, networking 1.6 TB/s (8 x 800 Gb/s, both
+    # directions); the Blackwell Ultra datasheet's 62 TB/s HBM3e; nvidia-smi 275040 MiB.
+    b300, b200 = presets["b300"], presets["b200"]
+    assert b300.gpu.peak_bf16_flops == pytest.approx(36e15 / 8 / 2) == 2.25e15
+    assert b300.gpu.peak_fp8_flops == pytest.approx(72e15 / 8 / 2) == 4.5e15
+    # NVIDIA rates B300's dense BF16/FP8 the same as B200's (HGX B200: 36 / 72 PFLOPS too)
+    assert (b300.gpu.peak_bf16_flops, b300.gpu.peak_fp8_flops) == (b200.gpu.peak_bf16_flops, b200.gpu.peak_fp8_flops)
+    assert b300.gpu.mem_bw_bytes_per_s == pytest.approx(62e12 / 8)
+    assert b300.gpu.memory_bytes == 275040 * MIB  # 288.4e9 B: the '288 GB HBM3e'
+    assert b300.gpu.memory_bytes == pytest.approx(288e9, rel=0.002)
+    assert b300.intra_node.link.bw_bytes_per_s == pytest.approx(14.4e12 / 8 / 2)
+    assert b300.inter_node.bw_bytes_per_s == pytest.approx(800e9 / 8) == pytest.approx(1.6e12 / 2 / 8)
+    assert b300.gpu.tdp_w == 1100
+    # host copies at the Xeon 6's PCIe Gen5 x16, not the GPU's Gen6 (128e9)
+    assert b300.intra_node.pcie.bw_bytes_per_s == 64e9
+    assert (b300.gpus_per_node, b300.nvlink_domain, b300.gpu_family) == (8, 8, "b200")
+    assert b300.price is None  # no published price: no placeholder either
+
+
+def test_gb300_per_gpu_figures_from_the_rack(presets: dict[str, Cluster]) -> None:
+    # NVIDIA GB300 NVL72 specification table, per rack of 72 GPUs: FP16/BF16 360 PFLOPS and FP8/FP6
+    # 720 PFLOPS with sparsity (dense half), 576 TB/s HBM3e, NVLink 130 TB/s (bidirectional), 36
+    # Grace CPUs with up to 17 TB LPDDR5X at up to 14 TB/s.
+    gb300, gb200 = presets["gb300"], presets["gb200"]
+    assert gb300.gpu.peak_bf16_flops == pytest.approx(360e15 / 72 / 2) == 2.5e15
+    assert gb300.gpu.peak_fp8_flops == pytest.approx(720e15 / 72 / 2) == 5e15
+    # the same dense BF16/FP8 per GPU as GB200 NVL72 (whose table also reads 360 / 720 PFLOPS)
+    assert (gb300.gpu.peak_bf16_flops, gb300.gpu.peak_fp8_flops) == (
+        gb200.gpu.peak_bf16_flops,
+        gb200.gpu.peak_fp8_flops,
+    )
+    assert gb300.gpu.mem_bw_bytes_per_s == pytest.approx(576e12 / 72)
+    assert gb300.intra_node.link.bw_bytes_per_s == pytest.approx(130e12 / 72 / 2, rel=0.01) == 1.8e12 / 2
+    # nvidia-smi 284208 MiB = 277.5 GiB: NVIDIA's '20 TB' / 72 = 277.8, in GiB-like units
+    assert gb300.gpu.memory_bytes == 284208 * MIB
+    assert gb300.gpu.memory_bytes / 2**30 == pytest.approx(20e3 / 72, abs=0.5)
+    assert gb300.inter_node.bw_bytes_per_s == pytest.approx(800e9 / 8)
+    assert gb300.gpu.tdp_w == 1400
+    # host link: the Grace memory (14e12 / 36 Graces / 2 GPUs = 194.4e9 B/s) is narrower than
+    # NVLink-C2C (900e9 bidirectional / 2 directions / 2 GPUs = 225e9)
+    host_link = gb300.intra_node.pcie.bw_bytes_per_s
+    assert host_link == pytest.approx(14e12 / 36 / 2, rel=0.01) and host_link < 900e9 / 2 / 2
+    assert gb300.host is not None and gb300.host.memory_bytes == 17e12
+    # 142 kW rack maximum less 72 x 1,400 W GPUs, ~60% of it under a training load
+    assert gb300.power is not None
+    assert gb300.power.node_overhead_w == pytest.approx(0.6 * (142e3 - 72 * 1400), rel=0.02)
+    assert (gb300.gpus_per_node, gb300.nvlink_domain, gb300.gpu_family) == (72, 72, "b200")
+    assert gb300.price is None
+
+
+@pytest.mark.parametrize("name", ["b300", "gb300"])
+def test_blackwell_ultra_takes_b200s_fitted_fractions(presets: dict[str, Cluster], name: str) -> None:
+    # the same architecture as B200 without runs of its own (benchmarks/fit_presets.py SAME_ARCH)
+    assert presets[name].efficiency.model_dump(exclude={"sources"}) == presets["b200"].efficiency.model_dump(
+        exclude={"sources"}
+    )
+
+
 # ---------------------------------------------------------------------------- topology
 
 
@@ -164,6 +224,23 @@ def test_tp8_ep8_stays_on_nvlink_in_a_72_gpu_rack(presets: dict[str, Cluster]) -
     assert spread.node_bw_bytes_per_s == math.inf
     # past 72 GPUs the rack is left: TP8 x EP16 (128 ranks, 72 on the first node)
     assert group_link(gb200, 16, 8).kind == "network"
+
+
+def test_a_72_gpu_tp_ep_group_stays_on_nvlink_in_a_gb300_rack(presets: dict[str, Cluster]) -> None:
+    # TP8 x EP9 = 72 ranks, TP fastest: the tokens' TP x EP group is ranks 0..71 and an EP group 9
+    # ranks 8 apart (0, 8, ..., 64), all in the one 72-GPU node: NVLink at 900e9 x 0.85 = 765e9 B/s,
+    # no NIC leg. On b300 (8 GPUs a node) the same EP group has one member per node: each on its
+    # own ConnectX-8 share, 100e9 x 0.85 = 85e9 B/s (twice b200's 400 Gb/s share).
+    gb300, b300 = presets["gb300"], presets["b300"]
+    for size, stride in ((72, 1), (9, 8)):
+        link = group_link(gb300, size, stride)
+        assert link.kind == "nvlink" and link.bw_bytes_per_s == pytest.approx(765e9)
+        assert math.isinf(link.nic_bw_bytes_per_s)
+    spread = group_link(b300, 9, 8)
+    assert spread.kind == "network" and spread.bw_bytes_per_s == pytest.approx(85e9)
+    # TP8 x EP10 = 80 ranks leaves the rack: the group crosses to the next one over its NICs
+    across = group_link(gb300, 10, 8)
+    assert across.kind == "network" and across.nic_bw_bytes_per_s == pytest.approx(85e9)
 
 
 def test_one_rank_per_node_rides_the_network(a100: Cluster) -> None:
