@@ -342,6 +342,61 @@ def test_trained_mtp_params_are_named_beside_the_published_total(invoke: Invoke)
     assert trained["params"] == {"total": 671_026_419_200, "active": 37_552_297_472, "mtp": 11_610_068_224}
 
 
+DEEPSEEK_V3 = str(Path(__file__).parent / "data" / "hf_configs" / "deepseek-v3.json")
+# Blackwell Ultra smoke plans on 8-GPU DGX B300 nodes and 72-GPU GB300 NVL72 racks (gb300's DP9
+# needs a global batch divisible by 9)
+LLAMA3_70B_PLANS = {
+    "b300": ["--gpus", "64", "--plan", "TP4/PP2/DP8"],
+    "gb300": ["--gpus", "144", "--plan", "TP8/PP2/DP9", "--global-batch", "1152"],
+}
+
+
+def _validated(invoke: Invoke, hardware: str, model: str, *args: str, precision: str = "bf16") -> dict[str, Any]:
+    """validate --json of a feasible plan, with the preset's own peak, capacity and error-bar family."""
+    cluster = load_cluster(hardware)
+    obj: dict[str, Any] = invoke("validate", "--model", model, "--hardware", hardware, *args, "--precision",
+                                 precision, "--json").json()  # fmt: skip
+    check_evaluated_layout(obj)
+    assert obj["feasible"] and obj["violations"] == []
+    assert obj["peak_flops"] == (cluster.gpu.peak_fp8_flops if precision == "fp8" else cluster.gpu.peak_bf16_flops)
+    assert obj["memory_bytes"]["capacity"] == cluster.gpu.memory_bytes
+    # no run of its own: the error bar comes from the B200 family's runs (the same architecture)
+    assert obj["accuracy_basis"].split()[1] == "b200"
+    return obj
+
+
+def _optimized(invoke: Invoke, hardware: str, model: str, gpus: int, *args: str) -> None:
+    result = invoke("optimize", "--model", model, "--hardware", hardware, "--gpus", str(gpus), *args, "--top", "2",
+                    "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    for lay in result.json()["results"][0]["layouts"]:
+        check_evaluated_layout(lay)
+        assert lay["feasible"] and (lay["hardware"], lay["gpus"]) == (hardware, gpus)
+        assert 0 < lay["mfu"] <= 1
+
+
+@pytest.mark.parametrize("hardware", ["b300", "gb300"])
+def test_blackwell_ultra_llama3_70b(invoke: Invoke, hardware: str) -> None:
+    args = LLAMA3_70B_PLANS[hardware]
+    obj = _validated(invoke, hardware, "llama3-70b", *args)
+    _optimized(invoke, hardware, "llama3-70b", obj["gpus"])
+
+
+@pytest.mark.parametrize("hardware", ["b300", "gb300"])
+def test_blackwell_ultra_deepseek_v3(invoke: Invoke, hardware: str) -> None:
+    # DeepSeek-V3 (671B, 256 experts) in FP8 on 256 GPUs; the degrees TP1/EP16 pinned to keep the
+    # search short
+    _optimized(invoke, hardware, DEEPSEEK_V3, 256, "--precision", "fp8", "--tp", "1", "--ep", "16")
+
+
+def test_gb300_validates_deepseek_v3_with_ep64_inside_a_rack(invoke: Invoke) -> None:
+    # EP64 x DP64 on 64 GPUs: the whole job and its EP group inside one 72-GPU rack
+    # (tests/test_hardware.py prices such a group on NVLink)
+    obj = _validated(invoke, "gb300", DEEPSEEK_V3, "--gpus", "64", "--plan", "TP1/PP1/DP64/EP64",
+                     "--global-batch", "4096", precision="fp8")  # fmt: skip
+    assert [obj["layout"][k] for k in ("tp", "pp", "dp", "ep")] == [1, 1, 64, 64]
+
+
 FP8_PRESETS = [name for name in preset_names() if load_cluster(name).gpu.peak_fp8_flops]
 NO_FP8_PRESETS = [name for name in preset_names() if not load_cluster(name).gpu.peak_fp8_flops]
 

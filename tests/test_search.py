@@ -361,6 +361,17 @@ def test_gpu_count_domain_counts_racks_of_72() -> None:
     assert gpu_count_domain(1, 72, 72) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 72]
 
 
+def test_a_gb300_range_counts_whole_racks(invoke: Invoke) -> None:
+    """--gpus 100..1000 on gb300 (72-GPU NVL72 racks): no 2^a or 3*2^a count below one rack reaches
+    100, and 2, 3, 4, 6, 8, 12 racks fall in range (16 racks = 1152 do not) = 144 .. 864 GPUs."""
+    assert gpu_counts("100..1000", cluster("gb300").gpus_per_node) == [144, 216, 288, 432, 576, 864]
+    result = invoke("optimize", "--model", "llama3-70b", "--gpus", "100..1000", "--hardware", "gb300", "--top", "2",
+                    "--json")  # fmt: skip
+    assert result.code == 0, result.err
+    for lay in result.json()["results"][0]["layouts"]:
+        assert lay["gpus"] in (144, 216, 288, 432, 576, 864) and lay["feasible"]
+
+
 def test_a_gpu_range_picks_counts_of_the_range(invoke: Invoke) -> None:
     result = invoke("optimize", "--model", "llama2-7b", "--gpus", "8..64", "--hardware", "a100-80g",
                     "--deadline-days", "30", "--tokens", "2e11", "--objective", "cost", "--top", "3",
