@@ -281,9 +281,16 @@ def _kernels_s(nbytes: FloatArray, kernels: FloatArray, cluster: Cluster) -> Flo
 MOE_PERMUTE_KERNELS_FWD = 4
 MOE_PERMUTE_KERNELS_BWD = 5
 MOE_SORT_KERNELS = 2
+# The same with `Stack.moe_gather_scatter` (Megatron-Core core_v0.6.0's allgather dispatcher,
+# `moe_permute_bytes`), forward: two gathers, zeros_like, scatter's clone and scatter_, the
+# probability multiply, zeros, scatter_add's clone and scatter_add_; backward: a gather, two for the
+# multiply and the probability gradient's sum, a gather, zeros and scatter_add_ twice.
+MOE_GATHER_SCATTER_KERNELS = 9
 
 
-def moe_permute_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
+def moe_permute_bytes(
+    model: ModelSpec, lay: Layouts, tokens: FloatArray, gather_scatter: bool = False
+) -> tuple[FloatArray, FloatArray]:
     """Bytes one mean layer's MoE token permutation and unpermutation move per micro-batch on one
     GPU, (forward, backward); 0 for a dense model.
 
@@ -309,7 +316,25 @@ def moe_permute_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) -> tup
     auxiliary-loss kernels work on T x E scores, E/h of a token row: left out. torchtitan 0.3.0
     dispatches and combines the same way (torchtitan/models/common/moe.py at 4f9e9a47:
     dispatch, experts, combine with scatter_add). TE's fused permute (moe_permute_fusion, off by
-    default) moves about half of these bytes; paraplan has no knob for it."""
+    default) moves about half of these bytes; paraplan has no knob for it.
+
+    `gather_scatter` (`Stack.moe_gather_scatter`): Megatron-Core core_v0.6.0's allgather dispatcher
+    instead (megatron/core/transformer/moe/token_dispatcher.py `MoEAllGatherTokenDispatcher` at
+    cac60ce4: `token_permutation`, `token_unpermutation`; the index maps are expanded views, stride 0
+    along h, so their int64 reads stay in cache and are left out; out-of-place `scatter` and
+    `scatter_add` copy their destination first):
+      forward   torch.gather of the token rows by the map (read 2Rh, write 2Rh); torch.gather into
+                expert order (4Rh); zeros_like of the expert output (2Rh); scatter into it (clone
+                4Rh, scatter_ read 2Rh write 2Rh); times the probabilities (4Rh); zeros of the
+                token rows (2Oh); scatter_add into them (clone 4Oh, read 2Rh, read and write 4Oh)
+                => 24 Rh + 10 Oh
+      backward  scatter_add's source gradient, a gather (4Rh); the multiply's input gradient (4Rh)
+                and probability gradient (the product: read 4Rh, write 2Rh; its row sum, read
+                2Rh); scatter's source gradient, a gather (4Rh); each torch.gather's input
+                gradient, zeros and scatter_add_: into expert order's input (2Rh + read 2Rh + read
+                and write 4Rh), into the token rows (2Oh + read 2Rh + read and write 4Oh)
+                => 30 Rh + 6 Oh
+    The scatter_add_ kernels add with atomics; priced as their bytes, a lower bound."""
     if not model.is_moe:
         zero = np.zeros(len(lay))
         return zero, zero
@@ -317,8 +342,12 @@ def moe_permute_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) -> tup
     rows = tokens * model.experts_top_k * lay.etp / lay.tp
     out = rows / model.experts_top_k
     sort = np.where(_sorts(model, lay), 8.0 * rows * h, 0.0)
-    fwd = model.moe_share * (10.0 * rows * h + 6.0 * out * h + sort)
-    bwd = model.moe_share * (14.0 * rows * h + 6.0 * out * h + sort)
+    if gather_scatter:
+        fwd = model.moe_share * (24.0 * rows * h + 10.0 * out * h + sort)
+        bwd = model.moe_share * (30.0 * rows * h + 6.0 * out * h + sort)
+    else:
+        fwd = model.moe_share * (10.0 * rows * h + 6.0 * out * h + sort)
+        bwd = model.moe_share * (14.0 * rows * h + 6.0 * out * h + sort)
     return np.asarray(fwd), np.asarray(bwd)
 
 
@@ -710,9 +739,12 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     attention = _attention_fwd_s(model, lay, cluster, stack)
     cast_fwd_bytes, cast_bwd_bytes = fp8_cast_bytes(model, lay, stack, tokens)
     memory_bound = _layer_memory_bound_fwd_s(model, lay, cluster, tokens)
-    permute_fwd_bytes, permute_bwd_bytes = moe_permute_bytes(model, lay, tokens)
-    permute_fwd = _kernels_s(permute_fwd_bytes, _moe_permute_kernels(model, lay, MOE_PERMUTE_KERNELS_FWD), cluster)
-    permute_bwd = _kernels_s(permute_bwd_bytes, _moe_permute_kernels(model, lay, MOE_PERMUTE_KERNELS_BWD), cluster)
+    legacy = stack.moe_gather_scatter
+    permute_fwd_bytes, permute_bwd_bytes = moe_permute_bytes(model, lay, tokens, legacy)
+    kernels_fwd = MOE_GATHER_SCATTER_KERNELS if legacy else MOE_PERMUTE_KERNELS_FWD
+    kernels_bwd = MOE_GATHER_SCATTER_KERNELS if legacy else MOE_PERMUTE_KERNELS_BWD
+    permute_fwd = _kernels_s(permute_fwd_bytes, _moe_permute_kernels(model, lay, kernels_fwd), cluster)
+    permute_bwd = _kernels_s(permute_bwd_bytes, _moe_permute_kernels(model, lay, kernels_bwd), cluster)
     eager_fwd_bytes, eager_bwd_bytes = eager_extra_bytes(model, lay, stack, tokens)
     eager_fwd_kernels, eager_bwd_kernels = eager_extra_kernels(model, lay, stack)
     eager_fwd = _kernels_s(eager_fwd_bytes, eager_fwd_kernels, cluster)

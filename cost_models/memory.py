@@ -38,7 +38,7 @@ full width: Megatron's token dispatchers gather the tokens over the expert-TP x 
 its all-to-all), so each rank keeps the copies of the tokens of all ETP sequence shards:
 2h x top-k x ETP / TP per token of its micro-batch, not 2h x top-k / TP (megatron/core/transformer/
 moe/token_dispatcher.py and experts.py at d98e8a64; core_v0.6.0 holds a second such copy, the
-expert output it scales by the router probabilities in `token_unpermutation`).
+expert output it scales by the router probabilities in `token_unpermutation`: `Stack.moe_gather_scatter`).
 Hybrid models (`ModelSpec.layer_pattern`) have one block per layer, its norm input and its first
 linear's input replicated (4h, not 8h); the attention terms count on the attention layers
 (`attention_share`) and each Mamba-2 mixer keeps what Megatron's MambaMixer saves (`mamba_saved_bytes`).
@@ -255,8 +255,12 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
     replicated = 8.0 * h * blocks + 2.0 * h * dropout
     mlp_inner: float | FloatArray = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active
     if model.is_moe:
-        # the dispatched copy of each token, gathered over the expert-TP group (module docstring)
-        mlp_inner = np.asarray(mlp_inner + model.moe_share * model.experts_top_k * 2.0 * h * lay.etp, dtype=np.float64)
+        # the dispatched copy of each token, gathered over the expert-TP group (module docstring),
+        # and with Stack.moe_gather_scatter the expert output the probability multiply saves
+        copies = 2.0 if stack.moe_gather_scatter else 1.0
+        mlp_inner = np.asarray(
+            mlp_inner + model.moe_share * model.experts_top_k * copies * 2.0 * h * lay.etp, dtype=np.float64
+        )
     # K and V as the attention saves them: g heads, or a heads when repeated (Stack.kv_repeated)
     kv_saved = 2.0 * (model.kv_dim + model.v_dim) * kv_repeats(model, stack)
     attention = (4.0 * model.q_dim + kv_saved) * model.attention_share
@@ -365,6 +369,8 @@ def selective_dropped_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> Flo
         shared_inner = model.num_shared_experts * float(model.shared_expert_ffn or model.ffn_hidden_size)
         if "moe" in modules:
             copies = model.experts_top_k * gemm_input * h * lay.etp
+            if stack.moe_gather_scatter:  # the saved expert output, bf16 (activation_bytes_per_token_layer)
+                copies = copies + model.experts_top_k * 2.0 * h * lay.etp
             split = split + moe_share * (inner_kept * (routed_inner + shared_inner) + copies)
         else:
             if "moe_act" in modules:

@@ -127,6 +127,19 @@ data from NVLink domain to RDMA domain"; DeepSeek-V3 report arXiv:2412.19437 Sec
 combine reduces in the node first and goes back the same way. Megatron dispatches BF16 on both
 (fused_a2a.py at d98e8a64: DeepEP gets the bf16 hidden states, HybridEP asserts `not fp8_dispatch`).
 Priced in `traffic.ep_per_layer_s`.
+`moe_gather_scatter`: the routed tokens are permuted as Megatron-Core core_v0.6.0's allgather token
+dispatcher does it (--moe-token-dispatcher-type allgather, that release's default; megatron/core/
+transformer/moe/token_dispatcher.py `MoEAllGatherTokenDispatcher` at core_v0.6.0, cac60ce4): torch.gather
+of the gathered tokens by an index map expanded to the hidden width, a second torch.gather into expert
+order, out-of-place `scatter` back and `scatter_add` into the gathered token rows, and the router
+probabilities applied to the expert output after the experts (`unpermuted_local_hidden * scores`, which
+autograd saves the expert output for). Priced in `compute.moe_permute_bytes` (more bytes than the
+index_select / scatter_add path of later releases) and `memory.activation_bytes_per_token_layer` (the
+saved expert output). core_v0.7.0 and core_v0.8.0 run custom moe_gather / moe_scatter Functions
+instead, later releases moe_utils' permute / unpermute; the pinned Megatron-LM cannot run it. The host
+dispatches (`compute.moe_layer_ops`) are counted as for the pinned dispatchers, and at EP > 1 the
+tokens' exchange stays the alltoall dispatcher's (`traffic.ep_per_layer_s`), not that release's
+all-gather over TP x EP.
 `moe_a2a_overlap`: Megatron-LM's combined 1F1B (--overlap-moe-expert-parallel-comm; Megatron-Bridge's
 comm_overlap.overlap_moe_expert_parallel_comm, which its perf scripts' moe_a2a_overlap sets together with
 delay_wgrad_compute, scripts/performance/utils/overrides.py `_set_moe_a2a_overlap_overrides`): in the
@@ -279,6 +292,10 @@ class Stack:
         metadata={"help": "MoE token dispatch: alltoall, or Megatron's flex dispatcher on deepep or hybridep."},
     )
 
+    moe_gather_scatter: bool = field(
+        default=False,
+        metadata={"help": "MoE tokens permuted by gather/scatter, probs after the experts (Megatron-Core 0.6.0)."},
+    )
     moe_a2a_overlap: bool = field(
         default=False,
         metadata={"help": "MoE all-to-all hidden under another micro-batch's compute (Megatron's combined 1F1B)."},

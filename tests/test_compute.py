@@ -328,6 +328,33 @@ def test_moe_permute_bytes_by_hand_ep1() -> None:
     assert _f(bwd) == 71_303_168
 
 
+def test_moe_permute_bytes_gather_scatter_by_hand() -> None:
+    # The same layout (R = 4096 routed rows, O = 2048 token rows of h = 1024) as Megatron-Core
+    # core_v0.6.0's allgather dispatcher moves them (`Stack.moe_gather_scatter`):
+    #   forward   gather 2Rh + 2Rh, gather into expert order 2Rh + 2Rh, zeros_like 2Rh, scatter's
+    #             clone 2Rh + 2Rh and scatter_ 2Rh + 2Rh, probability multiply 2Rh + 2Rh, zeros 2Oh,
+    #             scatter_add's clone 2Oh + 2Oh and scatter_add_ 2Rh + 4Oh
+    #             = 24 * 4096 * 1024 + 10 * 2048 * 1024 = 100,663,296 + 20,971,520 = 121,634,816
+    #   backward  gather 4Rh; multiply 4Rh, probability gradient 4Rh + 2Rh + row sum 2Rh; gather 4Rh;
+    #             zeros 2Rh + scatter_add_ 2Rh + 4Rh; zeros 2Oh + scatter_add_ 2Rh + 4Oh
+    #             = 30 * 4096 * 1024 + 6 * 2048 * 1024 = 125,829,120 + 12,582,912 = 138,412,032
+    lay = one(tp=2, sequence_parallel=True, micro_batch=1, seq_len=2048)
+    fwd, bwd = moe_permute_bytes(_tiny_moe(), lay, _a(2048.0), gather_scatter=True)
+    assert _f(fwd) == 121_634_816
+    assert _f(bwd) == 138_412_032
+
+
+def test_gather_scatter_permutation_is_in_the_layer_time(dgx: Cluster) -> None:
+    # Over the default path's 54,525,952 + 71,303,168 B: + 67,108,864 B forward and + 67,108,864 B
+    # backward at 2e12 B/s (`dgx`, memory_bound 1, no launch cost): 3.3554432e-5 s each way
+    lay = one(tp=2, sequence_parallel=True, micro_batch=1, seq_len=2048)
+    model = _tiny_moe()
+    legacy = micro_batch_times(model, lay, dgx, Stack(moe_gather_scatter=True))
+    default = micro_batch_times(model, lay, dgx, Stack())
+    assert _f(legacy.layer_fwd_s - default.layer_fwd_s) == pytest.approx(3.3554432e-5, rel=1e-9)
+    assert _f(legacy.layer_bwd_s - default.layer_bwd_s) == pytest.approx(3.3554432e-5, rel=1e-9)
+
+
 def test_moe_permute_bytes_alltoall_sorts_by_local_expert() -> None:
     # TP2, DP4, EP4, expert TP 1: R = 2048 * 2 * 1 / 2 = 2048 rows, O = 1024; 8 experts over EP4
     # leave 2 local experts, so the alltoall dispatcher also sorts the received rows by local

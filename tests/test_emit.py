@@ -477,6 +477,7 @@ def _deepspeed(**settings: object) -> Stack:
          _titan(kv_repeated=True),
          "kv_repeated"),
         ("megatron", "llama2-7b", {"pp": 2}, Stack(pp_outputs_kept=True), "pp_outputs_kept"),
+        ("megatron", "mixtral-8x7b", {"tp": 8}, Stack(moe_gather_scatter=True), "moe_gather_scatter"),
         ("megatron", "llama3-8b", {}, Stack(kv_repeated=True), "kv_repeated"),
         ("deepspeed", "llama3-8b", {}, _deepspeed(kv_repeated=True), "kv_repeated"),
         # bf16 Adam moments: Megatron's precision-aware optimizer, with its distributed optimizer only

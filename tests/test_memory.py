@@ -403,6 +403,20 @@ def test_moe_activations_by_hand(models: dict[str, ModelSpec]) -> None:
     assert _f(activation_bytes_per_token_layer(models["mixtral-8x7b"], lay, FLASH)) == 241_664
 
 
+def test_gather_scatter_keeps_the_expert_output(models: dict[str, ModelSpec]) -> None:
+    # Megatron-Core core_v0.6.0 scales the expert output by the router probabilities after the
+    # experts (`Stack.moe_gather_scatter`): autograd saves that output, top-2 x 2h per token at
+    # expert TP = TP. Mixtral, TP8 + SP, flash: 44,544 (the test below) + 2 x 8,192 = 60,928.
+    lay = one(tp=8, sequence_parallel=True, recompute="selective")
+    model = models["mixtral-8x7b"]
+    assert _f(activation_bytes_per_token_layer(model, lay, Stack(moe_gather_scatter=True))) == 60_928
+    # a dense model has no expert output to keep
+    dense = models["llama2-70b"]
+    assert _f(activation_bytes_per_token_layer(dense, lay, Stack(moe_gather_scatter=True))) == _f(
+        activation_bytes_per_token_layer(dense, lay, Stack())
+    )
+
+
 def test_tensor_parallel_experts_keep_the_gathered_tokens(models: dict[str, ModelSpec]) -> None:
     # Mixtral, TP8 + SP, flash, per token and layer. The dispatcher gathers the tokens of all 8
     # sequence shards, so the copies the first expert GEMM saves are not split over TP:

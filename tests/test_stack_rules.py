@@ -152,10 +152,10 @@ PLANS = {
 # other releases (the published runs of those releases are calibrated with them), not rules of what
 # a framework runs. The emitter may refuse these and nothing else of an accepted stack.
 VERSION_ONLY = {
-    Framework.MEGATRON: {"tp_overlap", "loss", "pp_outputs_kept", "kv_repeated", "master_weights"},
-    Framework.DEEPSPEED: {"tp_overlap", "p2p_overlap", "loss", "pp_outputs_kept", "kv_repeated"},
+    Framework.MEGATRON: {"tp_overlap", "loss", "pp_outputs_kept", "kv_repeated", "master_weights", "moe_gather_scatter"},
+    Framework.DEEPSPEED: {"tp_overlap", "p2p_overlap", "loss", "pp_outputs_kept", "kv_repeated", "moe_gather_scatter"},
     Framework.TORCHTITAN: {"flash_attention", "dp_overlap", "main_grads", "p2p_overlap", "attention_saved",
-                           "pp_outputs_kept", "kv_repeated", "tp_overlap", "fused_norm", "loss"},
+                           "pp_outputs_kept", "kv_repeated", "tp_overlap", "fused_norm", "loss", "moe_gather_scatter"},
 }  # fmt: skip
 
 

@@ -186,12 +186,16 @@ def _refuse(ctx: _Ctx, knob: str, why: str) -> NoReturn:
 
 
 def _refuse_older_stack(ctx: _Ctx, release: str, repeats_kv: bool = False) -> None:
-    """Stack settings that describe older releases (`Stack.pp_outputs_kept`, `Stack.kv_repeated`),
-    which the pinned frameworks' flags cannot bring back. `repeats_kv`: the emitted attention
-    repeats K/V itself (Megatron-LM's unfused DotProductAttention, `key.repeat_interleave`)."""
+    """Stack settings that describe older releases (`Stack.pp_outputs_kept`, `Stack.kv_repeated`,
+    `Stack.moe_gather_scatter`), which the pinned frameworks' flags cannot bring back. `repeats_kv`:
+    the emitted attention repeats K/V itself (Megatron-LM's unfused DotProductAttention,
+    `key.repeat_interleave`)."""
     if ctx.stack.pp_outputs_kept:
         _refuse(ctx, "pp_outputs_kept", f"{release}'s pipeline schedules keep no micro-batch's output to the step's end "
                 "(PyTorch's pipelining did until torchtitan passed return_outputs=False, e5ef99aab)")  # fmt: skip
+    if ctx.stack.moe_gather_scatter and ctx.model.is_moe:
+        _refuse(ctx, "moe_gather_scatter", f"{release} permutes MoE tokens with index_select / scatter_add or fused "
+                "kernels; the gather/scatter path is Megatron-Core core_v0.6.0's allgather dispatcher")  # fmt: skip
     if ctx.stack.kv_repeated and not repeats_kv:
         _refuse(ctx, "kv_repeated", f"{release}'s attention takes the K/V heads as they are (torchtitan repeated them "
                 "to every query head before ff0829c10); no flag repeats them")  # fmt: skip
