@@ -10,9 +10,10 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
      grouped-GEMM costs are not kernel efficiencies of the hardware, and fitting them in would
      bend every dense prediction (they remain validation runs, with their own error bars).
      Hardware of the same die without such runs (H200, H800, the 96 GB H100) takes the fitted
-     H100 fractions, and so does another die of the same architecture (`SAME_ARCH`: Blackwell
-     Ultra takes B200's); a die with a published MAMF but no such runs (MI300X) takes its MAMF share
-     times the fitted dies' mean ratio of constant to MAMF share (`prior`).
+     H100 fractions (`SAME_DIE`); a die of a fitted die's architecture with fewer than MIN_RUNS
+     such runs takes that die's fit (`SAME_ARCH`: Blackwell Ultra B200's, e.g. in a fold of the
+     cross-validation without its runs); a die with a published MAMF but no such runs (MI300X)
+     takes its MAMF share times the fitted dies' mean ratio of constant to MAMF share (`prior`).
   2. Per stack, on the runs of every other framework over all hardware: the kernel throughput
      relative to Megatron's (`cost_models.frameworks.KERNEL_EFFICIENCY`), by a one-dimensional
      search minimizing the mean absolute log error.
@@ -55,13 +56,15 @@ SAME_DIE = {
     "h100-sxm": ("h200", "h800", "h100-96g", "h100-pcie"),
     "a100-80g": ("a100-40g", "a800-80g", "a100-80g-pcie"),
     "b200": ("b200-750w", "gb200"),
+    "gb300": ("b300",),
 }
-# Presets of another die of the same architecture, without Megatron-family runs of their own: they
-# take the main preset's fit as its die variants do. Blackwell Ultra (B300: DGX/HGX B300, GB300
-# NVL72) is a second Blackwell die (compute capability 10.3 against B200's 10.0) with the same
-# fifth-generation tensor cores, the same rated dense BF16/FP8 per GPU as B200/GB200 at their power
-# limits and the same FP8 path (hardware_specs/presets/b300.toml, gb300.toml).
-SAME_ARCH = {"b200": ("b300", "gb300")}
+# Another die of the same architecture: fitted on its own runs where it has MIN_RUNS of them, else
+# it (and its die variants) take the architecture's fitted die. Blackwell Ultra (GB300 NVL72, DGX/HGX
+# B300) is a second Blackwell die (compute capability 10.3 against B200's 10.0) with the same
+# fifth-generation tensor cores and the same rated dense BF16/FP8 per GPU as B200/GB200
+# (hardware_specs/presets/b300.toml, gb300.toml); Megatron-Bridge's tables run it faster than
+# GB200 at the same rating (its 1,400 W limit, its faster softmax exponent), so its own runs decide.
+SAME_ARCH = {"b200": ("gb300",)}
 MIN_RUNS = 4
 # The MAMF share of each die's BF16 peak: stas00/ml-engineering compute/accelerator/README.md
 # @744d01e1, 'Maximum Achievable Matmul FLOPS' BF16 table, over the preset's peak.
@@ -97,16 +100,23 @@ def prior(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float] | N
     }
 
 
-def fit_sharers(hardware: str) -> list[tuple[str, str]]:
-    """(preset, why) for each preset that takes the fit of main preset `hardware`."""
-    return [(other, "the same die") for other in SAME_DIE.get(hardware, ())] + [
-        (other, "the same architecture") for other in SAME_ARCH.get(hardware, ())
+def fit_sharers(hardware: str, fitted: dict[str, dict[str, float]]) -> list[tuple[str, str]]:
+    """(preset, why) for each preset without a fit of its own that takes fitted preset `hardware`'s."""
+    same_arch = [die for die in SAME_ARCH.get(hardware, ()) if die not in fitted]
+    return [(other, "the same die") for other in SAME_DIE.get(hardware, ()) if other not in fitted] + [
+        (other, "the same architecture") for die in same_arch for other in (die, *SAME_DIE.get(die, ()))
     ]
 
 
 def main_preset(hardware: str) -> str:
-    """The preset whose fit `hardware` takes (`SAME_DIE`, `SAME_ARCH`); itself where none."""
-    return next((main for main, others in (*SAME_DIE.items(), *SAME_ARCH.items()) if hardware in others), hardware)
+    """The die preset whose fit `hardware` takes (`SAME_DIE`); itself where none."""
+    return next((main for main, others in SAME_DIE.items() if hardware in others), hardware)
+
+
+def die_values(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float] | None:
+    """The die's own fit, else its architecture's fitted die's (`SAME_ARCH`), else its `prior`."""
+    arch = next((main for main, others in SAME_ARCH.items() if die in others), None)
+    return fitted.get(die) or (fitted.get(arch) if arch else None) or prior(die, fitted)
 
 
 MIN_STACK_RUNS = 3  # DeepSpeed's figure rests on MT-NLG's three runs: say so wherever it is quoted
@@ -255,8 +265,7 @@ def fold_cluster(hardware: str, fitted: dict[str, dict[str, float]]) -> Cluster:
     """The preset with the constants of its die from this fit (or the die's `prior`); a preset
     without either is used as it is."""
     base = load_cluster(hardware)
-    die = main_preset(hardware)
-    values = fitted.get(die) or prior(die, fitted)
+    values = die_values(main_preset(hardware), fitted)
     return with_values(base, values) if values else base
 
 
@@ -330,7 +339,7 @@ def main() -> int:
             basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {count} dense Megatron-family runs of "
                      f"{hardware} in benchmarks/data/runs_public.csv")  # fmt: skip
             write_preset(hardware, values, basis)
-            for other, why in [(o, why) for o, why in fit_sharers(hardware) if o not in fitted]:
+            for other, why in fit_sharers(hardware, fitted):
                 write_preset(other, values, f"taken from {hardware} ({why}: its variants share the main preset's "
                                             f"fit) {basis}")  # fmt: skip
         shares = ", ".join(f"{d} {MAMF_SHARE[d]}" for d in sorted(fitted) if d in MAMF_SHARE)

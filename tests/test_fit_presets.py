@@ -53,16 +53,27 @@ def test_a_die_without_a_mamf_figure_has_no_prior() -> None:
 
 
 def test_a_preset_sharing_a_fit_carries_its_main_presets_constants() -> None:
-    # --write copies the main preset's fitted constants to its die variants (SAME_DIE) and to the
-    # other dies of its architecture (SAME_ARCH: Blackwell Ultra's b300 and gb300 take b200's), so
-    # between two fits every such preset holds them unchanged
+    # --write copies a fitted die's constants to its die variants (SAME_DIE), so between two fits
+    # every such preset holds them unchanged
     from paraplan.hardware_specs.loader import load_cluster
 
-    assert fit_presets.main_preset("gb300") == fit_presets.main_preset("gb200") == "b200"
-    assert fit_presets.main_preset("b200") == "b200"
-    assert ("b300", "the same architecture") in fit_presets.fit_sharers("b200")
-    for main in (*fit_presets.SAME_DIE, *fit_presets.SAME_ARCH):
+    assert fit_presets.main_preset("b300") == "gb300"
+    assert fit_presets.main_preset("gb200") == fit_presets.main_preset("b200") == "b200"
+    every_die_fitted: dict[str, dict[str, float]] = {main: {} for main in fit_presets.SAME_DIE}
+    for main in fit_presets.SAME_DIE:
         fitted = load_cluster(main).efficiency
-        for other, _ in fit_presets.fit_sharers(main):
+        for other, _ in fit_presets.fit_sharers(main, every_die_fitted):
             efficiency = load_cluster(other).efficiency
             assert (efficiency.gemm_max, efficiency.attention) == (fitted.gemm_max, fitted.attention), other
+
+
+def test_a_die_without_enough_runs_takes_its_architectures_fit() -> None:
+    # Blackwell Ultra fits on its own runs; without them (a cross-validation fold that holds out
+    # their source) it and its die variant take B200's, not the preset file's last fit
+    b200, gb300 = {"gemm_max": 0.5, "attention": 0.4}, {"gemm_max": 0.6, "attention": 0.45}
+    assert fit_presets.die_values("gb300", {"b200": b200}) == b200
+    assert fit_presets.die_values("gb300", {"b200": b200, "gb300": gb300}) == gb300
+    shared = fit_presets.fit_sharers("b200", {"b200": b200})
+    assert ("gb300", "the same architecture") in shared and ("b300", "the same architecture") in shared
+    assert not {name for name, _ in fit_presets.fit_sharers("b200", {"b200": b200, "gb300": gb300})} & {"gb300", "b300"}
+    assert fit_presets.fit_sharers("gb300", {"b200": b200, "gb300": gb300}) == [("b300", "the same die")]

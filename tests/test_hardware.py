@@ -149,7 +149,7 @@ def test_b300_per_gpu_figures_from_the_hgx_table(presets: dict[str, Cluster]) ->
     assert b300.gpu.tdp_w == 1100
     # host copies at the Xeon 6's PCIe Gen5 x16, not the GPU's Gen6 (128e9)
     assert b300.intra_node.pcie.bw_bytes_per_s == 64e9
-    assert (b300.gpus_per_node, b300.nvlink_domain, b300.gpu_family) == (8, 8, "b200")
+    assert (b300.gpus_per_node, b300.nvlink_domain, b300.gpu_family) == (8, 8, "b300")
     assert b300.price is None  # no published price: no placeholder either
 
 
@@ -180,16 +180,16 @@ def test_gb300_per_gpu_figures_from_the_rack(presets: dict[str, Cluster]) -> Non
     # 142 kW rack maximum less 72 x 1,400 W GPUs, ~60% of it under a training load
     assert gb300.power is not None
     assert gb300.power.node_overhead_w == pytest.approx(0.6 * (142e3 - 72 * 1400), rel=0.02)
-    assert (gb300.gpus_per_node, gb300.nvlink_domain, gb300.gpu_family) == (72, 72, "b200")
+    assert (gb300.gpus_per_node, gb300.nvlink_domain, gb300.gpu_family) == (72, 72, "b300")
     assert gb300.price is None
 
 
-@pytest.mark.parametrize("name", ["b300", "gb300"])
-def test_blackwell_ultra_takes_b200s_fitted_fractions(presets: dict[str, Cluster], name: str) -> None:
-    # the same architecture as B200 without runs of its own (benchmarks/fit_presets.py SAME_ARCH)
-    assert presets[name].efficiency.model_dump(exclude={"sources"}) == presets["b200"].efficiency.model_dump(
+def test_b300_takes_gb300s_fitted_fractions(presets: dict[str, Cluster]) -> None:
+    # the same Blackwell Ultra die, fitted on GB300's runs (benchmarks/fit_presets.py SAME_DIE)
+    assert presets["b300"].efficiency.model_dump(exclude={"sources"}) == presets["gb300"].efficiency.model_dump(
         exclude={"sources"}
     )
+    assert presets["b300"].gpu_family == presets["gb300"].gpu_family == "b300"
 
 
 # ---------------------------------------------------------------------------- topology
