@@ -360,8 +360,8 @@ def _validated(invoke: Invoke, hardware: str, model: str, *args: str, precision:
     assert obj["feasible"] and obj["violations"] == []
     assert obj["peak_flops"] == (cluster.gpu.peak_fp8_flops if precision == "fp8" else cluster.gpu.peak_bf16_flops)
     assert obj["memory_bytes"]["capacity"] == cluster.gpu.memory_bytes
-    # no run of its own: the error bar comes from the B200 family's runs (the same architecture)
-    assert obj["accuracy_basis"].split()[1] == "b200"
+    # the error bar comes from the runs of the preset's own die family (GB300 and B300 rows)
+    assert obj["accuracy_basis"].split()[1] == cluster.gpu_family
     return obj
 
 

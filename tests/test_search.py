@@ -284,16 +284,19 @@ def cases(draw: st.DrawFn) -> Case:
             if v is not None and knobs.get(k) is None}  # fmt: skip
     low = {k: v for k, v in {"dp": maybe([2, 4]), "tp": maybe([2])}.items()
            if v is not None and knobs.get(k) is None and k not in high}  # fmt: skip
+    hardware = draw(st.sampled_from(preset_names()))
+    # a cost objective needs a price (hardware without one is refused with one Error line: test_cli); time otherwise
+    objectives = ["time", "cost"] if usd_per_gpu_hour(cluster(hardware)) is not None else ["time"]
     return Case(
         model=name,
-        hardware=draw(st.sampled_from(preset_names())),
+        hardware=hardware,
         gpus=gpus,
         knobs={k: v for k, v in knobs.items() if v is not None},
         low=low,
         high=high,
         tp_within_node=draw(st.booleans()),
         mem_headroom=draw(st.sampled_from([0.0, 0.0, 0.2])),
-        objective=draw(st.sampled_from(["time", "cost"])),
+        objective=draw(st.sampled_from(objectives)),
         deadline_quantile=maybe([0.0, 0.3, 1.0]),
         top=draw(st.integers(1, 10)),
     )
