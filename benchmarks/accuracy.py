@@ -29,6 +29,8 @@ import math
 import statistics
 import sys
 from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -125,29 +127,40 @@ def summary(results: list[RunResult]) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def fitted_without(runs: list[Run], source: str) -> Iterator[Callable[[str], Cluster]]:
+    """The whole fit of `benchmarks/fit_presets.py` redone without the source's runs: per-hardware
+    constants, per-stack kernel efficiencies and MoE host floors. The stacks' figures are in
+    `frameworks.FRAMEWORKS` while the block runs (restored after); it is given a function from
+    preset name to that preset with this fold's constants (hardware only the held-out source ran
+    on takes its die's constants from this fold too)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from fit_presets import apply_stacks, fit_all, fold_cluster
+
+    fitted, stacks, clusters, floors = fit_all([r for r in runs if r.group != source], quiet=True)
+    saved = apply_stacks(stacks, floors)
+    try:
+        yield lambda hardware: clusters.get(hardware) or fold_cluster(hardware, fitted)
+    finally:
+        frameworks.FRAMEWORKS.update(saved)
+
+
+def held_out(runs: list[Run], source: str) -> list[RunResult]:
+    """The source's runs predicted by the fit of `fitted_without` the source."""
+    test = [r for r in runs if r.group == source]
+    with fitted_without(runs, source) as cluster:
+        return assess(test, {r.hardware: cluster(r.hardware) for r in test if r.hardware})
+
+
 def cross_validate(runs: list[Run], results: list[RunResult]) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """Leave one source out: redo the whole fit (`benchmarks/fit_presets.py`: per-hardware
     constants on Megatron-family runs, per-stack kernel efficiencies and MoE host floors) without that source, and
     predict it with the refitted constants. Returns the MAPEs per source (in-sample, held out)
     and each run's held-out signed error."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from fit_presets import apply_stacks, fit_all, fold_cluster
-
     out: dict[str, dict[str, float]] = {}
     errors: dict[str, float] = {}
     for source, held in by_source(results).items():
-        train = [r for r in runs if r.group != source]
-        test = [r for r in runs if r.group == source]
-        fitted, stacks, clusters, floors = fit_all(train, quiet=True)
-        saved = apply_stacks(stacks, floors)
-        try:
-            # hardware only the held-out source ran on: its die's constants from this fold too
-            cache = {
-                r.hardware: clusters.get(r.hardware) or fold_cluster(r.hardware, fitted) for r in test if r.hardware
-            }
-            after = assess(test, {k: v for k, v in cache.items() if v is not None})
-        finally:
-            frameworks.FRAMEWORKS.update(saved)
+        after = held_out(runs, source)
         errors.update({r.run: r.error for r in after})
         out[source] = {"in_sample": mape([r.error for r in held]), "held_out": mape([r.error for r in after])}
         print(f"  cv {source:32} in-sample {out[source]['in_sample']:6.1%}  held out {out[source]['held_out']:6.1%}",
