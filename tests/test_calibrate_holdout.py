@@ -23,14 +23,14 @@ holdout = importlib.import_module("calibrate_holdout")
 MODEL = load_model("llama2-7b")
 
 
-def run(label: str, group: str, hardware: str) -> Run:
-    return Run(label, group, hardware, MODEL, 8, "TP1/PP1/DP8/CP1", {}, {}, 1.0)
+def run(label: str, group: str, hardware: str, framework: str = "megatron") -> Run:
+    return Run(label, group, hardware, MODEL, 8, "TP1/PP1/DP8/CP1", {"framework": framework}, {}, 1.0)
 
 
 # three sources on the A100 die (one on a same-die variant only), one on H100 only, one on both
 RUNS = [
     run("a1", "alpha", "a100-80g"), run("a2", "alpha", "a100-80g"),
-    run("b1", "beta", "a800-80g"),
+    run("b1", "beta", "a800-80g"), run("b2", "beta", "a100-80g", "torchtitan"),
     run("c1", "gamma", "a100-40g"), run("c2", "gamma", "h100-sxm"),
     run("d1", "delta", "h100-sxm"),
 ]  # fmt: skip
@@ -41,9 +41,19 @@ def test_one_fold_per_source_on_the_die_holding_out_exactly_its_runs_there() -> 
     assert [f.source for f in folds] == ["alpha", "beta", "gamma"]  # delta never ran on the die
     by_source = {f.source: f for f in folds}
     assert [r.label for r in by_source["alpha"].test] == ["a1", "a2"]
-    assert [r.label for r in by_source["alpha"].train] == ["b1", "c1"]
+    assert [r.label for r in by_source["alpha"].train] == ["b1", "b2", "c1"]
     assert [r.label for r in by_source["gamma"].test] == ["c1"]  # its H100 run is no A100 run
-    assert [r.label for r in by_source["gamma"].train] == ["a1", "a2", "b1"]
+    assert [r.label for r in by_source["gamma"].train] == ["a1", "a2", "b1", "b2"]
+
+
+def test_a_training_stack_narrows_what_calibrate_sees_never_what_is_predicted() -> None:
+    from paraplan.cost_models.layout import Framework
+
+    beta = {f.source: f for f in holdout.folds(RUNS, "a100-80g", Framework.MEGATRON)}["beta"]
+    assert [r.label for r in beta.train] == ["a1", "a2", "c1"]
+    assert [r.label for r in beta.test] == ["b1", "b2"]
+    alpha = {f.source: f for f in holdout.folds(RUNS, "a100-80g", Framework.TORCHTITAN)}["alpha"]
+    assert [r.label for r in alpha.train] == ["b2"]
 
 
 def test_neither_calibration_of_a_fold_sees_the_held_out_sources_runs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -75,7 +85,7 @@ def test_neither_calibration_of_a_fold_sees_the_held_out_sources_runs(monkeypatc
 def test_the_fitted_constants_go_onto_each_held_out_runs_own_preset(monkeypatch: pytest.MonkeyPatch) -> None:
     used: dict[str, Cluster] = {}
     monkeypatch.setattr(holdout, "assess", lambda runs, clusters: used.update(clusters) or [])
-    holdout.predict_with([RUNS[2], RUNS[3]], load_cluster, {"gemm_max": 0.5})
+    holdout.predict_with([r for r in RUNS if r.label in ("b1", "c1")], load_cluster, {"gemm_max": 0.5})
     assert sorted(used) == ["a100-40g", "a800-80g"]
     assert used["a800-80g"].efficiency.gemm_max == 0.5
     # the variant's own links and memory stay (A800's NVLink is 400 GB/s, not A100's 600)
