@@ -243,17 +243,18 @@ def test_error_names_the_bad_value_and_what_is_accepted() -> None:
 
 
 def _recorded_rows(monkeypatch: pytest.MonkeyPatch) -> list[np.ndarray]:
-    """The candidate rows each call of the cost model receives, in order."""
-    import paraplan.question as question_module
-    from paraplan.cost_models.evaluate import evaluate as real
+    """The candidate rows each pass over the cost model (`Question.evaluate`, which prices them
+    in chunks of `question.CHUNK`) receives, in order."""
+    from paraplan.question import Question
 
+    real = Question.evaluate
     calls: list[np.ndarray] = []
 
-    def recording(model: Any, cluster: Any, layouts: Any, *args: Any) -> Any:
+    def recording(self: Question, layouts: Any) -> Any:
         calls.append(layouts.data.copy())
-        return real(model, cluster, layouts, *args)
+        return real(self, layouts)
 
-    monkeypatch.setattr(question_module, "evaluate", recording)
+    monkeypatch.setattr(Question, "evaluate", recording)
     return calls
 
 
