@@ -884,7 +884,40 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     dispatches (6 per local expert, more with FP8's per-expert casts) fits worse (step 3 of
     benchmarks/fit_presets.py: MAPE 23.6% against 17.4%, with every backward counted). GPT-OSS's
     bias loop is Python-level per expert in its forward, native in its backward. Recompute
-    (selective or full) runs forward dispatches again; not counted."""
+    (selective or full) runs forward dispatches again; not counted.
+
+    CUDA graphs (`Stack.cuda_graph_scope`) take dispatches off the host: a captured region is
+    replayed by one launch, forward and backward. Megatron-LM d98e8a64 transformer_layer.py
+    (`_get_submodules_under_cudagraphs`, `_te_cuda_graph_capture`, the TE layer's forward after it)
+    captures per layer with TE's make_graphed_callables (one autograd Function whose forward and
+    backward each replay a graph):
+      attn            the input norm, attention and its residual add (`_forward_attention`): the
+                      attention rows of the table above, forward and Python backward, and its TP
+                      collectives;
+      moe_router      the pre-MLP norm, the router (its GEMM and the 7 E and B of the router row)
+                      and, where they are not overlapped, the shared experts (their G and E but the
+                      add to the routed output, which moe_layer.py postprocess runs after the graph);
+      moe_preprocess  (only with moe_router) the dispatcher's preprocess, the token counts: the B
+                      of the dispatcher row but one. The device-to-host copy cannot be in a graph:
+                      with this scope token_dispatcher.py moves it from before the permutation to
+                      after the graph (`cuda_dtoh_point` "before_ep_alltoall", on its own stream),
+                      so the host still waits there once per layer: the floor stays, smaller;
+      full_iteration  the whole step one graph (Megatron-LM --cuda-graph-impl full_iteration, with
+                      Megatron-Bridge's capacity-bound HybridEP buffers: no host read of the
+                      counts): nothing is dispatched per layer, the count is 0.
+    mlp, moe and mamba capture dense MLPs, drop-and-pad MoE layers (no floor, `Stack.token_drop`)
+    and Mamba mixers: none is a dropless MoE layer's. Each captured region adds its replay, 2 a
+    layer (forward, backward), whatever it holds. Evidence (benchmarks/data/runs_public.csv, each
+    row's `cuda_graph_scope` read from its Megatron-Bridge recipe at the release's tag; errors at
+    the per-dispatch time refitted with the scopes): the DGX-GB200 Qwen3-235B-A22B rows at MBS 1
+    (attn, moe_router, moe_preprocess; 26.02 .. 26.04.01) go from +26 .. +29% with the whole count
+    to within 3%, DGX-B200 Qwen3-30B-A3B at MBS 1 (moe_router, moe_preprocess; 25.11, 26.02) from
+    +28%, +33% to 0%, +4%, full_iteration's 26.06 GB200 Qwen3-235B-A22B from +68% to +3%. Against
+    it: the GB200/B200 Nemotron-3-Nano rows (MBS 2: attn, mamba, moe_router, moe_preprocess) go
+    from -3 .. -6% to -23 .. -28%; their GB300 and B300 rows at MBS 4, which no floor ever reached,
+    are -22 .. -27% with the same recipe, so that model's Blackwell GPU time is short by about a
+    quarter, which the whole count hid on the MBS 2 rows. The ungraphed rows do not move with it
+    (the H100 Qwen3-30B-A3B PP2 VP12 row of 26.02.01 stays +31 .. +34%)."""
     n = len(lay)
     sp = lay.seq_parallel_active
     tp_only = (lay.tp > 1) & ~sp
@@ -924,7 +957,24 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     # 6 of 7 (all but MoEAuxLossAutoScaler), GPT-OSS's clamp and bias loop, the shared experts' add
     # and gate (table above)
     native = 2.0 + (ROUTER_E - 1.0) + clamp + bias + shared_native
-    return np.asarray((gemms + others + bookkeeping) + (2.0 * gemms + others - native), dtype=np.float64)
+    ops = (gemms + others + bookkeeping) + (2.0 * gemms + others - native)
+    scope = stack.cuda_graph_scope
+    if "full_iteration" in scope:
+        return np.zeros(n)
+    graphed = np.zeros(n)
+    if "attn" in scope:  # forward G + E + collectives + FP8 casts; backward 2G + E - the residual add
+        attn_fwd = attn_g + attn_e + attention_tp + np.where(fp8, attn_g, 0.0)
+        graphed = graphed + attn_fwd + (attn_fwd + attn_g - 1.0)
+    if "moe_router" in scope:
+        # pre-MLP norm (1 + 1), router (G + 7 E + B forward; 2 GEMM backwards and the aux-loss
+        # scaler's), the shared experts but their add (native backward: not counted there)
+        graphed = graphed + 2.0 + (1.0 + ROUTER_E + router_b) + 3.0
+        shared_fwd = shared_g + np.maximum(shared_e - 1.0, 0.0) + np.where(fp8, shared_g, 0.0)
+        graphed = graphed + shared_fwd + (shared_fwd + shared_g - np.maximum(shared_native - 1.0, 0.0))
+        if "moe_preprocess" in scope:
+            graphed = graphed + dispatch_b - 1.0  # the device-to-host copy stays outside
+    replays = np.where(graphed > 0.0, 2.0, 0.0)
+    return np.asarray(ops - graphed + replays, dtype=np.float64)
 
 
 # Kernels of one Mamba-2 mixer besides its GEMMs, forward (`mamba_mixer_s`): Megatron's two layout

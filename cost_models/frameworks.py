@@ -82,6 +82,7 @@ from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import (
+    CUDA_GRAPH_SCOPES,
     DEFAULT_RECOMPUTE_MODULES,
     DEFAULT_ZERO3_MAX_LIVE_PARAMS,
     Fp8Recipe,
@@ -716,6 +717,9 @@ def stack_unsupported(framework: Framework, stack: Stack) -> list[tuple[str, str
         out.append(("recompute_modules", f"recompute-modules {','.join(module_list(stack.recompute_modules)) or '(none)'}: "
                     f"{release}'s selective recompute is its own ({SELECTIVE_WORDS[fs.selective]}); recompute "
                     "modules are Megatron-LM's --recompute-modules"))  # fmt: skip
+    if stack.cuda_graph_scope and framework != Framework.MEGATRON:
+        out.append(("cuda_graph_scope", f"cuda-graph-scope {','.join(module_list(stack.cuda_graph_scope, CUDA_GRAPH_SCOPES))}: "
+                    f"{release} is priced without CUDA graphs (Megatron-LM's --cuda-graph-impl)"))  # fmt: skip
     if stack.ep_dispatcher not in fs.ep_dispatchers:
         out.append(("ep_dispatcher", f"ep-dispatcher {stack.ep_dispatcher!r}: {release} is priced with "
                     f"{' or '.join(sorted(fs.ep_dispatchers))} only (the flex dispatcher, DeepEP or HybridEP, is "

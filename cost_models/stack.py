@@ -191,6 +191,17 @@ selective_recompute_fwd_s` (its forward again in the backward) and what it saves
                   tensor_parallel.checkpoint.
 Megatron-LM also accepts gdn_norm_out, gdp_in_proj, gdp_qkv and mhc (GatedDeltaNet/Product and
 HyperConnection layers), which paraplan's decoders do not have: refused.
+`cuda_graph_scope`: what Megatron-LM replays as CUDA graphs, as Megatron-Bridge's recipes name it
+(`cuda_graph_scope`, scripts/performance/utils/overrides.py `_set_cuda_graph_overrides` at v0.5.0):
+"full_iteration" is Megatron-LM's --cuda-graph-impl full_iteration (the whole forward-backward
+step one graph; Megatron-Bridge pairs it with HybridEP's capacity-bound expert buffers,
+`moe_expert_rank_capacity_factor` 1.5, scripts/performance/configs/qwen/qwen3_llm_pretrain.py at
+v0.5.0, so nothing reads token counts on the host); the others are --cuda-graph-impl
+transformer_engine --cuda-graph-modules ... (megatron/core/transformer/enums.py `CudaGraphModule` at
+d98e8a64: attn, mlp (dense layers), moe (drop-and-pad MoE layers), moe_router, moe_preprocess (needs
+moe_router), mamba), each layer's scope captured by Transformer Engine's make_graphed_callables.
+Empty (the default): no graphs. Only the MoE host floor reads it (`compute.moe_layer_ops`: the
+dispatches inside a graph cost one replay); Megatron-LM only (`frameworks.stack_unsupported`).
 `zero3_max_live_params`: DeepSpeed ZeRO-3's stage3_max_live_parameters, the count of gathered
 (whole, per GPU) parameters above which its coordinator prefetches nothing: `fetch_sub_module` in
 deepspeed/runtime/zero/partitioned_param_coordinator.py (v0.6.2 32d97976 and v0.19.5 cf443004 alike)
@@ -221,6 +232,8 @@ EP_DISPATCHERS: tuple[EpDispatcher, ...] = get_args(EpDispatcher)
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
 RECOMPUTE_MODULES: tuple[RecomputeModule, ...] = get_args(RecomputeModule)  # Megatron-LM's order
 DEFAULT_RECOMPUTE_MODULES: frozenset[RecomputeModule] = frozenset({"core_attn"})
+CudaGraphScope = Literal["full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba"]
+CUDA_GRAPH_SCOPES: tuple[CudaGraphScope, ...] = get_args(CudaGraphScope)  # Megatron-Bridge's order
 DEFAULT_ZERO3_MAX_LIVE_PARAMS = 1e9  # DeepSpeed's stage3_max_live_parameters default (zero/config.py)
 
 
@@ -322,6 +335,14 @@ class Stack:
             + " (core_attn by default)."
         },
     )
+    cuda_graph_scope: frozenset[CudaGraphScope] = field(
+        default=frozenset(),
+        metadata={
+            "help": "What Megatron replays as CUDA graphs, comma-separated: "
+            + ", ".join(CUDA_GRAPH_SCOPES)
+            + " (none by default)."
+        },
+    )
 
     zero3_max_live_params: float = field(
         default=DEFAULT_ZERO3_MAX_LIVE_PARAMS,
@@ -331,11 +352,12 @@ class Stack:
     def __post_init__(self) -> None:
         # a list or a comma-separated string given for the module set becomes the set (ValueError if unknown)
         object.__setattr__(self, "recompute_modules", parse_modules(self.recompute_modules))
+        object.__setattr__(self, "cuda_graph_scope", parse_scopes(self.cuda_graph_scope))
         object.__setattr__(self, "zero3_max_live_params", parse_count(self.zero3_max_live_params))
 
     def settings(self) -> dict[str, bool | str | float | list[str]]:
         """Every setting by name, as the JSON reports them (module sets as lists, Megatron's order)."""
-        return {f.name: module_list(v) if isinstance(v, frozenset) else v for f in fields(self)
+        return {f.name: module_list(v, STACK_SETS[f.name]) if isinstance(v, frozenset) else v for f in fields(self)
                 for v in (getattr(self, f.name),)}  # fmt: skip
 
     @property
@@ -379,14 +401,15 @@ STACK_CHOICES: dict[str, tuple[str, ...]] = {
     "ep_dispatcher": EP_DISPATCHERS,
 }
 # the stack settings that take a set of words (a list in JSON, comma-separated on the command line)
-STACK_SETS: dict[str, tuple[str, ...]] = {"recompute_modules": RECOMPUTE_MODULES}
+STACK_SETS: dict[str, tuple[str, ...]] = {"recompute_modules": RECOMPUTE_MODULES, "cuda_graph_scope": CUDA_GRAPH_SCOPES}
 # the stack settings that take a positive count (a number in JSON and on the command line)
 STACK_NUMBERS: tuple[str, ...] = ("zero3_max_live_params",)
 
 
-def module_list(modules: frozenset[str]) -> list[str]:
-    """A module set in Megatron-LM's order (RECOMPUTE_MODULES), as JSON and launch flags write it."""
-    return [m for m in RECOMPUTE_MODULES if m in modules]
+def module_list(modules: frozenset[str], order: tuple[str, ...] = RECOMPUTE_MODULES) -> list[str]:
+    """A module set in its vocabulary's order (RECOMPUTE_MODULES by default), as JSON and launch
+    flags write it."""
+    return [m for m in order if m in modules]
 
 
 def parse_modules(value: object) -> frozenset[RecomputeModule]:
@@ -405,6 +428,24 @@ def parse_modules(value: object) -> frozenset[RecomputeModule]:
             "prices them; gdn_norm_out, gdp_in_proj, gdp_qkv and mhc belong to layers it does not model)"
         )
     return frozenset(m for m in RECOMPUTE_MODULES if m in items)
+
+
+def parse_scopes(value: object) -> frozenset[CudaGraphScope]:
+    """A CUDA-graph scope set (`Stack.cuda_graph_scope`) from a list, a set or a comma/space-
+    separated string; ValueError naming the unknown ones."""
+    if isinstance(value, str):
+        items: list[object] = [v for v in value.replace(",", " ").split() if v]
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = list(value)
+    else:
+        raise ValueError(f"must be a list of scope names, not {value!r}")
+    unknown = [str(v) for v in items if v not in CUDA_GRAPH_SCOPES]
+    if unknown:
+        raise ValueError(f"{', '.join(unknown)} not among {', '.join(CUDA_GRAPH_SCOPES)}")
+    return frozenset(m for m in CUDA_GRAPH_SCOPES if m in items)
+
+
+STACK_SET_PARSERS = {"recompute_modules": parse_modules, "cuda_graph_scope": parse_scopes}
 
 
 def parse_count(value: object) -> float:

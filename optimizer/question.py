@@ -34,10 +34,10 @@ from paraplan.cost_models.stack import (
     STACK_CHOICES,
     STACK_FIELDS,
     STACK_NUMBERS,
+    STACK_SET_PARSERS,
     STACK_SETS,
     Stack,
     parse_count,
-    parse_modules,
 )
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.space import Bounds, enumerate_space, expand
@@ -107,7 +107,7 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
         if name in given and given[name] not in choices:
             raise InputError(f"{name.replace('_', '-')} {given[name]!r} is not {' or '.join(choices)}")
     parsers: tuple[tuple[Iterable[str], Callable[[Any], object], str], ...] = (
-        (STACK_SETS, parse_modules, ": "), (STACK_NUMBERS, parse_count, " "))  # fmt: skip
+        *(((name,), STACK_SET_PARSERS[name], ": ") for name in STACK_SETS), (STACK_NUMBERS, parse_count, " "))  # fmt: skip
     for names, parse, joint in parsers:
         for name in names:
             if name in given:

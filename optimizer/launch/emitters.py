@@ -40,7 +40,7 @@ from paraplan.cost_models.frameworks import (
 )
 from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offload, Precision, Recompute, layout_words
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
+from paraplan.cost_models.stack import CUDA_GRAPH_SCOPES, DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
 from paraplan.cost_models.stages import chunk_layers
 
 from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION
@@ -558,6 +558,19 @@ def _mtp(ctx: _Ctx) -> list[Flag]:
     return [("--mtp-num-layers", str(ctx.model.mtp_layers))]
 
 
+def _megatron_cuda_graphs(stack: Stack) -> list[Flag]:
+    """`Stack.cuda_graph_scope` as Megatron-LM d98e8a64 takes it (arguments.py): full_iteration is
+    --cuda-graph-impl full_iteration (the whole step; any other scope named with it is inside it),
+    the per-layer scopes --cuda-graph-impl transformer_engine --cuda-graph-modules ... ."""
+    scope = stack.cuda_graph_scope
+    if "full_iteration" in scope:
+        return [("--cuda-graph-impl", "full_iteration")]
+    if scope:
+        return [("--cuda-graph-impl", "transformer_engine"),
+                ("--cuda-graph-modules", " ".join(module_list(scope, CUDA_GRAPH_SCOPES)))]  # fmt: skip
+    return []
+
+
 def _megatron_recompute(lay: Layout, modules: frozenset[str] = DEFAULT_RECOMPUTE_MODULES) -> list[Flag]:
     """Megatron-LM's recompute flags; `modules` (`Stack.recompute_modules`, Megatron-LM's only):
     --recompute-modules where they are not the default core_attn. No module at all recomputes
@@ -597,6 +610,7 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     flags += _expert_tp(ctx)
     flags += _token_drop(ctx)
     flags += _mtp(ctx)
+    flags += _megatron_cuda_graphs(stack)
     if lay.sequence_parallel and lay.tp > 1:
         flags.append(("--sequence-parallel", None))
     flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),

@@ -36,7 +36,7 @@ from paraplan.cost_models.frameworks import FRAMEWORKS, FrameworkSpec
 from paraplan.cost_models.layout import CpComm, Layout, Offload, Precision, Recompute
 from paraplan.cost_models.layout import Framework as FrameworkId
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stack import module_list, parse_modules
+from paraplan.cost_models.stack import module_list, parse_modules, parse_scopes
 
 from .emitters import DEEPSPEED_INTEGRATION_FLAGS, TITAN_REGISTRY, TitanConfig, megatron_model_flags
 from .readers import Framework, LaunchSettings, _label, _read_text, parse_launch_text, read_launch
@@ -739,7 +739,29 @@ def _megatron_stack(meg: _Megatron, fsdp: bool) -> None:
     st.stack["moe_a2a_overlap"] = bool(meg.get("overlap_moe_expert_parallel_comm"))
     st.stack["delay_wgrad"] = bool(meg.get("delay_wgrad_compute"))
     st.stack["p2p_overlap"] = bool(meg.get("overlap_p2p_comm", True))
+    _megatron_cuda_graphs(meg)
     _megatron_token_drop(meg)
+
+
+def _megatron_cuda_graphs(meg: _Megatron) -> None:
+    """--cuda-graph-impl and --cuda-graph-modules as `Stack.cuda_graph_scope` (what the emitter
+    writes): full_iteration, or transformer_engine / local with their modules. Per-layer graphs
+    without modules capture whole layers, which Megatron-LM allows a dropless MoE layer only with
+    drop-and-pad: read as no graphs, with a note."""
+    impl = meg.get("cuda_graph_impl", "none")
+    modules = meg.get("cuda_graph_modules") or []
+    if impl == "full_iteration":
+        meg.st.stack["cuda_graph_scope"] = frozenset({"full_iteration"})
+    elif impl in ("transformer_engine", "local") and modules:
+        items = [modules] if isinstance(modules, str) else list(modules)
+        words = [w.split(".")[-1] for m in items for w in str(m).split()]  # "CudaGraphModule.attn" too
+        try:
+            meg.st.stack["cuda_graph_scope"] = parse_scopes(words)
+        except ValueError as exc:
+            raise InputError(f"{meg.flag('cuda_graph_modules')}: {exc}") from None
+    elif impl in ("transformer_engine", "local"):
+        meg.st.note(f"{meg.flag('cuda_graph_impl')} {impl} without {meg.flag('cuda_graph_modules')}: whole-layer "
+                    "graphs are not modelled; read as no CUDA graphs")  # fmt: skip
 
 
 def _megatron_mtp(meg: _Megatron) -> None:
