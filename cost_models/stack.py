@@ -196,7 +196,9 @@ HyperConnection layers), which paraplan's decoders do not have: refused.
 "full_iteration" is Megatron-LM's --cuda-graph-impl full_iteration (the whole forward-backward
 step one graph; Megatron-Bridge pairs it with HybridEP's capacity-bound expert buffers,
 `moe_expert_rank_capacity_factor` 1.5, scripts/performance/configs/qwen/qwen3_llm_pretrain.py at
-v0.5.0, so nothing reads token counts on the host); the others are --cuda-graph-impl
+v0.5.0: with it Megatron-LM d98e8a64's token_dispatcher.py `_HybridEPManager.setup_metadata` sizes
+the permuted tokens by a static budget, without it HybridEP "sizes buffers dynamically (CPU sync in
+dispatch)", so nothing reads token counts on the host); the others are --cuda-graph-impl
 transformer_engine --cuda-graph-modules ... (megatron/core/transformer/enums.py `CudaGraphModule` at
 d98e8a64: attn, mlp (dense layers), moe (drop-and-pad MoE layers), moe_router, moe_preprocess (needs
 moe_router), mamba), each layer's scope captured by Transformer Engine's make_graphed_callables.
