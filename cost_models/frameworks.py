@@ -334,8 +334,9 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # 9691): 2.8x the throughput for 4x the micro-batch, about 7.5 ms fixed per MoE layer and
 # micro-batch plus 0.32 us per token. Token-drop runs (`Stack.token_drop`) have no floor.
 # Fitted by `python benchmarks/fit_presets.py` on the dropless Megatron-family MoE runs (step 3
-# of its docstring; 114 runs with every GB200, GB300 and B300 row of the tables: 155.9 us per
-# dispatch, their MAPE 21.7% -> 15.7%; on the first 45: 159.0 us, 29.7% -> 14.1%; on the 40 runs it
+# of its docstring; 114 runs with every GB200, GB300 and B300 row of the tables, each row's CUDA
+# graphs counted (`Stack.cuda_graph_scope`): 160.3 us per dispatch, their MAPE 21.7% -> 14.5%
+# (155.9 us, 15.7% with every dispatch counted whatever the graphs); on the first 45: 159.0 us, 29.7% -> 14.1%; on the 40 runs it
 # was first fitted on, the one floor of 12.4 ms per layer it replaces gave 19.3% and the count 17.4%,
 # leave-one-source-out macro MAPE 13.0% -> 12.1%). Solved
 # per row, the floors the runs need differ by architecture: Qwen3-30B at MBS 1 (GQA, no shared
@@ -349,7 +350,7 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # each local expert's GEMM launch as a dispatch (`compute.moe_layer_ops` says why not). The other
 # stacks' MoE is not modelled: 0 (no floor).
 MOE_HOST_S_PER_OP: dict[Framework, float] = {
-    Framework.MEGATRON: 0.0001559, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
+    Framework.MEGATRON: 0.0001603, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
 }  # fmt: skip
 
 # Pipeline transfers per micro-batch and stage that the step waits for, one after another, without
