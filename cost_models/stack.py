@@ -217,7 +217,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 MainGrads = Literal["fp32", "bf16"]
 MAIN_GRADS: tuple[MainGrads, ...] = get_args(MainGrads)
@@ -414,37 +414,32 @@ def module_list(modules: frozenset[str], order: tuple[str, ...] = RECOMPUTE_MODU
     return [m for m in order if m in modules]
 
 
-def parse_modules(value: object) -> frozenset[RecomputeModule]:
-    """A recompute module set from a list, a set or a comma/space-separated string; ValueError
-    naming the unknown ones. An empty one is Megatron's empty list (selective recompute of nothing)."""
+def _parse_words(value: object, vocabulary: tuple[str, ...], what: str, why: str = "") -> frozenset[str]:
+    """A set of `vocabulary`'s words from a list, a set or a comma/space-separated string, in the
+    vocabulary's terms; ValueError naming the unknown ones (`why` says whose words they are)."""
     if isinstance(value, str):
         items: list[object] = [v for v in value.replace(",", " ").split() if v]
     elif isinstance(value, list | tuple | set | frozenset):
         items = list(value)
     else:
-        raise ValueError(f"must be a list of module names, not {value!r}")
-    unknown = [str(v) for v in items if v not in RECOMPUTE_MODULES]
+        raise ValueError(f"must be a list of {what} names, not {value!r}")
+    unknown = [str(v) for v in items if v not in vocabulary]
     if unknown:
-        raise ValueError(
-            f"{', '.join(unknown)} not among {', '.join(RECOMPUTE_MODULES)} (Megatron-LM's, as paraplan "
-            "prices them; gdn_norm_out, gdp_in_proj, gdp_qkv and mhc belong to layers it does not model)"
-        )
-    return frozenset(m for m in RECOMPUTE_MODULES if m in items)
+        raise ValueError(f"{', '.join(unknown)} not among {', '.join(vocabulary)}{why}")
+    return frozenset(m for m in vocabulary if m in items)
+
+
+def parse_modules(value: object) -> frozenset[RecomputeModule]:
+    """A recompute module set (`Stack.recompute_modules`); an empty one is Megatron's empty list
+    (selective recompute of nothing)."""
+    why = (" (Megatron-LM's, as paraplan prices them; gdn_norm_out, gdp_in_proj, gdp_qkv and mhc belong to "
+           "layers it does not model)")  # fmt: skip
+    return cast(frozenset[RecomputeModule], _parse_words(value, RECOMPUTE_MODULES, "module", why))
 
 
 def parse_scopes(value: object) -> frozenset[CudaGraphScope]:
-    """A CUDA-graph scope set (`Stack.cuda_graph_scope`) from a list, a set or a comma/space-
-    separated string; ValueError naming the unknown ones."""
-    if isinstance(value, str):
-        items: list[object] = [v for v in value.replace(",", " ").split() if v]
-    elif isinstance(value, list | tuple | set | frozenset):
-        items = list(value)
-    else:
-        raise ValueError(f"must be a list of scope names, not {value!r}")
-    unknown = [str(v) for v in items if v not in CUDA_GRAPH_SCOPES]
-    if unknown:
-        raise ValueError(f"{', '.join(unknown)} not among {', '.join(CUDA_GRAPH_SCOPES)}")
-    return frozenset(m for m in CUDA_GRAPH_SCOPES if m in items)
+    """A CUDA-graph scope set (`Stack.cuda_graph_scope`)."""
+    return cast(frozenset[CudaGraphScope], _parse_words(value, CUDA_GRAPH_SCOPES, "scope"))
 
 
 STACK_SET_PARSERS = {"recompute_modules": parse_modules, "cuda_graph_scope": parse_scopes}
