@@ -748,6 +748,17 @@ def stack_unsupported(framework: Framework, stack: Stack) -> list[tuple[str, str
         # transformer_config.py at d98e8a64 asserts it
         out.append(("delay_wgrad", "delay-wgrad needs moe-a2a-overlap (Megatron-LM: 'overlap_moe_expert_parallel_comm "
                     "must be enabled when enabling delay_wgrad_compute')"))  # fmt: skip
+    scope = stack.cuda_graph_scope
+    # what transformer_config.py `__post_init__` at d98e8a64 asserts of the scopes themselves
+    if "full_iteration" in scope and len(scope) > 1:
+        out.append(("cuda_graph_scope", "cuda-graph-scope full_iteration with module scopes: Megatron-LM refuses it "
+                    "('cuda_graph_modules must be empty when cuda_graph_impl=\"full_iteration\"')"))  # fmt: skip
+    if {"moe", "moe_router"} <= scope:
+        out.append(("cuda_graph_scope", "cuda-graph-scope moe with moe_router: Megatron-LM refuses it "
+                    "('cuda_graph_modules must not contain both moe and moe_router')"))  # fmt: skip
+    if "moe_preprocess" in scope and "moe_router" not in scope:
+        out.append(("cuda_graph_scope", "cuda-graph-scope moe_preprocess needs moe_router (Megatron-LM: "
+                    "'moe_preprocess cuda graph is only supported with moe_router cuda graph')"))  # fmt: skip
     if stack.ep_dispatcher == "deepep" and stack.token_drop and "deepep" in fs.ep_dispatchers and fs.token_drop:
         # megatron/core/transformer/transformer_config.py `__post_init__` at d98e8a64 raises it (the
         # HybridEP backend takes padding)
@@ -763,7 +774,8 @@ def model_stack_unsupported(model: ModelSpec, stack: Stack, precision: Precision
     Megatron-LM d98e8a64 refuses of the selective recompute modules (transformer_config.py
     `__post_init__`): moe_act "only supported with moe_grouped_gemm" (experts, run as grouped
     GEMMs), mla_up_proj "only supported with multi_latent_attention", and under FP8 "Delayed
-    scaling does not support moe_act and layernorm recompute"."""
+    scaling does not support moe_act and layernorm recompute"; and of the CUDA-graph scopes, the
+    MoE ones only for MoE models, mlp only where dense layers exist, moe only with drop-padding."""
     out: list[tuple[str, str]] = []
     modules = stack.recompute_modules
     if "moe_act" in modules and not model.is_moe:
@@ -779,4 +791,14 @@ def model_stack_unsupported(model: ModelSpec, stack: Stack, precision: Precision
                     "--fp8-recipe tensorwise or mxfp8)"))  # fmt: skip
     if stack.mtp and not model.mtp_layers:
         out.append(("mtp", f"mtp: {model.name} has no multi-token-prediction modules (num_nextn_predict_layers)"))
+    scope = stack.cuda_graph_scope
+    if scope & {"moe", "moe_router", "moe_preprocess"} and not model.is_moe:
+        out.append(("cuda_graph_scope", f"cuda-graph-scope {','.join(sorted(scope & {'moe', 'moe_router', 'moe_preprocess'}))}: "
+                    f"{model.name} has no experts (Megatron-LM: 'moe cuda graph is only supported for MoE')"))  # fmt: skip
+    if "mlp" in scope and model.dense_mlp_share == 0.0:
+        out.append(("cuda_graph_scope", f"cuda-graph-scope mlp: every layer of {model.name} is an MoE layer (Megatron-LM: "
+                    "'mlp cuda graph is only supported for dense layers')"))  # fmt: skip
+    if "moe" in scope and model.is_moe and not stack.token_drop:
+        out.append(("cuda_graph_scope", "cuda-graph-scope moe needs token-drop (Megatron-LM: 'moe cuda graph is only "
+                    "supported with drop-padding MoE'; a dropless layer's graph is moe_router, moe_preprocess)"))  # fmt: skip
     return out

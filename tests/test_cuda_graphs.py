@@ -82,6 +82,34 @@ def test_scopes_are_checked_and_megatron_only() -> None:
         "attn", "moe_router"}  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("scope", "stack", "dense", "refusal"),
+    [
+        # Megatron-LM d98e8a64 transformer_config.py __post_init__ asserts each of these
+        ("full_iteration,attn", {}, False, "must be empty when cuda_graph_impl"),
+        ("moe,moe_router", {"token_drop": True}, False, "both moe and moe_router"),
+        ("moe_preprocess", {}, False, "only supported with moe_router"),
+        ("moe", {}, False, "only supported with drop-padding"),
+        ("mlp", {}, False, "only supported for dense layers"),
+        ("moe_router", {}, True, "only supported for MoE"),
+    ],
+)
+def test_scope_combinations_megatron_refuses(scope: str, stack: dict[str, object], dense: bool, refusal: str) -> None:
+    cluster = load_cluster("h100-sxm")
+    model = gpt_spec() if dense else _qwen()
+    with pytest.raises(InputError, match=refusal):
+        Question.of(model, cluster, {}, {"cuda_graph_scope": scope, **stack})
+
+
+def test_scope_combinations_megatron_runs() -> None:
+    # the recipes' scopes (Megatron-Bridge: attn + moe_router + moe_preprocess; full_iteration
+    # alone; a drop-padding MoE layer graphed whole; a dense model's attn + mlp)
+    cluster = load_cluster("h100-sxm")
+    for model, scope, stack in [(_qwen(), "attn,moe_router,moe_preprocess", {}), (_qwen(), "full_iteration", {}),
+                                (_qwen(), "moe", {"token_drop": True}), (gpt_spec(), "attn,mlp", {})]:  # fmt: skip
+        assert Question.of(model, cluster, {}, {"cuda_graph_scope": scope, **stack}).stack.cuda_graph_scope
+
+
 def test_emit_import_round_trip() -> None:
     model = _qwen(num_layers=4)
     lay = Layout(dp=8, ep=8, global_batch=64, seq_len=2048)
