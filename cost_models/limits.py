@@ -185,6 +185,16 @@ def _bf16_moments(t: Target, lay: Layouts) -> BoolArray:
     return np.asarray((lay.framework == Framework.MEGATRON) & ~allowed)
 
 
+def _graphed_full_recompute(t: Target, lay: Layouts) -> BoolArray:
+    """Megatron-LM d98e8a64 transformer_config.py `__post_init__`: "full recompute is only
+    supported with full iteration CUDA graph": per-layer graphs (`Stack.cuda_graph_scope` other
+    than full_iteration) cannot replay a layer whose forward runs again in the backward."""
+    scope = t.stack.cuda_graph_scope
+    if not scope or "full_iteration" in scope:
+        return np.zeros(len(lay), dtype=bool)
+    return np.asarray((lay.framework == Framework.MEGATRON) & (lay.recompute == Recompute.FULL))
+
+
 LIMITS: tuple[Limit, ...] = (
     Limit("heads", ("tp",), lambda t, x: np.asarray(t.model.num_heads % x.tp != 0),
           lambda t, lay: f"TP {lay.tp} does not divide the {t.model.num_heads} attention heads"),
@@ -223,6 +233,9 @@ LIMITS: tuple[Limit, ...] = (
     Limit("adam_moments", ("framework", "zero", "offload"), _bf16_moments,
           lambda t, lay: f"adam-moments bf16 (Megatron-LM's precision-aware optimizer) needs its distributed "
                          f"optimizer (ZeRO-1) or the optimizer offloaded, not ZeRO-{lay.zero}"),
+    Limit("cuda_graph_recompute", ("framework", "recompute"), _graphed_full_recompute,
+          lambda t, lay: "full recompute with per-layer CUDA graphs (cuda-graph-scope): Megatron-LM supports it with "
+                         "full_iteration graphs only"),
     Limit("hybrid", ("framework", "cp"), _hybrid, _hybrid_words),
     Limit("mamba_heads", ("tp",), _mamba_tp,
           lambda t, lay: f"TP {lay.tp} does not divide the {t.model.mamba_heads} Mamba heads and "

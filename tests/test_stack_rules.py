@@ -90,6 +90,22 @@ def test_tp_comm_overlap_makes_the_search_take_sequence_parallelism() -> None:
         assert best.tp == 1 or best.sequence_parallel
 
 
+def test_per_layer_cuda_graphs_make_the_search_leave_full_recompute() -> None:
+    """Megatron-LM asserts full recompute only with full-iteration CUDA graphs: with per-layer
+    graphs every full-recompute layout breaks the limit and the search takes none; with
+    full_iteration (or no graphs) full recompute stays admitted."""
+    model, cluster = load_model("llama2-13b"), load_cluster("h100-sxm")
+    graphed = Question.of(model, cluster, {"global_batch": 64}, {"cuda_graph_scope": "attn,mlp"})
+    ev = graphed.evaluate(graphed.space(16))
+    full = ev.layouts.recompute == 2
+    assert full.any() and (ev.checks["cuda_graph_recompute"] == full).all()
+    ranking = rank_space(graphed, [16], Constraints(), 5)
+    for group in ranking.groups:
+        assert str(ranking.evaluation.layouts.at(group[0]).recompute) != "full"
+    whole = Question.of(model, cluster, {"global_batch": 64}, {"cuda_graph_scope": "full_iteration"})
+    assert not whole.evaluate(whole.space(16)).checks["cuda_graph_recompute"].any()
+
+
 # --- one place for which framework runs which stack setting (frameworks.stack_unsupported) ----------
 
 # Rules that, before, only the launch config asked: `validate` priced these stacks and `emit`
