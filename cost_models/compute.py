@@ -794,8 +794,17 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     )
 
 
-# The router's other calls (score, top-k, probs, aux loss), forward (`moe_layer_ops`)
+# The router's other calls, forward (`moe_layer_ops`), Megatron-LM d98e8a64 moe/moe_utils.py: the
+# score function, the top-k, the scatters of the routing probs and of the routing map
+# (`topk_routing_with_score_function`), the aux-loss scores (`compute_routing_scores_for_aux_loss`),
+# the aux loss (`switch_load_balancing_loss_func`) and MoEAuxLossAutoScaler (router.py
+# `attach_and_log_load_balancing_loss`); all but the scaler have a native backward.
 ROUTER_E = 7.0
+# The same with --moe-router-fusion (`Stack.moe_router_fusion`): the first four are one Transformer
+# Engine FusedTopkScoreFunction (expert bias, groups and scaling inside it), the aux-loss scores one
+# FusedComputeScoresForMoEAuxLoss, the aux loss one FusedAuxLoss (TE d0067d0d
+# transformer_engine/pytorch/router.py), beside the scaler: 4 calls, each backward a Python one.
+ROUTER_E_FUSED = 4.0
 
 
 def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
@@ -867,14 +876,23 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
                                                       SP +1
       FP8: each GEMM call but the router's quantizes its input: +1 E per call. Python bwd: the GEMM's Function
         quantizes its output gradient in its Python backward
-    The rows assume Megatron-Bridge's recipes: moe_permute_fusion on, moe_router_fusion off (e.g.
-    src/megatron/bridge/recipes/gpt_oss/h100/gpt_oss.py, deepseek/h100/deepseek_v3.py); with router fusion its
-    top-k and aux-loss scores and loss would be 3 TE Functions with a Python backward (TE router.py).
+    The dispatcher counts assume moe_permute_fusion on, as Megatron-Bridge's MoE providers set it.
+    Router fusion (`Stack.moe_router_fusion`, --moe-router-fusion; Megatron-Bridge's perf scripts set it
+    for Qwen3, GPT-OSS and DeepSeek-V3, scripts/performance/configs/{qwen/qwen3,gpt_oss/gpt_oss,
+    deepseek/deepseek}_llm_pretrain.py `cfg.model.moe_router_fusion = True` at v0.2.0 .. v0.5.0) calls
+    moe_utils' TE paths (`fused=self.config.moe_router_fusion`): the score, top-k and the two scatters
+    become one FusedTopkScoreFunction, the aux-loss scores FusedComputeScoresForMoEAuxLoss, the loss
+    FusedAuxLoss (TE router.py), each with a Python backward; the scaler stays. So the router's 7 E (6
+    native backwards) become 4 E (none native): 3 fewer forward dispatches, 3 more Python backward
+    ones, the same count per layer. The count assumes a load-balancing loss, as Qwen3 ("aux_loss") and
+    DeepSeek-V3 ("seq_aux_loss") run it; GPT-OSS runs none (Megatron-Bridge gpt_oss_provider.py
+    moe_router_load_balancing_type "none"), where its router would be 4 E unfused (native) and 1 fused
+    (Python): not modelled, its 3 aux-loss calls are counted as well.
     Backward: autograd runs one backward per forward call, a GEMM call's two (dgrad and wgrad),
     every other differentiable call's one; the bookkeeping has none. Only the Python backwards cost
     the host a dispatch: a native backward node is queued by the autograd engine's C++ loop without
     Python, a few microseconds, and the GPU work it launches is in the GPU time already; it is
-    priced at 0. So with N the native E calls (2 residual adds, 6 of the router's, the GPT-OSS
+    priced at 0. So with N the native E calls (2 residual adds, 6 of the router's unfused, the GPT-OSS
     epilogue, the shared experts' add and gate), a layer dispatches (G + E + B) + (2G + E - N).
 
     One TE GroupedLinear call is one dispatch although it launches a cuBLAS GEMM per local expert
@@ -894,7 +912,7 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
       attn            the input norm, attention and its residual add (`_forward_attention`): the
                       attention rows of the table above, forward and Python backward, and its TP
                       collectives;
-      moe_router      the pre-MLP norm, the router (its GEMM and the 7 E and B of the router row)
+      moe_router      the pre-MLP norm, the router (its GEMM, E and B: the router row)
                       and, where they are not overlapped, the shared experts (their G and E but the
                       add to the routed output, which moe_layer.py postprocess runs after the graph);
       moe_preprocess  (only with moe_router) the dispatcher's preprocess, the token counts: the B
@@ -951,12 +969,13 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
         shared_native = np.full(n, 1.0 + 2.0 * gate)  # the add to the routed output, the gate's two
     gemms = attn_g + 1.0 + 2.0 + shared_g  # attention, router, experts' fc1 and fc2, shared experts
     quantized = np.where(fp8, gemms - 1.0, 0.0)  # every GEMM call but the router's
-    others = attn_e + attention_tp + 2.0 + ROUTER_E + dispatch_e + expert_e + shared_e + quantized
+    router_e = ROUTER_E_FUSED if stack.moe_router_fusion else ROUTER_E
+    router_native = 0.0 if stack.moe_router_fusion else ROUTER_E - 1.0  # all but MoEAuxLossAutoScaler
+    others = attn_e + attention_tp + 2.0 + router_e + dispatch_e + expert_e + shared_e + quantized
     bookkeeping = router_b + dispatch_b + expert_b
     # E calls whose backward autograd runs natively (no Python): the two residual adds, the router's
-    # 6 of 7 (all but MoEAuxLossAutoScaler), GPT-OSS's clamp and bias loop, the shared experts' add
-    # and gate (table above)
-    native = 2.0 + (ROUTER_E - 1.0) + clamp + bias + shared_native
+    # unfused 6 of 7, GPT-OSS's clamp and bias loop, the shared experts' add and gate (table above)
+    native = 2.0 + router_native + clamp + bias + shared_native
     ops = (gemms + others + bookkeeping) + (2.0 * gemms + others - native)
     scope = stack.cuda_graph_scope
     if "full_iteration" in scope:
@@ -966,9 +985,10 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
         attn_fwd = attn_g + attn_e + attention_tp + np.where(fp8, attn_g, 0.0)
         graphed = graphed + attn_fwd + (attn_fwd + attn_g - 1.0)
     if "moe_router" in scope:
-        # pre-MLP norm (1 + 1), router (G + 7 E + B forward; 2 GEMM backwards and the aux-loss
-        # scaler's), the shared experts but their add (native backward: not counted there)
-        graphed = graphed + 2.0 + (1.0 + ROUTER_E + router_b) + 3.0
+        # pre-MLP norm (1 + 1), router (G + its E + B forward; 2 GEMM backwards and its Python ones:
+        # the aux-loss scaler's, with fusion every E's), the shared experts but their add (native
+        # backward: not counted there)
+        graphed = graphed + 2.0 + (1.0 + router_e + router_b) + 2.0 + (router_e - router_native)
         shared_fwd = shared_g + np.maximum(shared_e - 1.0, 0.0) + np.where(fp8, shared_g, 0.0)
         graphed = graphed + shared_fwd + (shared_fwd + shared_g - np.maximum(shared_native - 1.0, 0.0))
         if "moe_preprocess" in scope:

@@ -728,6 +728,9 @@ def stack_unsupported(framework: Framework, stack: Stack) -> list[tuple[str, str
     if (stack.moe_a2a_overlap or stack.delay_wgrad) and framework != Framework.MEGATRON:
         out.append(("moe_a2a_overlap", f"moe-a2a-overlap / delay-wgrad: {release} has no combined 1F1B schedule "
                     "(Megatron-LM's --overlap-moe-expert-parallel-comm)"))  # fmt: skip
+    if stack.moe_router_fusion and framework != Framework.MEGATRON:
+        out.append(("moe_router_fusion", f"moe-router-fusion: {release} runs its own MoE router; the fused "
+                    "Transformer Engine router is Megatron-LM's --moe-router-fusion"))  # fmt: skip
     for name in ("mtp", "token_drop", "cpu_checkpointing"):  # FrameworkSpec fields named as the settings
         if getattr(stack, name) and not getattr(fs, name):
             out.append((name, f"{name.replace('_', '-')}: {release} cannot run it ({_RUNS_IT[name]})"))

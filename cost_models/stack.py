@@ -151,6 +151,12 @@ recompute (transformer_config.py `__post_init__`). Priced in `traffic.a2a_hidden
 `delay_wgrad`: with `moe_a2a_overlap`, the expert MLP's weight-gradient GEMMs run after its
 input-gradient ones, beside the backward dispatch (--delay-wgrad-compute, which Megatron allows only
 with --overlap-moe-expert-parallel-comm).
+`moe_router_fusion`: Megatron-LM's --moe-router-fusion (off by default, as Megatron-LM's
+TransformerConfig has it): the router's top-k with its score function, the aux-loss scores and the
+aux loss run as Transformer Engine's fused router Functions (transformer_engine/pytorch/router.py);
+Megatron-Bridge's perf scripts turn it on for Qwen3, GPT-OSS and DeepSeek-V3
+(scripts/performance/configs/*/..._llm_pretrain.py `cfg.model.moe_router_fusion = True`). Priced
+in the host dispatches of a dropless MoE layer (`compute.moe_layer_ops`). Megatron only.
 `mtp`: the model's multi-token-prediction modules (`ModelSpec.mtp_layers`, DeepSeek-V3's
 `num_nextn_predict_layers`) are trained: Megatron-LM's --mtp-num-layers D (Megatron-Bridge's
 DeepSeek-V3 recipes keep the config's D = 1: recipes/deepseek/deepseek_v3.py at v0.4.2
@@ -318,6 +324,10 @@ class Stack:
     delay_wgrad: bool = field(
         default=False,
         metadata={"help": "With moe-a2a-overlap, expert weight gradients run beside the backward dispatch."},
+    )
+    moe_router_fusion: bool = field(
+        default=False,
+        metadata={"help": "MoE router top-k and aux loss as Transformer Engine's fused kernels (Megatron)."},
     )
     mtp: bool = field(
         default=False,

@@ -468,6 +468,28 @@ def test_moe_layer_ops_by_hand() -> None:
     assert _f(moe_layer_ops(_tiny_moe(glu_clamp=True), one(micro_batch=1), Stack())) == TINY_MOE_OPS + 3.0
 
 
+def test_router_fusion_moves_dispatches_into_python_backwards() -> None:
+    # --moe-router-fusion (Megatron-LM d98e8a64 moe_utils.py `fused=`): the score, top-k and the two
+    # scatters become TE's FusedTopkScoreFunction, the aux-loss scores FusedComputeScoresForMoEAuxLoss,
+    # the loss FusedAuxLoss (TE d0067d0d router.py), the scaler stays: 7 forward calls -> 4, the
+    # Python backwards 1 -> 4 (no router call is native any more).
+    # Qwen3-like (softmax, aux_loss; table of test_moe_layer_ops_by_hand): E 28 -> 25, N 8 -> 2:
+    # (5 + 25 + 11) + (10 + 25 - 2) = 41 + 33 = 74, as unfused.
+    qwen = _no_bias(num_experts=128, experts_top_k=8, qk_norm="head")
+    fp8 = one(dp=8, ep=8, micro_batch=1, precision="fp8")
+    assert _f(moe_layer_ops(qwen, fp8, Stack(moe_router_fusion=True))) == 74.0
+    # GPT-OSS-like (biases, the clamp, a router bias: +2 B): E 43 -> 40, N 29 -> 23, B 9 + 2 = 11:
+    # (5 + 40 + 11) + (10 + 40 - 23) = 56 + 27 = 83, as unfused (TINY_MOE_OPS + 3 clamp + 2 B)
+    oss = _tiny_moe(glu_clamp=True, router_bias=True)
+    bf16 = one(micro_batch=1)
+    assert _f(moe_layer_ops(oss, bf16, Stack(moe_router_fusion=True))) == 83.0
+    assert _f(moe_layer_ops(oss, bf16, Stack())) == TINY_MOE_OPS + 3.0 + 2.0
+    # graphed with moe_router: the router's forward 1 + 4 + 2 B and its 2 + 4 Python backwards,
+    # the norm's 2: 15 off, as unfused (1 + 7 + 2, 2 + 1); never more than the layer dispatches
+    graphed = Stack(moe_router_fusion=True, cuda_graph_scope=frozenset({"moe_router"}))
+    assert _f(moe_layer_ops(oss, bf16, graphed)) == 83.0 - 15.0 + 2.0
+
+
 def test_more_dispatches_never_lower_the_floor(monkeypatch: pytest.MonkeyPatch) -> None:
     # Each feature adds dispatches (q/k norms, MLA, a q LoRA, shared experts and their gate, an
     # expert bias, GPT-OSS's clamp and bias loop, FP8, TP collectives, expert TP), so each raises

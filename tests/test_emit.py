@@ -214,6 +214,25 @@ def test_token_drop_round_trips_and_other_capacities_are_named() -> None:
     assert any("--moe-expert-capacity-factor 1.25 with padding" in n and "read as dropless" in n for n in notes)
 
 
+def test_router_fusion_round_trips_on_moe_models_only() -> None:
+    # Stack.moe_router_fusion is Megatron-LM's --moe-router-fusion (TransformerConfig at d98e8a64);
+    # a dense model has no router: the flag is left out
+    model = load_model("mixtral-8x7b")
+    lay = Layout(framework="megatron", tp=2, ep=8, dp=8, sequence_parallel=True)
+    text = emit_launch("megatron", model, lay, Stack(moe_router_fusion=True))
+    assert "--moe-router-fusion" in text.split() and check_emitted("megatron", text) == []
+    _, stack, _, _ = layout_from_launch(read_launch_text(text, "megatron"), model, gpus=128)
+    assert stack.get("moe_router_fusion") is True
+    _, stack, _, _ = layout_from_launch(read_launch_text(emit_launch("megatron", model, lay), "megatron"), model,
+                                        gpus=128)  # fmt: skip
+    assert not stack.get("moe_router_fusion")
+    dense = Layout(framework="megatron", tp=2, dp=4, sequence_parallel=True)
+    assert "--moe-router-fusion" not in emit_launch("megatron", load_model("llama2-7b"), dense,
+                                                    Stack(moe_router_fusion=True)).split()  # fmt: skip
+    with pytest.raises(InputError, match="moe-router-fusion"):
+        emit_launch("deepspeed", model, Layout(framework="deepspeed", dp=8), _deepspeed(moe_router_fusion=True))
+
+
 def test_megatron_writes_tp_comm_overlap() -> None:
     # Stack.tp_comm_overlap is Megatron-LM's --tp-comm-overlap (a TransformerConfig flag at d98e8a64)
     lay = Layout(framework="megatron", tp=4, dp=2, sequence_parallel=True)

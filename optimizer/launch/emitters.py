@@ -651,6 +651,8 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
                     "GEMMs (--tp-comm-overlap) only with sequence parallelism")  # fmt: skip
         flags.append(("--tp-comm-overlap", None))
     flags += _megatron_a2a_overlap(ctx, lay)
+    if stack.moe_router_fusion and ctx.model.is_moe:  # a dense model has no router to fuse
+        flags.append(("--moe-router-fusion", None))
     if lay.precision == Precision.FP16:
         flags.append(("--fp16", None))
     else:

@@ -738,6 +738,7 @@ def _megatron_stack(meg: _Megatron, fsdp: bool) -> None:
     st.stack["tp_comm_overlap"] = bool(meg.get("tp_comm_overlap"))
     st.stack["moe_a2a_overlap"] = bool(meg.get("overlap_moe_expert_parallel_comm"))
     st.stack["delay_wgrad"] = bool(meg.get("delay_wgrad_compute"))
+    st.stack["moe_router_fusion"] = bool(meg.get("moe_router_fusion"))
     st.stack["p2p_overlap"] = bool(meg.get("overlap_p2p_comm", True))
     _megatron_cuda_graphs(meg)
     _megatron_token_drop(meg)
