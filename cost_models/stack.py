@@ -362,9 +362,9 @@ class Stack:
     )
 
     def __post_init__(self) -> None:
-        # a list or a comma-separated string given for the module set becomes the set (ValueError if unknown)
-        object.__setattr__(self, "recompute_modules", parse_modules(self.recompute_modules))
-        object.__setattr__(self, "cuda_graph_scope", parse_scopes(self.cuda_graph_scope))
+        # a list or a comma-separated string given for a word-set setting becomes the set (ValueError if unknown)
+        for name, parse in STACK_SET_PARSERS.items():
+            object.__setattr__(self, name, parse(getattr(self, name)))
         object.__setattr__(self, "zero3_max_live_params", parse_count(self.zero3_max_live_params))
 
     def settings(self) -> dict[str, bool | str | float | list[str]]:

@@ -107,7 +107,7 @@ def stack_from(framework: Framework, overrides: Mapping[str, object] | None) -> 
         if name in given and given[name] not in choices:
             raise InputError(f"{name.replace('_', '-')} {given[name]!r} is not {' or '.join(choices)}")
     parsers: tuple[tuple[Iterable[str], Callable[[Any], object], str], ...] = (
-        *(((name,), STACK_SET_PARSERS[name], ": ") for name in STACK_SETS), (STACK_NUMBERS, parse_count, " "))  # fmt: skip
+        *(((name,), parse, ": ") for name, parse in STACK_SET_PARSERS.items()), (STACK_NUMBERS, parse_count, " "))  # fmt: skip
     for names, parse, joint in parsers:
         for name in names:
             if name in given:
