@@ -795,16 +795,19 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
 
 
 # The router's other calls, forward (`moe_layer_ops`), Megatron-LM d98e8a64 moe/moe_utils.py: the
-# score function, the top-k, the scatters of the routing probs and of the routing map
-# (`topk_routing_with_score_function`), the aux-loss scores (`compute_routing_scores_for_aux_loss`),
-# the aux loss (`switch_load_balancing_loss_func`) and MoEAuxLossAutoScaler (router.py
-# `attach_and_log_load_balancing_loss`); all but the scaler have a native backward.
-ROUTER_E = 7.0
-# The same with --moe-router-fusion (`Stack.moe_router_fusion`): the first four are one Transformer
-# Engine FusedTopkScoreFunction (expert bias, groups and scaling inside it), the aux-loss scores one
-# FusedComputeScoresForMoEAuxLoss, the aux loss one FusedAuxLoss (TE d0067d0d
-# transformer_engine/pytorch/router.py), beside the scaler: 4 calls, each backward a Python one.
-ROUTER_E_FUSED = 4.0
+# score function, the top-k and the scatters of the routing probs and of the routing map
+# (`topk_routing_with_score_function`), each with a native backward.
+ROUTER_E = 4.0
+# With a load-balancing loss (`Stack.moe_aux_loss`; router.py `routing` calls these only when
+# `is_aux_loss_enabled`): the aux-loss scores (`compute_routing_scores_for_aux_loss`), the aux loss
+# (`switch_load_balancing_loss_func`), both with a native backward, and MoEAuxLossAutoScaler
+# (router.py `attach_and_log_load_balancing_loss`), a Python one.
+ROUTER_AUX_E = 3.0
+# With --moe-router-fusion (`Stack.moe_router_fusion`) the router's calls are Transformer Engine's
+# (TE d0067d0d transformer_engine/pytorch/router.py), each with a Python backward: the four of
+# ROUTER_E are one FusedTopkScoreFunction (expert bias, groups and scaling inside it); the aux-loss
+# scores one FusedComputeScoresForMoEAuxLoss and the aux loss one FusedAuxLoss, beside the scaler.
+ROUTER_E_FUSED = 1.0
 
 
 def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
@@ -840,10 +843,12 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
         reduce-scatter); TP without SP 1 (all-reduce). Python bwd: M tensor_parallel/mappings.py
         _GatherFromSequenceParallelRegion, _ReduceScatterToSequenceParallelRegion, _ReduceFromModelParallelRegion
       pre-MLP norm and the second residual add (transformer_layer.py)   E 2  Python bwd: the norm (TENorm); add native
-      router (transformer/moe/router.py        1      7 (score, top-k,     2 with a      GEMM: M moe_utils.py Router
-        TopKRouter.forward, routing;                  probs, aux loss)     router bias   GatingLinearFunction; of the
-        moe_utils.topk_routing_with_score_                                 (_apply_      7, MoEAuxLossAutoScaler
-        function)                                                          expert_bias)  (moe_utils.py); 6 native
+      router (transformer/moe/router.py        1      4 (score, top-k,     2 with a      GEMM: M moe_utils.py Router
+        TopKRouter.forward, routing;                  probs); +3 with      router bias   GatingLinearFunction; with
+        moe_utils.topk_routing_with_score_            an aux loss          (_apply_      the aux loss,
+        function)                                     (scores, loss,       expert_bias)  MoEAuxLossAutoScaler
+                                                      scaler)                            (moe_utils.py); the rest
+                                                                                         native
       dispatcher alltoall (moe/token_          -      permute, 2 all-to-   8 (pre-       all: permute, unpermute,
         dispatcher.py MoEAlltoAllToken                all (tokens,         process:      sorts: TE permutation.py
         Dispatcher: preprocess, dispatch_*,           probs), the          sums, count   moe_permute_mask_map_forward,
@@ -882,17 +887,16 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     deepseek/deepseek}_llm_pretrain.py `cfg.model.moe_router_fusion = True` at v0.2.0 .. v0.5.0) calls
     moe_utils' TE paths (`fused=self.config.moe_router_fusion`): the score, top-k and the two scatters
     become one FusedTopkScoreFunction, the aux-loss scores FusedComputeScoresForMoEAuxLoss, the loss
-    FusedAuxLoss (TE router.py), each with a Python backward; the scaler stays. So the router's 7 E (6
-    native backwards) become 4 E (none native): 3 fewer forward dispatches, 3 more Python backward
-    ones, the same count per layer. The count assumes a load-balancing loss, as Qwen3 ("aux_loss") and
-    DeepSeek-V3 ("seq_aux_loss") run it; GPT-OSS runs none (Megatron-Bridge gpt_oss_provider.py
-    moe_router_load_balancing_type "none"), where its router would be 4 E unfused (native) and 1 fused
-    (Python): not modelled, its 3 aux-loss calls are counted as well.
+    FusedAuxLoss (TE router.py), each with a Python backward; the scaler stays. So with an aux loss
+    (`Stack.moe_aux_loss`) the router's 7 E (6 native backwards) become 4 E (none native): the same
+    count per layer, 8; without one (GPT-OSS: Megatron-Bridge's gpt_oss_bridge.py sets
+    moe_router_load_balancing_type "none"; Megatron-LM's default coefficient 0.0) 4 E, all native,
+    become 1 E with a Python backward: 4 dispatches, or 2 fused.
     Backward: autograd runs one backward per forward call, a GEMM call's two (dgrad and wgrad),
     every other differentiable call's one; the bookkeeping has none. Only the Python backwards cost
     the host a dispatch: a native backward node is queued by the autograd engine's C++ loop without
     Python, a few microseconds, and the GPU work it launches is in the GPU time already; it is
-    priced at 0. So with N the native E calls (2 residual adds, 6 of the router's unfused, the GPT-OSS
+    priced at 0. So with N the native E calls (2 residual adds, the router's unfused but the scaler, the GPT-OSS
     epilogue, the shared experts' add and gate), a layer dispatches (G + E + B) + (2G + E - N).
 
     One TE GroupedLinear call is one dispatch although it launches a cuBLAS GEMM per local expert
@@ -969,8 +973,10 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
         shared_native = np.full(n, 1.0 + 2.0 * gate)  # the add to the routed output, the gate's two
     gemms = attn_g + 1.0 + 2.0 + shared_g  # attention, router, experts' fc1 and fc2, shared experts
     quantized = np.where(fp8, gemms - 1.0, 0.0)  # every GEMM call but the router's
-    router_e = ROUTER_E_FUSED if stack.moe_router_fusion else ROUTER_E
-    router_native = 0.0 if stack.moe_router_fusion else ROUTER_E - 1.0  # all but MoEAuxLossAutoScaler
+    aux = ROUTER_AUX_E if stack.moe_aux_loss else 0.0
+    router_e = (ROUTER_E_FUSED if stack.moe_router_fusion else ROUTER_E) + aux
+    # unfused, every call but MoEAuxLossAutoScaler has a native backward; fused, none has
+    router_native = 0.0 if stack.moe_router_fusion else router_e - (1.0 if stack.moe_aux_loss else 0.0)
     others = attn_e + attention_tp + 2.0 + router_e + dispatch_e + expert_e + shared_e + quantized
     bookkeeping = router_b + dispatch_b + expert_b
     # E calls whose backward autograd runs natively (no Python): the two residual adds, the router's

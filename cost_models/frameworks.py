@@ -335,8 +335,9 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # micro-batch plus 0.32 us per token. Token-drop runs (`Stack.token_drop`) have no floor.
 # Fitted by `python benchmarks/fit_presets.py` on the dropless Megatron-family MoE runs (step 3
 # of its docstring; 114 runs with every GB200, GB300 and B300 row of the tables, each row's CUDA
-# graphs counted (`Stack.cuda_graph_scope`): 160.3 us per dispatch, their MAPE 21.7% -> 14.5%
-# (155.9 us, 15.7% with every dispatch counted whatever the graphs); on the first 45: 159.0 us, 29.7% -> 14.1%; on the 40 runs it
+# graphs counted (`Stack.cuda_graph_scope`) and each row's load-balancing loss (`Stack.moe_aux_loss`:
+# GPT-OSS's 26 rows run none): 163.4 us per dispatch, their MAPE 21.7% -> 14.4% (160.3 us, 14.5%
+# with an aux loss in every router; 155.9 us, 15.7% with every dispatch counted whatever the graphs); on the first 45: 159.0 us, 29.7% -> 14.1%; on the 40 runs it
 # was first fitted on, the one floor of 12.4 ms per layer it replaces gave 19.3% and the count 17.4%,
 # leave-one-source-out macro MAPE 13.0% -> 12.1%). Solved
 # per row, the floors the runs need differ by architecture: Qwen3-30B at MBS 1 (GQA, no shared
@@ -350,7 +351,7 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # each local expert's GEMM launch as a dispatch (`compute.moe_layer_ops` says why not). The other
 # stacks' MoE is not modelled: 0 (no floor).
 MOE_HOST_S_PER_OP: dict[Framework, float] = {
-    Framework.MEGATRON: 0.0001603, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
+    Framework.MEGATRON: 0.0001634, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
 }  # fmt: skip
 
 # Pipeline transfers per micro-batch and stage that the step waits for, one after another, without
@@ -731,6 +732,9 @@ def stack_unsupported(framework: Framework, stack: Stack) -> list[tuple[str, str
     if stack.moe_router_fusion and framework != Framework.MEGATRON:
         out.append(("moe_router_fusion", f"moe-router-fusion: {release} runs its own MoE router; the fused "
                     "Transformer Engine router is Megatron-LM's --moe-router-fusion"))  # fmt: skip
+    if stack.moe_aux_loss and framework != Framework.MEGATRON:
+        out.append(("moe_aux_loss", f"moe-aux-loss: {release} runs its own MoE router and load balancing; the "
+                    "setting is Megatron-LM's --moe-aux-loss-coeff"))  # fmt: skip
     for name in ("mtp", "token_drop", "cpu_checkpointing"):  # FrameworkSpec fields named as the settings
         if getattr(stack, name) and not getattr(fs, name):
             out.append((name, f"{name.replace('_', '-')}: {release} cannot run it ({_RUNS_IT[name]})"))

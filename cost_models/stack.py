@@ -157,6 +157,16 @@ aux loss run as Transformer Engine's fused router Functions (transformer_engine/
 Megatron-Bridge's perf scripts turn it on for Qwen3, GPT-OSS and DeepSeek-V3
 (scripts/performance/configs/*/..._llm_pretrain.py `cfg.model.moe_router_fusion = True`). Priced
 in the host dispatches of a dropless MoE layer (`compute.moe_layer_ops`). Megatron only.
+`moe_aux_loss`: the router computes a load-balancing loss (GShard/Switch "aux_loss", DeepSeek's per-sequence
+"seq_aux_loss" or "global_aux_loss"). Megatron-LM d98e8a64 runs one exactly when a type listed in
+--moe-router-load-balancing-type has a positive --moe-aux-loss-coeff (megatron/core/transformer/moe/
+router.py `TopKRouter.is_aux_loss_enabled`, checked in `routing`); the coefficient defaults to 0.0
+(megatron/training/arguments.py), so by default there is none, as paraplan assumes. Megatron-Bridge's
+model providers turn it on for Qwen3 ("aux_loss", 1e-3: models/qwen/qwen3_moe_bridge.py), DeepSeek-V3 and
+Moonlight ("seq_aux_loss", the config's aux_loss_alpha: models/deepseek/deepseek_v3_bridge.py) and
+Nemotron-3-Nano ("seq_aux_loss", 1e-4: recipes/nemotronh/nemotron_3_nano.py), and leave it off for
+GPT-OSS ("none": models/gpt_oss/gpt_oss_bridge.py), all at v0.4.2. Priced in the router's host
+dispatches (`compute.ROUTER_AUX_E`). Megatron only.
 `mtp`: the model's multi-token-prediction modules (`ModelSpec.mtp_layers`, DeepSeek-V3's
 `num_nextn_predict_layers`) are trained: Megatron-LM's --mtp-num-layers D (Megatron-Bridge's
 DeepSeek-V3 recipes keep the config's D = 1: recipes/deepseek/deepseek_v3.py at v0.4.2
@@ -328,6 +338,10 @@ class Stack:
     moe_router_fusion: bool = field(
         default=False,
         metadata={"help": "MoE router top-k and aux loss as Transformer Engine's fused kernels (Megatron)."},
+    )
+    moe_aux_loss: bool = field(
+        default=False,
+        metadata={"help": "The MoE router computes a load-balancing (aux) loss (Megatron's --moe-aux-loss-coeff > 0)."},
     )
     mtp: bool = field(
         default=False,

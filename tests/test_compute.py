@@ -418,13 +418,13 @@ def test_expert_epilogue_bytes_by_hand() -> None:
 # ------------------------------------------------------------------ the MoE host floor
 
 
-# The tiny MoE layer (`_tiny_moe` at TP1, EP1, BF16, alltoall) dispatches, by the table of
-# `moe_layer_ops`: G = 2 attention + 1 router + 2 experts = 5 GEMM calls; E = 5 attention + 2
-# (pre-MLP norm, residual add) + 7 router + 7 dispatcher (5, +2 sorts for its 8 local experts) + 1
-# activation + 18 (gpt_spec's MLP biases: the bias loop, 2 x 8 local experts + 2) = 40; B = 8
-# dispatcher + 1 tolist = 9. Native backward (no Python): N = 2 residual adds + 6 router calls (all
-# but MoEAuxLossAutoScaler) + the 18 of the bias loop = 26: (5 + 40 + 9) + (2 x 5 + 40 - 26) = 54 + 24 = 78.
-TINY_MOE_OPS = 78.0
+# The tiny MoE layer (`_tiny_moe` at TP1, EP1, BF16, alltoall, no aux loss: Megatron-LM's default)
+# dispatches, by the table of `moe_layer_ops`: G = 2 attention + 1 router + 2 experts = 5 GEMM
+# calls; E = 5 attention + 2 (pre-MLP norm, residual add) + 4 router + 7 dispatcher (5, +2 sorts for
+# its 8 local experts) + 1 activation + 18 (gpt_spec's MLP biases: the bias loop, 2 x 8 local
+# experts + 2) = 37; B = 8 dispatcher + 1 tolist = 9. Native backward (no Python): N = 2 residual
+# adds + 4 router calls + the 18 of the bias loop = 24: (5 + 37 + 9) + (2 x 5 + 37 - 24) = 51 + 23 = 74.
+TINY_MOE_OPS = 74.0
 
 
 def _with_floor(monkeypatch: pytest.MonkeyPatch, floor_s: float, ops: float = TINY_MOE_OPS) -> None:
@@ -442,26 +442,31 @@ def _no_bias(**extra: Any) -> ModelSpec:
 
 
 def test_moe_layer_ops_by_hand() -> None:
-    # Qwen3-30B-A3B's layer (GQA with q/k norms, 128 experts, no shared experts) at TP1, EP8 (16
-    # local experts), FP8, alltoall: G = 2 attention + 1 router + 2 experts = 5; E = 7 attention
-    # + 2 + 7 router + 7 dispatcher + 1 activation + 4 FP8 casts (every GEMM call but the
-    # router's) = 28; B = 8 dispatcher + 1 tolist + 2 FP8 padding = 11; native backward N = 2 residual
-    # adds + 6 router calls = 8: (5 + 28 + 11) + (10 + 28 - 8) = 44 + 30 = 74.
+    # Qwen3-30B-A3B's layer (GQA with q/k norms, 128 experts, no shared experts, its aux loss) at
+    # TP1, EP8 (16 local experts), FP8, alltoall: G = 2 attention + 1 router + 2 experts = 5; E = 7
+    # attention + 2 + 7 router (4 + the aux loss's 3) + 7 dispatcher + 1 activation + 4 FP8 casts
+    # (every GEMM call but the router's) = 28; B = 8 dispatcher + 1 tolist + 2 FP8 padding = 11;
+    # native backward N = 2 residual adds + 6 router calls (all but MoEAuxLossAutoScaler) = 8:
+    # (5 + 28 + 11) + (10 + 28 - 8) = 44 + 30 = 74.
     qwen = _no_bias(num_experts=128, experts_top_k=8, qk_norm="head")
-    assert _f(moe_layer_ops(qwen, one(dp=8, ep=8, micro_batch=1, precision="fp8"), Stack())) == 74.0
+    aux = Stack(moe_aux_loss=True)
+    assert _f(moe_layer_ops(qwen, one(dp=8, ep=8, micro_batch=1, precision="fp8"), aux)) == 74.0
+    # without the aux loss: E 28 - 3 = 25, N 8 - 2 = 6: (5 + 25 + 11) + (10 + 25 - 6) = 41 + 29 = 70
+    assert _f(moe_layer_ops(qwen, one(dp=8, ep=8, micro_batch=1, precision="fp8"), Stack())) == 70.0
     # Moonlight's layer (MLA without a q LoRA, 64 experts, 2 shared experts, expert bias) at TP2
     # with SP, EP8 (8 local), expert TP 1, BF16, alltoall: G = 4 attention + 1 + 2 + 2 shared = 9;
-    # E = 6 attention + 5 SP collectives + 2 + 7 + 7 + 1 + 4 shared (activation, add, SP
-    # all-gather and reduce-scatter) = 32; B = 2 expert bias + 8 + 1 = 11; native backward N = 2
-    # residual adds + 6 router calls + the shared experts' add = 9: (9 + 32 + 11) + (18 + 32 - 9) =
-    # 52 + 41 = 93.
+    # E = 6 attention + 5 SP collectives + 2 + 7 (router with its aux loss) + 7 + 1 + 4 shared
+    # (activation, add, SP all-gather and reduce-scatter) = 32; B = 2 expert bias + 8 + 1 = 11; native
+    # backward N = 2 residual adds + 6 router calls + the shared experts' add = 9: (9 + 32 + 11) +
+    # (18 + 32 - 9) = 52 + 41 = 93.
     moonlight = _no_bias(heads=8, num_experts=64, experts_top_k=6, kv_lora_rank=512, qk_rope_head_dim=64,
                          v_head_dim=128, num_shared_experts=2, shared_expert_ffn=1408, router_bias=True)  # fmt: skip
     lay = one(tp=2, dp=4, ep=8, sequence_parallel=True, expert_tp=1, micro_batch=1)
-    assert _f(moe_layer_ops(moonlight, lay, Stack())) == 93.0
+    assert _f(moe_layer_ops(moonlight, lay, aux)) == 93.0
     # the flex dispatcher fuses the permutations into its dispatch and combine: 7 + 8 -> 2 + 3
     # forward, 7 -> 2 backward (all with a Python backward), 15 dispatches fewer
-    flex = moe_layer_ops(qwen, one(dp=8, ep=8, micro_batch=1, precision="fp8"), Stack(ep_dispatcher="hybridep"))
+    hybridep = Stack(ep_dispatcher="hybridep", moe_aux_loss=True)
+    flex = moe_layer_ops(qwen, one(dp=8, ep=8, micro_batch=1, precision="fp8"), hybridep)
     assert _f(flex) == 74.0 - 15.0
     assert _f(moe_layer_ops(_tiny_moe(), one(micro_batch=1), Stack())) == TINY_MOE_OPS
     # GPT-OSS's clamp of both halves and their cat: 3 forward calls, native backward: + 3 only
@@ -471,23 +476,47 @@ def test_moe_layer_ops_by_hand() -> None:
 def test_router_fusion_moves_dispatches_into_python_backwards() -> None:
     # --moe-router-fusion (Megatron-LM d98e8a64 moe_utils.py `fused=`): the score, top-k and the two
     # scatters become TE's FusedTopkScoreFunction, the aux-loss scores FusedComputeScoresForMoEAuxLoss,
-    # the loss FusedAuxLoss (TE d0067d0d router.py), the scaler stays: 7 forward calls -> 4, the
-    # Python backwards 1 -> 4 (no router call is native any more).
+    # the loss FusedAuxLoss (TE d0067d0d router.py), the scaler stays: with an aux loss 7 forward
+    # calls -> 4, the Python backwards 1 -> 4 (no router call is native any more).
     # Qwen3-like (softmax, aux_loss; table of test_moe_layer_ops_by_hand): E 28 -> 25, N 8 -> 2:
     # (5 + 25 + 11) + (10 + 25 - 2) = 41 + 33 = 74, as unfused.
     qwen = _no_bias(num_experts=128, experts_top_k=8, qk_norm="head")
     fp8 = one(dp=8, ep=8, micro_batch=1, precision="fp8")
-    assert _f(moe_layer_ops(qwen, fp8, Stack(moe_router_fusion=True))) == 74.0
-    # GPT-OSS-like (biases, the clamp, a router bias: +2 B): E 43 -> 40, N 29 -> 23, B 9 + 2 = 11:
-    # (5 + 40 + 11) + (10 + 40 - 23) = 56 + 27 = 83, as unfused (TINY_MOE_OPS + 3 clamp + 2 B)
+    assert _f(moe_layer_ops(qwen, fp8, Stack(moe_router_fusion=True, moe_aux_loss=True))) == 74.0
+    # GPT-OSS-like (biases, the clamp, a router bias: +2 B) with an aux loss: E 43 -> 40, N 29 -> 23,
+    # B 9 + 2 = 11: (5 + 40 + 11) + (10 + 40 - 23) = 56 + 27 = 83, as unfused (TINY_MOE_OPS + 4 aux
+    # loss + 3 clamp + 2 B)
     oss = _tiny_moe(glu_clamp=True, router_bias=True)
     bf16 = one(micro_batch=1)
-    assert _f(moe_layer_ops(oss, bf16, Stack(moe_router_fusion=True))) == 83.0
-    assert _f(moe_layer_ops(oss, bf16, Stack())) == TINY_MOE_OPS + 3.0 + 2.0
+    assert _f(moe_layer_ops(oss, bf16, Stack(moe_router_fusion=True, moe_aux_loss=True))) == 83.0
+    assert _f(moe_layer_ops(oss, bf16, Stack(moe_aux_loss=True))) == TINY_MOE_OPS + 4.0 + 3.0 + 2.0
     # graphed with moe_router: the router's forward 1 + 4 + 2 B and its 2 + 4 Python backwards,
     # the norm's 2: 15 off, as unfused (1 + 7 + 2, 2 + 1); never more than the layer dispatches
-    graphed = Stack(moe_router_fusion=True, cuda_graph_scope=frozenset({"moe_router"}))
+    graphed = Stack(moe_router_fusion=True, moe_aux_loss=True, cuda_graph_scope=frozenset({"moe_router"}))
     assert _f(moe_layer_ops(oss, bf16, graphed)) == 83.0 - 15.0 + 2.0
+
+
+def test_a_router_without_aux_loss_dispatches_less() -> None:
+    # GPT-OSS routes without a load-balancing loss (Megatron-Bridge gpt_oss_bridge.py "none"; router.py
+    # `routing` skips the aux-loss calls when `is_aux_loss_enabled` is false). Unfused, its router is
+    # the score, top-k and two scatters, all native: E = 37 + 3 clamp = 40, B = 9 + 2 router bias = 11,
+    # N = 2 adds + 4 router + 3 clamp + 18 bias loop = 27: (5 + 40 + 11) + (10 + 40 - 27) = 56 + 23 = 79.
+    # Fused, the four are one FusedTopkScoreFunction with a Python backward: E 40 - 3 = 37, N 27 - 4 =
+    # 23: (5 + 37 + 11) + (10 + 37 - 23) = 53 + 24 = 77.
+    oss = _tiny_moe(glu_clamp=True, router_bias=True)
+    bf16 = one(micro_batch=1)
+    assert _f(moe_layer_ops(oss, bf16, Stack())) == 79.0
+    assert _f(moe_layer_ops(oss, bf16, Stack(moe_router_fusion=True))) == 77.0
+    # graphed with moe_router: the norm's 2 + 2, the router's forward 1 G + 1 E + 2 B, its backward
+    # 2 G + 1 Python: 9 off, 2 replays on
+    graphed = Stack(moe_router_fusion=True, cuda_graph_scope=frozenset({"moe_router"}))
+    assert _f(moe_layer_ops(oss, bf16, graphed)) == 77.0 - 9.0 + 2.0
+    # whatever else the layer has, the aux loss only adds dispatches (4 unfused: 3 forward and the
+    # scaler's Python backward; 6 fused: 3 forward, 3 Python backwards)
+    for model in (oss, _tiny_moe(), _no_bias(num_experts=16, experts_top_k=2, qk_norm="head")):
+        for fused in (False, True):
+            more = moe_layer_ops(model, bf16, Stack(moe_router_fusion=fused, moe_aux_loss=True))
+            assert _f(more - moe_layer_ops(model, bf16, Stack(moe_router_fusion=fused))) == (6.0 if fused else 4.0)
 
 
 def test_more_dispatches_never_lower_the_floor(monkeypatch: pytest.MonkeyPatch) -> None:

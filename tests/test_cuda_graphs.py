@@ -33,7 +33,8 @@ def _qwen(**extra: Any) -> ModelSpec:
 
 def _ops(scope: str, dispatcher: EpDispatcher = "alltoall") -> float:
     lay = one(dp=8, ep=8, micro_batch=1, precision="fp8")
-    return _f(moe_layer_ops(_qwen(), lay, Stack(cuda_graph_scope=parse_scopes(scope), ep_dispatcher=dispatcher)))
+    stack = Stack(cuda_graph_scope=parse_scopes(scope), ep_dispatcher=dispatcher, moe_aux_loss=True)  # Qwen3's
+    return _f(moe_layer_ops(_qwen(), lay, stack))
 
 
 def test_graphed_dispatches_by_hand() -> None:

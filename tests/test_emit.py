@@ -233,6 +233,42 @@ def test_router_fusion_round_trips_on_moe_models_only() -> None:
         emit_launch("deepspeed", model, Layout(framework="deepspeed", dp=8), _deepspeed(moe_router_fusion=True))
 
 
+def test_aux_loss_round_trips_and_is_read_as_megatron_decides() -> None:
+    # Stack.moe_aux_loss: Megatron-LM d98e8a64 runs the loss when a listed type has a positive
+    # coefficient (router.py is_aux_loss_enabled); the coefficient defaults to 0.0, so the emitter
+    # writes both flags, and nothing without the setting
+    model = load_model("mixtral-8x7b")
+    lay = Layout(framework="megatron", tp=2, ep=8, dp=8, sequence_parallel=True)
+    text = emit_launch("megatron", model, lay, Stack(moe_aux_loss=True))
+    words = text.split()
+    assert "--moe-aux-loss-coeff" in words and check_emitted("megatron", text) == []
+
+    def read(flags: str) -> tuple[object, list[str]]:
+        base = emit_launch("megatron", model, lay)
+        _, stack, _, notes = layout_from_launch(
+            read_launch_text(base.rstrip() + " " + flags, "megatron"), model, gpus=128
+        )
+        return stack.get("moe_aux_loss"), notes
+
+    _, stack, _, _ = layout_from_launch(read_launch_text(text, "megatron"), model, gpus=128)
+    assert stack.get("moe_aux_loss") is True
+    assert read("")[0] is False  # Megatron's default: type aux_loss, coefficient 0.0
+    assert read("--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-4")[0] is True
+    assert read("--moe-router-load-balancing-type none --moe-aux-loss-coeff 1e-2")[0] is False
+    # lists pair up by position: the aux_loss entry has coefficient 0, seq_aux_loss 1e-3
+    assert read("--moe-router-load-balancing-type aux_loss seq_aux_loss --moe-aux-loss-coeff 0 1e-3")[0] is True
+    assert read("--moe-router-load-balancing-type aux_loss seq_aux_loss --moe-aux-loss-coeff 0 0")[0] is False
+    on, notes = read("--moe-router-load-balancing-type sinkhorn")
+    assert on is False and any("sinkhorn: not modelled" in n for n in notes)
+    # the z-loss adds router calls the count leaves out: named, not silently dropped
+    assert any("--moe-z-loss-coeff" in n and "not modelled" in n for n in read("--moe-z-loss-coeff 1e-3")[1])
+    dense = Layout(framework="megatron", tp=2, dp=4, sequence_parallel=True)
+    assert "--moe-aux-loss-coeff" not in emit_launch("megatron", load_model("llama2-7b"), dense,
+                                                     Stack(moe_aux_loss=True)).split()  # fmt: skip
+    with pytest.raises(InputError, match="moe-aux-loss"):
+        emit_launch("deepspeed", model, Layout(framework="deepspeed", dp=8), _deepspeed(moe_aux_loss=True))
+
+
 def test_megatron_writes_tp_comm_overlap() -> None:
     # Stack.tp_comm_overlap is Megatron-LM's --tp-comm-overlap (a TransformerConfig flag at d98e8a64)
     lay = Layout(framework="megatron", tp=4, dp=2, sequence_parallel=True)

@@ -653,6 +653,10 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     flags += _megatron_a2a_overlap(ctx, lay)
     if stack.moe_router_fusion and ctx.model.is_moe:  # a dense model has no router to fuse
         flags.append(("--moe-router-fusion", None))
+    if stack.moe_aux_loss and ctx.model.is_moe:
+        # Megatron-LM runs the loss only with a positive coefficient (router.py is_aux_loss_enabled;
+        # the default is 0.0); 1e-2 is its help text's "recommended" starting value (arguments.py)
+        flags += [("--moe-router-load-balancing-type", "aux_loss"), ("--moe-aux-loss-coeff", "1e-2")]
     if lay.precision == Precision.FP16:
         flags.append(("--fp16", None))
     else:

@@ -263,7 +263,7 @@ _MEGATRON_HARMLESS_PREFIXES = (
     "pretrained_checkpoint", "one_logger", "app_tag", "enable_one_logger", "iterations_to_skip", "override_",
     "use_checkpoint_", "valid_data_path", "train_data_path", "test_data_path", "per_split_data_args_path",
     "special_tokens", "null_tokenizer_", "num_dataset_builder_threads", "object_storage_cache_path",
-    "moe_router_load_balancing_type", "moe_aux_loss_coeff", "moe_z_loss_coeff", "moe_input_jitter_eps",
+    "moe_input_jitter_eps",
     "moe_router_pre_softmax", "moe_router_topk_scaling_factor", "moe_router_score_function", "add_position_embedding",
     "use_rotary_position_embeddings", "distributed_backend", "fp8_amax_", "fp8_margin", "fp8_interval",
     "no_persist_layer_norm", "sgd_momentum", "lion_", "muon_", "vocab_extra_ids", "make_vocab_size_divisible_by",
@@ -356,6 +356,7 @@ def _import_megatron(st: _State) -> None:
     _megatron_stack(meg, fsdp=bool(meg.get("use_megatron_fsdp")))
     _expert_tp(meg, tp)
     _megatron_dispatcher(meg, FRAMEWORKS[FrameworkId.MEGATRON])
+    _megatron_aux_loss(meg)
     _megatron_model_check(meg)
     _megatron_specials(meg)
     st.unmodelled.extend(meg.leftover())
@@ -794,6 +795,33 @@ def _megatron_token_drop(meg: _Megatron) -> None:
     else:
         meg.st.note(f"{meg.flag('moe_expert_capacity_factor')} {factor}{' with padding' if pad else ''}: only "
                     "capacity 1.0 padded to capacity is modelled (--token-drop); read as dropless")  # fmt: skip
+
+
+AUX_LOSS_TYPES = ("aux_loss", "seq_aux_loss", "global_aux_loss")
+
+
+def _megatron_aux_loss(meg: _Megatron) -> None:
+    """--moe-router-load-balancing-type and --moe-aux-loss-coeff as `Stack.moe_aux_loss`, decided as
+    Megatron-LM d98e8a64 decides it (router.py `get_aux_loss_coeff`, `is_aux_loss_enabled`): a loss
+    type paired with its coefficient, position by position when both are lists, is on when the
+    coefficient is positive (default type aux_loss, coefficient 0.0: off). Sinkhorn and quantile
+    balancing route differently; they are named as priced like top-k routing."""
+    if not meg.st.model.is_moe:
+        return
+    kinds = meg.get("moe_router_load_balancing_type", "aux_loss")
+    coeffs = meg.get("moe_aux_loss_coeff", 0.0)
+    kinds = [str(k) for k in (kinds if isinstance(kinds, list) else [kinds])]
+    coeffs = coeffs if isinstance(coeffs, list) else [coeffs]
+    try:
+        values = [float(c) for c in coeffs]
+    except (TypeError, ValueError):
+        meg.st.note(f"{meg.flag('moe_aux_loss_coeff')} {' '.join(map(str, coeffs))}: not a number; read as no aux loss")
+        values = []
+    pairs = zip(kinds, values, strict=False)  # a single type takes the first coefficient
+    meg.st.stack["moe_aux_loss"] = any(kind in AUX_LOSS_TYPES and value > 0.0 for kind, value in pairs)
+    for kind in sorted(set(kinds) - {*AUX_LOSS_TYPES, "none"}):
+        meg.st.note(f"{meg.flag('moe_router_load_balancing_type')} {kind}: not modelled; its router is priced as "
+                    "top-k routing")  # fmt: skip
 
 
 def _megatron_dispatcher(meg: _Megatron, fs: FrameworkSpec) -> None:
