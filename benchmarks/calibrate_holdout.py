@@ -11,10 +11,12 @@ held-out source's runs on those presets are predicted four ways:
   fit-rest     the whole fit of benchmarks/fit_presets.py redone without the source
                (`accuracy.fitted_without`: the die's gemm_max/attention, the stacks' kernel
                efficiencies, the MoE host floors);
-  cal-shipped  `paraplan.calibrate` as the CLI runs it by default (every constant of
-               `fit_parameters.PARAMETERS`, its refusals, its screen of runs measured on other
-               hardware, infeasible or predicted more than 3x off) on the family's runs of the
-               other sources, starting from the preset as shipped;
+  cal-shipped  `paraplan.calibrate` as the CLI runs it by default (the constants of
+               `calibration.default_names`: the hardware's, and each other stack's kernel
+               efficiency on it where 3+ of its runs stand beside 3+ Megatron-LM runs; its
+               refusals, its screen of runs measured on other hardware, infeasible or predicted
+               more than 3x off) on the family's runs of the other sources, starting from the
+               preset as shipped;
   cal-rest     the same calibration starting from fit-rest (its preset, its stack efficiencies).
 The fitted constants go onto each held-out run's own preset (a same-die variant keeps its own
 memory and links; the fitted fractions are the die's and its software's).
@@ -115,7 +117,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hardware", default="a100-80g", choices=sorted(SAME_DIE))
     parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
-    parser.add_argument("--fit", default=None, help="calibrate's --fit (default: the CLI's default, every constant)")
+    parser.add_argument("--fit", default=None, help="calibrate's --fit (default: the CLI's default)")
     parser.add_argument("--train-stack", type=Framework.parse, default=None,
                         help="calibrate on this stack's runs only (an experiment; fit_presets fits the hardware on megatron's)")  # fmt: skip
     parser.add_argument("--detail", action="store_true", help="each held-out run's error by each arm")

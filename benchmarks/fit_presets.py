@@ -119,7 +119,9 @@ def die_values(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float
     return fitted.get(die) or (fitted.get(arch) if arch else None) or prior(die, fitted)
 
 
-MIN_STACK_RUNS = 3  # DeepSpeed's figure rests on MT-NLG's three runs: say so wherever it is quoted
+# DeepSpeed's figure rests on MT-NLG's three runs: say so wherever it is quoted
+from paraplan.calibration import MIN_STACK_RUNS  # noqa: E402
+from paraplan.fit_parameters import PARAMETERS, STACK_PREFIX  # noqa: E402
 
 
 def framework_of(run: Run) -> Framework:
@@ -202,8 +204,9 @@ def golden_min(error: Callable[[float], float], lo: float, hi: float, steps: int
 
 
 def fit_stack(runs: list[Run], clusters: dict[str, Cluster], framework: Framework) -> float:
-    """Golden-section search of the kernel efficiency in (0.3, 1.2)."""
-    return round(golden_min(lambda e: stack_error(runs, clusters, framework, e), 0.3, 1.2), 3)
+    """Golden-section search of the kernel efficiency in its calibration range (`fit_parameters`)."""
+    bounds = PARAMETERS[STACK_PREFIX + framework.label]
+    return round(golden_min(lambda e: stack_error(runs, clusters, framework, e), bounds.lower, bounds.upper), 3)
 
 
 def fits_host_floor(run: Run, framework: Framework) -> bool:

@@ -46,7 +46,7 @@ import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.flops import causal_keys
-from paraplan.cost_models.frameworks import cp_sdpa_merge, per_framework_value
+from paraplan.cost_models.frameworks import FrameworkSpec, cp_sdpa_merge, per_framework_value
 from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
 from paraplan.cost_models.memory import StageParams, cpu_checkpointed, kv_repeats, layer_input_bytes_per_token
 from paraplan.cost_models.models import ModelSpec
@@ -778,7 +778,7 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
         lay.full_recompute_share(model.num_layers) * layer_fwd,
         np.where(lay.recompute == Recompute.SELECTIVE, selective, 0.0),
     )
-    slow = 1.0 / kernel_efficiency(lay)
+    slow = 1.0 / kernel_efficiency(lay, cluster)
     return MicroBatchTimes(
         layer_fwd_s=np.asarray(slow * layer_fwd),
         layer_bwd_s=np.asarray(slow * layer_bwd),
@@ -1065,12 +1065,20 @@ def fastest_rate_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
     work and kernel overheads only add time. So FLOPs / this rate is a lower bound on compute."""
     attention = cluster.gpu.peak_bf16_flops * cluster.efficiency.attention
     fastest = np.maximum(np.maximum(matmul_rate(cluster, lay), bf16_rate(cluster)), attention)
-    return np.asarray(fastest * kernel_efficiency(lay))
+    return np.asarray(fastest * kernel_efficiency(lay, cluster))
 
 
-def kernel_efficiency(lay: Layouts) -> FloatArray:
-    """The layout's framework's kernel throughput relative to Megatron-LM's (`frameworks`)."""
-    return per_framework_value(lay, lambda fs: fs.kernel_efficiency)
+def kernel_efficiency(lay: Layouts, cluster: Cluster) -> FloatArray:
+    """The layout's framework's kernel throughput relative to Megatron-LM's: the hardware's own
+    figure for the stack where a calibration fitted one (`efficiency.stack_kernel_efficiency`),
+    else the stack's global figure (`frameworks.KERNEL_EFFICIENCY`)."""
+    own = cluster.efficiency.stack_kernel_efficiency
+
+    def value(fs: FrameworkSpec) -> float:
+        measured = getattr(own, fs.framework.label, None)
+        return fs.kernel_efficiency if measured is None else float(measured)
+
+    return per_framework_value(lay, value)
 
 
 def local_params(params: StageParams, lay: Layouts, from_stage: int) -> FloatArray:

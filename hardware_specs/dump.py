@@ -34,7 +34,8 @@ def _value(v: Any) -> str:
 
 def _table(out: list[str], prefix: str, data: dict[str, Any]) -> None:
     scalars = {k: v for k, v in data.items() if not isinstance(v, dict) and v is not None}
-    tables = {k: v for k, v in data.items() if isinstance(v, dict)}
+    # a table with nothing set (a calibration that fitted no stack) is left out
+    tables = {k: v for k, v in data.items() if isinstance(v, dict) and any(x is not None for x in v.values())}
     if prefix:
         out.append(f"\n[{prefix}]")
     out.extend(f"{k} = {_value(v)}" for k, v in scalars.items())

@@ -70,6 +70,18 @@ class IntraNode(_Spec):
     pcie: Link
 
 
+class StackKernelEfficiency(_Spec):
+    """Per training stack, its kernel throughput on this hardware relative to Megatron-LM with
+    Transformer Engine (the reference, 1 by definition), where a calibration measured it; a stack
+    left out (None) takes its global figure, fitted over all hardware
+    (`cost_models.frameworks.KERNEL_EFFICIENCY`). One field per framework but the reference,
+    named by its label (`cost_models.layout.Framework`; tests/test_hardware.py holds the two lists
+    equal: this package cannot import that one)."""
+
+    deepspeed: float | None = Field(default=None, ge=0.1, le=1.5)
+    torchtitan: float | None = Field(default=None, ge=0.1, le=1.5)
+
+
 class Efficiency(_Spec):
     """Achieved fractions of the hardware peaks, used by the compute and communication models.
 
@@ -85,6 +97,9 @@ class Efficiency(_Spec):
     kernel_overhead_s: fixed cost per kernel launch (launch + tail), paid per GEMM and op.
     dp_overlap: fraction of the backward pass that hides the data-parallel gradient reduction
         (0 = no overlap, 1 = perfect overlap while backward compute lasts).
+    stack_kernel_efficiency: a stack's kernel throughput here relative to the reference stack's
+        (`StackKernelEfficiency`), where `paraplan calibrate` fitted it on this hardware's runs;
+        the presets leave it empty.
     """
 
     gemm_max: float = Field(ge=0.01, le=1.0)
@@ -94,6 +109,7 @@ class Efficiency(_Spec):
     memory_bound: float = Field(ge=0.01, le=1.0)
     kernel_overhead_s: float = Field(ge=0, le=1e-2)
     dp_overlap: float = Field(ge=0, le=1.0)
+    stack_kernel_efficiency: StackKernelEfficiency = StackKernelEfficiency()
     sources: tuple[str, ...] = ()
 
 

@@ -36,7 +36,7 @@ from paraplan.cost_models.evaluate import evaluate
 from paraplan.cost_models.layout import KNOBS, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
 from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_NUMBERS, STACK_SETS, Stack
-from paraplan.fit_parameters import PARAMETERS
+from paraplan.fit_parameters import HARDWARE_PARAMETERS, PARAMETERS, STACK_PREFIX, STACKS
 from paraplan.hardware_specs.files import is_regular_file, read_text_file
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.plan import parse_plan
@@ -55,7 +55,10 @@ MAX_ITERATIONS = 40
 
 def with_constants(cluster: Cluster, values: dict[str, float]) -> Cluster:
     efficiency_fields = ("gemm_max", "gemm_half_dim", "attention", "memory_bound", "dp_overlap", "kernel_overhead_s")
-    eff_updates = {k: v for k, v in values.items() if k in efficiency_fields}
+    eff_updates: dict[str, Any] = {k: v for k, v in values.items() if k in efficiency_fields}
+    stacks = {k.removeprefix(STACK_PREFIX): v for k, v in values.items() if k.startswith(STACK_PREFIX)}
+    if stacks:
+        eff_updates["stack_kernel_efficiency"] = cluster.efficiency.stack_kernel_efficiency.model_copy(update=stacks)
     eff = cluster.efficiency.model_copy(update=eff_updates)
     intra = cluster.intra_node
     if "intra_node" in values:
@@ -360,8 +363,27 @@ def calibrated_cluster(fitted: Cluster, source: str, runs: int, name: str | None
     )
 
 
-def default_names() -> list[str]:
-    return list(PARAMETERS)
+# The fewest runs of a stack that fit its kernel efficiency on the hardware, and the fewest runs of
+# the reference stack beside them (benchmarks/fit_presets.py fits the global figures with the same floor).
+MIN_STACK_RUNS = 3
+
+
+def stacks_to_fit(runs: list[Run]) -> list[str]:
+    """The stacks whose kernel efficiency on this hardware the runs tell apart from the hardware's
+    own constants: MIN_STACK_RUNS runs of the stack beside as many of the reference stack,
+    Megatron-LM, whose kernels the hardware constants describe (its figure is 1 by definition).
+    Without reference runs a stack's figure and gemm_max move together and no fit splits them; with
+    them, what a stack leaves unexplained on this hardware lands in its own figure instead of in
+    the constants every stack shares."""
+    counts = {s: sum(1 for r in runs if str(r.knobs.get("framework", "megatron")) == s) for s in (*STACKS, "megatron")}
+    if counts["megatron"] < MIN_STACK_RUNS:
+        return []
+    return [s for s in STACKS if counts[s] >= MIN_STACK_RUNS]
+
+
+def default_names(runs: list[Run] | None = None) -> list[str]:
+    """The hardware's constants, and each stack's kernel efficiency the runs can fit (`stacks_to_fit`)."""
+    return [*HARDWARE_PARAMETERS, *(STACK_PREFIX + s for s in stacks_to_fit(runs or []))]
 
 
 def parse_fit_names(text: str | None) -> list[str]:
@@ -422,7 +444,7 @@ def calibrate(
     from paraplan.results import CalibratedRun, CalibrateResult
 
     cluster = hardware if isinstance(hardware, Cluster) else load_hardware(hardware)
-    names = fit_names if isinstance(fit_names, list) else parse_fit_names(fit_names)
+    chosen = fit_names if isinstance(fit_names, list) else None if fit_names is None else parse_fit_names(fit_names)
     source = "runs" if isinstance(runs, list) else Path(runs).name
     all_runs = runs if isinstance(runs, list) else load_runs(Path(runs))
     models = len({id(r.model) for r in all_runs})
@@ -433,13 +455,17 @@ def calibrate(
     usable, flagged = _screen(all_runs, cluster)
     if not usable:
         raise InputError(f"no run can be fitted: {'; '.join(f'{k}: {v}' for k, v in list(flagged.items())[:3])}")
+    names = chosen if chosen is not None else default_names(usable)
     result = fit(usable, cluster, names)
     calibrated = calibrated_cluster(result.cluster, source, len(usable), name)
     at_bound = [
         n for n, v in result.values.items()
         if min(v - PARAMETERS[n].lower, PARAMETERS[n].upper - v) <= BOUND_TOLERANCE * PARAMETERS[n].span()
     ]  # fmt: skip
-    line = command or f"paraplan calibrate --hardware {cluster.name} --runs {source} --fit {','.join(names)}"
+    # the command that reproduces this fit: with the constants the defaults chose for these runs
+    fit_flag = f"--fit {','.join(names)}"
+    line = command or f"paraplan calibrate --hardware {cluster.name} --runs {source}"
+    line = line if chosen is not None and command else f"{line} {fit_flag}"
     header = f"{line}\nfitted {', '.join(names)} on {len(usable)} run(s); left out {len(flagged)}"
     if at_bound:
         header += f"\nWARNING: {', '.join(at_bound)} ended on the bound of its range: the runs push it further"

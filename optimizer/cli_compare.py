@@ -208,7 +208,7 @@ def write_atomically(path: Path, text: str, force: bool, protect: list[Path]) ->
 
 
 def calibrate_command() -> click.Command:
-    from paraplan.fit_parameters import PARAMETERS
+    from paraplan.fit_parameters import HARDWARE_PARAMETERS, PARAMETERS, STACK_PREFIX
 
     @click.command("calibrate")
     @click.option("--hardware", required=True, help="Hardware preset or TOML to start from.")
@@ -231,7 +231,8 @@ def calibrate_command() -> click.Command:
         "--fit",
         "fit_names",
         default=None,
-        help=f"Comma-separated constants to fit [default: all of {', '.join(PARAMETERS)}].",
+        help=f"Comma-separated constants to fit, of {', '.join(PARAMETERS)} [default: {', '.join(HARDWARE_PARAMETERS)}, "
+        f"and {STACK_PREFIX}<stack> for each other stack with 3 or more runs beside 3 or more Megatron-LM runs].",
     )
     @click.option("--name", default=None, help="Name of the calibrated preset [default: <hardware>-calibrated].")
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")

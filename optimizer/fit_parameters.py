@@ -3,9 +3,11 @@ the CLI's help can name them without loading the fitting code)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
-from paraplan.hardware_specs.schema import Cluster
+from paraplan.hardware_specs.schema import Cluster, StackKernelEfficiency
 
 
 @dataclass(frozen=True)
@@ -21,7 +23,25 @@ class Parameter:
         return self.upper - self.lower
 
 
-_PATHS = {
+# A stack's kernel throughput on this hardware relative to the reference stack's (Megatron-LM with
+# Transformer Engine): `efficiency.stack_kernel_efficiency.<stack>`, one parameter per stack, named
+# STACK_PREFIX + the stack's label. Unset on the hardware, it is the stack's global figure.
+STACK_PREFIX = "kernel_efficiency."
+STACKS = tuple(StackKernelEfficiency.model_fields)
+
+
+def stack_kernel_efficiency(cluster: Cluster, stack: str) -> float:
+    """The stack's kernel efficiency on this hardware: its own, else the global one."""
+    own = getattr(cluster.efficiency.stack_kernel_efficiency, stack)
+    if own is not None:
+        return float(own)
+    from paraplan.cost_models.frameworks import FRAMEWORKS
+    from paraplan.cost_models.layout import Framework
+
+    return FRAMEWORKS[Framework.parse(stack)].kernel_efficiency
+
+
+_PATHS: dict[str, Callable[[Cluster], float]] = {
     "gemm_max": lambda c: c.efficiency.gemm_max,
     "kernel_overhead_s": lambda c: c.efficiency.kernel_overhead_s,
     "gemm_half_dim": lambda c: c.efficiency.gemm_half_dim,
@@ -30,6 +50,7 @@ _PATHS = {
     "intra_node": lambda c: c.intra_node.link.efficiency,
     "inter_node": lambda c: c.inter_node.efficiency,
     "dp_overlap": lambda c: c.efficiency.dp_overlap,
+    **{STACK_PREFIX + s: partial(stack_kernel_efficiency, stack=s) for s in STACKS},
 }
 
 PARAMETERS = {
@@ -43,5 +64,10 @@ PARAMETERS = {
         Parameter("intra_node", 0.05, 1.0),
         Parameter("inter_node", 0.05, 1.0),
         Parameter("dp_overlap", 0.0, 1.0),
+        # the range benchmarks/fit_presets.py searches for the global figures
+        *(Parameter(STACK_PREFIX + s, 0.3, 1.2) for s in STACKS),
     )
 }
+# The constants of the hardware itself, fitted by default; a stack's figure joins them where the
+# runs can tell it apart (`calibration.default_names`).
+HARDWARE_PARAMETERS = tuple(n for n in PARAMETERS if not n.startswith(STACK_PREFIX))

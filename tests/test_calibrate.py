@@ -82,6 +82,49 @@ def test_fit_does_not_depend_on_where_it_starts(fits: dict[float, Fit]) -> None:
     assert fits[0.5].values["gemm_max"] == pytest.approx(fits[0.86].values["gemm_max"], abs=2e-3)
 
 
+# A stack's own kernel efficiency on this hardware: Megatron-LM runs (Narayanan et al. 2021 Table 1)
+# beside torchtitan runs (its Aug 2024 A100 table; the two every-Nth-layer rows are infeasible).
+MEGATRON_A100 = TABLE1[:5]
+TORCHTITAN_A100 = ["tt24a_l3_8b_sel_op", "tt24a_l3_70b_full", "tt24a_l2_13b_none", "tt24a_l2_13b_sel_op",
+                   "tt24a_l2_70b_full"]  # fmt: skip
+
+
+def _runs(labels: list[str]) -> list[Run]:
+    by_label = {r.label: r for r in load_runs(PUBLIC)}
+    return [by_label[label] for label in labels]
+
+
+def test_a_stack_s_kernel_efficiency_is_fitted_beside_the_hardware_s() -> None:
+    """Known answer: the runs' "measured" times are the model's own predictions on the preset with
+    torchtitan's kernels at 0.95 of Megatron-LM's on this hardware (its global figure is 0.851).
+    With 5 Megatron-LM runs beside 5 torchtitan ones the default fit takes the stack's figure in
+    beside the hardware's constants and recovers it, with gemm_max where it was; the calibrated
+    TOML stores it, and validate's predictions read it back."""
+    from dataclasses import replace
+
+    from paraplan.calibration import calibrate, default_names, stacks_to_fit
+    from paraplan.calibration import with_constants as with_values
+
+    shipped = load_cluster("a100-80g")
+    truth = with_values(shipped, {"kernel_efficiency.torchtitan": 0.95})
+    runs = _runs(MEGATRON_A100 + TORCHTITAN_A100)
+    exact = predict(runs, chosen_layouts(runs, truth), truth)
+    runs = [replace(r, measured_s=float(s)) for r, s in zip(runs, exact, strict=True)]
+    assert stacks_to_fit(runs) == ["torchtitan"]
+    result = calibrate(shipped, runs)
+    assert result.fitted == default_names(runs) and "kernel_efficiency.torchtitan" in result.fitted
+    assert result.constants["kernel_efficiency.torchtitan"] == pytest.approx(0.95, abs=0.01)
+    assert result.constants["gemm_max"] == pytest.approx(shipped.efficiency.gemm_max, abs=0.01)
+    assert result.mape_after < 0.005 < result.mape_before
+    assert "--fit " in result.command and "kernel_efficiency.torchtitan" in result.command
+    import tomllib
+
+    stored = tomllib.loads(result.toml)["efficiency"]["stack_kernel_efficiency"]
+    assert stored == {"torchtitan": pytest.approx(result.constants["kernel_efficiency.torchtitan"])}
+    # without Megatron-LM runs the stack's figure and gemm_max cannot be told apart: not fitted
+    assert stacks_to_fit(runs[len(MEGATRON_A100) :]) == [] and stacks_to_fit(runs[:2] + runs[5:]) == []
+
+
 # --- the command --------------------------------------------------------------------------------------
 
 

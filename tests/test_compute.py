@@ -663,7 +663,7 @@ def test_eager_time_is_in_the_layer_forward_recompute_and_backward(
     # T = 16384 tokens, 16384 x 401,408 B / 2e12 = 3.288334336 ms more forward, and as much more
     # in the op-level recompute (it reruns the elementwise ops); 16384 x 835,584 / 2e12 =
     # 6.845104128 ms more backward
-    monkeypatch.setattr("paraplan.cost_models.compute.kernel_efficiency", lambda lay: np.ones(len(lay)))
+    monkeypatch.setattr("paraplan.cost_models.compute.kernel_efficiency", lambda lay, cluster: np.ones(len(lay)))
     model = models["llama3-8b"]
     lay = one(framework="torchtitan", zero=3, dp=8, micro_batch=2, seq_len=8192, recompute="selective")
     eager = micro_batch_times(model, lay, dgx, Stack(compiled=False))

@@ -72,6 +72,22 @@ def test_figures_are_in_si_units(presets: dict[str, Cluster], name: str) -> None
     assert 0 < cluster.memory_reserve_bytes < cluster.gpu.memory_bytes / 4
 
 
+def test_a_stack_figure_is_stored_for_every_framework_but_the_reference() -> None:
+    # hardware_specs cannot import cost_models: its list of stacks is kept equal to Framework's here
+    from paraplan.cost_models.layout import Framework
+    from paraplan.hardware_specs.schema import StackKernelEfficiency
+
+    assert set(StackKernelEfficiency.model_fields) == set(Framework.labels()) - {"megatron"}
+    # a stored figure round-trips through the TOML; an unset one writes no table
+    a100 = load_cluster("a100-80g")
+    assert "stack_kernel_efficiency" not in cluster_to_toml(a100)
+    own = a100.efficiency.model_copy(update={"stack_kernel_efficiency": StackKernelEfficiency(deepspeed=0.9)})
+    text = cluster_to_toml(a100.model_copy(update={"efficiency": own}))
+    assert tomllib.loads(text)["efficiency"]["stack_kernel_efficiency"] == {"deepspeed": 0.9}
+    with pytest.raises(ValueError):
+        StackKernelEfficiency(torchtitan=0.0)
+
+
 def test_names_are_case_insensitive_and_loaded_once() -> None:
     name = preset_names()[0]
     assert load_cluster(name.upper()) is load_cluster(name)

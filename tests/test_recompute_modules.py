@@ -105,7 +105,9 @@ def test_recompute_time_by_hand() -> None:
         tokens, h * ones, f * ones, rate, cluster
     )
     activation = compute._kernels_s(tokens * 6.0 * f, ones, cluster)
-    assert _f(mlp.layer_recompute_s) == pytest.approx(_f((gemms + activation) / compute.kernel_efficiency(lay)))
+    assert _f(mlp.layer_recompute_s) == pytest.approx(
+        _f((gemms + activation) / compute.kernel_efficiency(lay, cluster))
+    )
     # HFU: the dense MLP's GEMM FLOPs again, 32 layers x 2 x 3 h f per token
     flops = recompute_flops_per_step(model, lay, frozenset({"mlp"}))
     assert _f(flops) == pytest.approx(8 * 4096 * 32 * 2 * 3 * h * f)
