@@ -30,7 +30,7 @@ cal-shipped is what a user of the shipped tool gets, but it starts from, and is 
 (calibration.PRIOR_WEIGHT), those leaked constants and predicts with the leaked stack
 efficiencies; it is printed because it is the figure round 1 measured.
 
-MAPE per source, macro (each held-out source weighs the same) and micro (each run). Runtime: 6-7 min
+MAPE per source, macro (each held-out source weighs the same) and micro (each run). Runtime: 15-20 min
 of CPU on 2 cores (7 folds, each one whole refit and two calibrations); figures in the README.
 """
 
