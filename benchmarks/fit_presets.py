@@ -16,7 +16,11 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
      takes its MAMF share times the fitted dies' mean ratio of constant to MAMF share (`prior`).
   2. Per stack, on the runs of every other framework over all hardware: the kernel throughput
      relative to Megatron's (`cost_models.frameworks.KERNEL_EFFICIENCY`), by a one-dimensional
-     search minimizing the mean absolute log error.
+     search minimizing the mean absolute log error. Then, on each die fitted in step 1 that the
+     stack ran on MIN_STACK_RUNS times (on that very preset, beside its Megatron-family runs, as
+     `paraplan calibrate` fits it), the stack's figure on that die
+     (`efficiency.stack_kernel_efficiency`, which its variants share): where a stack has its own
+     figure on a die, the global one serves the other hardware only.
   3. Per stack, on its dropless mixture-of-experts runs over all hardware (Megatron's: the
      Megatron-Bridge, Moonlight and Mixtral rows): the host time per dispatch that sets an MoE
      layer's floor per micro-batch with the layer's dispatch count (`compute.moe_layer_ops`;
@@ -39,16 +43,19 @@ import sys
 import tomllib
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from paraplan.calibration import Run, calibrate, load_runs  # noqa: E402
+# MIN_STACK_RUNS: DeepSpeed's figure rests on MT-NLG's three runs: say so wherever it is quoted
+from paraplan.calibration import MIN_STACK_RUNS, Run, calibrate, load_runs, with_constants  # noqa: E402
 from paraplan.cost_models import frameworks  # noqa: E402
 from paraplan.cost_models.layout import Framework  # noqa: E402
+from paraplan.fit_parameters import PARAMETERS, STACK_PREFIX  # noqa: E402
 from paraplan.hardware_specs.loader import load_cluster  # noqa: E402
-from paraplan.hardware_specs.schema import Cluster  # noqa: E402
+from paraplan.hardware_specs.schema import Cluster, StackKernelEfficiency  # noqa: E402
 
 RUNS = REPO / "benchmarks" / "data" / "runs_public.csv"
 PRESETS = REPO / "hardware_specs" / "presets"
@@ -119,11 +126,6 @@ def die_values(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float
     return fitted.get(die) or (fitted.get(arch) if arch else None) or prior(die, fitted)
 
 
-# DeepSpeed's figure rests on MT-NLG's three runs: say so wherever it is quoted
-from paraplan.calibration import MIN_STACK_RUNS  # noqa: E402
-from paraplan.fit_parameters import PARAMETERS, STACK_PREFIX  # noqa: E402
-
-
 def framework_of(run: Run) -> Framework:
     return Framework.parse(run.knobs.get("framework", "megatron"))
 
@@ -156,8 +158,10 @@ def fit_hardware(runs: list[Run], quiet: bool = False) -> dict[str, dict[str, fl
 
 
 def with_values(cluster: Cluster, values: dict[str, float]) -> Cluster:
-    eff = cluster.efficiency.model_copy(update=values)
-    return cluster.model_copy(update={"efficiency": eff})
+    """The preset with this fit's constants and only this fit's stack figures (a preset written by
+    an earlier fit carries its figures; a fold must not see them)."""
+    eff = cluster.efficiency.model_copy(update={"stack_kernel_efficiency": StackKernelEfficiency()})
+    return with_constants(cluster.model_copy(update={"efficiency": eff}), values)
 
 
 def _mean_error_with(runs: list[Run], clusters: dict[str, Cluster], framework: Framework,
@@ -201,6 +205,36 @@ def golden_min(error: Callable[[float], float], lo: float, hi: float, steps: int
             b = lo + ratio * (hi - lo)
             fb = error(b)
     return (a + b) / 2
+
+
+def die_stack_error(runs: list[Run], clusters: dict[str, Cluster], framework: Framework, efficiency: float) -> float:
+    """Mean |log(predicted / measured)| over the runs with the stack's figure on their hardware
+    (`efficiency.stack_kernel_efficiency`) at this value."""
+    own = {
+        h: with_constants(clusters[h], {STACK_PREFIX + framework.label: efficiency}) for h in {r.hardware for r in runs}
+    }
+    return _mean_error_with(runs, {**clusters, **own}, framework, lambda spec: spec, lambda r: abs(math.log(r)))
+
+
+def fit_die_stacks(runs: list[Run], clusters: dict[str, Cluster], fitted: dict[str, dict[str, float]],
+                   quiet: bool = False) -> None:  # fmt: skip
+    """Step 2b: each stack's kernel efficiency on a die fitted on its own (`fitted`), from the
+    stack's runs on that very preset where there are MIN_STACK_RUNS of them, as `paraplan
+    calibrate` fits it; added to the die's constants (`own_values`: its variants do not take it)."""
+    for die in sorted(fitted):
+        for framework in (Framework.DEEPSPEED, Framework.TORCHTITAN):
+            mine = [r for r in runs if r.hardware == die and framework_of(r) == framework]
+            if len(mine) < MIN_STACK_RUNS:
+                continue
+            bounds = PARAMETERS[STACK_PREFIX + framework.label]
+            error = partial(die_stack_error, mine, clusters, framework)
+            value = round(golden_min(error, bounds.lower, bounds.upper), 3)
+            if not quiet:
+                before, after = (die_stack_error(mine, clusters, framework, e) for e in
+                                 (frameworks.FRAMEWORKS[framework].kernel_efficiency, value))  # fmt: skip
+                print(f"{die}: {len(mine)} {framework} runs, kernel efficiency on it {value:.3f} "
+                      f"(mean |log error| {before:.3f} -> {after:.3f})")  # fmt: skip
+            fitted[die][STACK_PREFIX + framework.label] = value
 
 
 def fit_stack(runs: list[Run], clusters: dict[str, Cluster], framework: Framework) -> float:
@@ -248,6 +282,8 @@ def write_preset(name: str, values: dict[str, float], basis: str, label: str = "
     section = text.index("[efficiency]")
     end = text.index("\n[", section + 1)
     block = text[section:end]
+    stacks = {k.removeprefix(STACK_PREFIX): v for k, v in values.items() if k.startswith(STACK_PREFIX)}
+    values = {k: v for k, v in values.items() if not k.startswith(STACK_PREFIX)}
     for key, value in values.items():
         line = f"{key} = {value:.3f}"
         if re.search(rf"^{key} = ", block, flags=re.M):
@@ -257,19 +293,31 @@ def write_preset(name: str, values: dict[str, float], basis: str, label: str = "
     block = re.sub(r'\n    "(fitted|transferred): [^\n]*",', "", block)
     for key in values:  # an older note about a fitted value would contradict the new one
         block = re.sub(rf'\n    "{key} [0-9][^\n]*",', "", block)
-    note = f'\n    "{label}: {", ".join(f"{k} {v:.3f}" for k, v in values.items())} {basis}",'
+    fitted = {**values, **{STACK_PREFIX + k: v for k, v in stacks.items()}}
+    note = f'\n    "{label}: {", ".join(f"{k} {v:.3f}" for k, v in fitted.items())} {basis}",'
     block = block.replace("sources = [", "sources = [" + note, 1)
-    text = text[:section] + block + text[end:]
+    # the stacks' figures on this die: a table of their own after [efficiency], replaced whole
+    rest = re.sub(r"^\n\[efficiency\.stack_kernel_efficiency\]\n(?:[a-z]+ = [^\n]*\n?)*", "", text[end:])
+    table = "".join(f"{k} = {v:.3f}\n" for k, v in stacks.items())
+    block = f"{block.rstrip()}\n\n[efficiency.stack_kernel_efficiency]\n{table}" if table else block
+    text = text[:section] + block + rest
     tomllib.loads(text)
     path.write_text(text)
 
 
+def own_values(hardware: str, values: dict[str, float], fitted: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The die's constants as `hardware` takes them: a stack's figure only on the preset its runs
+    ran on (a same-die variant differs in what a stack meets there: power limit, memory, links;
+    the torchtitan runs of the 500 W H100 and of the H200 were slower against it than against the
+    global figure), the rest on every variant."""
+    return {k: v for k, v in values.items() if hardware in fitted or not k.startswith(STACK_PREFIX)}
+
+
 def fold_cluster(hardware: str, fitted: dict[str, dict[str, float]]) -> Cluster:
     """The preset with the constants of its die from this fit (or the die's `prior`); a preset
-    without either is used as it is."""
-    base = load_cluster(hardware)
+    without either is used as it is (without stack figures of an earlier fit)."""
     values = die_values(main_preset(hardware), fitted)
-    return with_values(base, values) if values else base
+    return with_values(load_cluster(hardware), own_values(hardware, values or {}, fitted))
 
 
 def fit_all(
@@ -287,6 +335,12 @@ def fit_all(
             before, after = (stack_error(mine, clusters, framework, e) for e in (1.0, stacks[framework]))
             print(f"{framework}: {len(mine)} runs, kernel efficiency {stacks[framework]:.3f} "
                   f"(mean |log error| {before:.3f} -> {after:.3f})")  # fmt: skip
+    saved = apply_stacks(stacks)
+    try:
+        fit_die_stacks(runs, clusters, fitted, quiet)
+    finally:
+        frameworks.FRAMEWORKS.update(saved)
+    clusters = {hardware: fold_cluster(hardware, fitted) for hardware in clusters}
     floors = fit_floors(runs, clusters, stacks, quiet)
     return fitted, stacks, clusters, floors
 
@@ -341,10 +395,15 @@ def main() -> int:
             count = sum(1 for r in runs if r.hardware == hardware and fits_hardware(r))
             basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {count} dense Megatron-family runs of "
                      f"{hardware} in benchmarks/data/runs_public.csv")  # fmt: skip
-            write_preset(hardware, values, basis)
+            on_stacks = ""
+            for key in (k for k in values if k.startswith(STACK_PREFIX)):
+                stack = key.removeprefix(STACK_PREFIX)
+                mine = sum(1 for r in runs if r.hardware == hardware and framework_of(r).label == stack)
+                on_stacks += f" ({key}: on its {mine} {stack} runs there, with those constants)"
+            write_preset(hardware, values, basis + on_stacks)
             for other, why in fit_sharers(hardware, fitted):
-                write_preset(other, values, f"taken from {hardware} ({why}: its variants share the main preset's "
-                                            f"fit) {basis}")  # fmt: skip
+                write_preset(other, own_values(other, values, fitted), f"taken from {hardware} ({why}: its variants "
+                                                                       f"share the main preset's fit) {basis}")  # fmt: skip
         shares = ", ".join(f"{d} {MAMF_SHARE[d]}" for d in sorted(fitted) if d in MAMF_SHARE)
         for die in sorted(set(MAMF_SHARE) - set(fitted)):
             values = prior(die, fitted) or {}

@@ -77,3 +77,39 @@ def test_a_die_without_enough_runs_takes_its_architectures_fit() -> None:
     assert ("gb300", "the same architecture") in shared and ("b300", "the same architecture") in shared
     assert not {name for name, _ in fit_presets.fit_sharers("b200", {"b200": b200, "gb300": gb300})} & {"gb300", "b300"}
     assert fit_presets.fit_sharers("gb300", {"b200": b200, "gb300": gb300}) == [("b300", "the same die")]
+
+
+def test_a_stacks_figure_stays_on_the_preset_its_runs_ran_on() -> None:
+    # a100-80g's torchtitan figure is fitted on torchtitan runs on a100-80g: its variants (the A800,
+    # the 40 GB part) take the die's gemm_max and attention, not the stack figure
+    fitted = {"a100-80g": {"gemm_max": 0.77, "attention": 0.52, "kernel_efficiency.torchtitan": 0.88}}
+    assert fit_presets.own_values("a100-80g", fitted["a100-80g"], fitted) == fitted["a100-80g"]
+    assert fit_presets.own_values("a800-80g", fitted["a100-80g"], fitted) == {"gemm_max": 0.77, "attention": 0.52}
+    assert fit_presets.fold_cluster("a800-80g", fitted).efficiency.stack_kernel_efficiency.torchtitan is None
+    assert fit_presets.fold_cluster("a100-80g", fitted).efficiency.stack_kernel_efficiency.torchtitan == 0.88
+    # a fold that fits no stack figure must not see the one the shipped preset holds from the full fit
+    without = {"a100-80g": {"gemm_max": 0.77, "attention": 0.52}}
+    figures = fit_presets.fold_cluster("a100-80g", without).efficiency.stack_kernel_efficiency
+    assert figures.torchtitan is None and figures.deepspeed is None
+
+
+def test_writing_a_stacks_figure_is_idempotent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tomllib
+
+    from paraplan.hardware_specs.loader import load_cluster
+
+    source = Path(fit_presets.PRESETS) / "a100-80g.toml"
+    (tmp_path / "a100-80g.toml").write_text(source.read_text())
+    monkeypatch.setattr(fit_presets, "PRESETS", tmp_path)
+    values = {"gemm_max": 0.77, "attention": 0.52, "kernel_efficiency.torchtitan": 0.88}
+    fit_presets.write_preset("a100-80g", values, "by hand")
+    once = (tmp_path / "a100-80g.toml").read_text()
+    fit_presets.write_preset("a100-80g", values, "by hand")
+    assert (tmp_path / "a100-80g.toml").read_text() == once
+    data = tomllib.loads(once)
+    assert data["efficiency"]["stack_kernel_efficiency"] == {"torchtitan": 0.88}
+    assert data["efficiency"]["gemm_max"] == 0.77 and "price" in data
+    assert load_cluster(str(tmp_path / "a100-80g.toml")).efficiency.stack_kernel_efficiency.torchtitan == 0.88
+    # a later fit without the figure removes the table
+    fit_presets.write_preset("a100-80g", {"gemm_max": 0.77, "attention": 0.52}, "by hand")
+    assert "stack_kernel_efficiency" not in tomllib.loads((tmp_path / "a100-80g.toml").read_text())["efficiency"]

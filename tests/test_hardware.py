@@ -79,10 +79,10 @@ def test_a_stack_figure_is_stored_for_every_framework_but_the_reference() -> Non
 
     assert set(StackKernelEfficiency.model_fields) == set(Framework.labels()) - {"megatron"}
     # a stored figure round-trips through the TOML; an unset one writes no table
-    a100 = load_cluster("a100-80g")
-    assert "stack_kernel_efficiency" not in cluster_to_toml(a100)
-    own = a100.efficiency.model_copy(update={"stack_kernel_efficiency": StackKernelEfficiency(deepspeed=0.9)})
-    text = cluster_to_toml(a100.model_copy(update={"efficiency": own}))
+    b200 = load_cluster("b200")  # a preset no stack was fitted on
+    assert "stack_kernel_efficiency" not in cluster_to_toml(b200)
+    own = b200.efficiency.model_copy(update={"stack_kernel_efficiency": StackKernelEfficiency(deepspeed=0.9)})
+    text = cluster_to_toml(b200.model_copy(update={"efficiency": own}))
     assert tomllib.loads(text)["efficiency"]["stack_kernel_efficiency"] == {"deepspeed": 0.9}
     with pytest.raises(ValueError):
         StackKernelEfficiency(torchtitan=0.0)
