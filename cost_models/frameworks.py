@@ -140,7 +140,10 @@ class FrameworkSpec:
 # cuBLAS, SDPA and compiled or eager elementwise kernels, FSDP hooks): their throughput relative
 # to those kernels is one number per stack, fitted on the published runs of that stack over every
 # hardware by `python benchmarks/fit_presets.py` (figures and cross-validation in its output and
-# the README). Compute time is divided by it; communication is not.
+# the README). Compute time is divided by it; communication is not. A preset (or a calibrated
+# hardware TOML) may hold the stack's own figure on that hardware, fitted on the stack's runs there
+# beside Megatron-family ones (`efficiency.stack_kernel_efficiency`, read by
+# `compute.kernel_efficiency`); this global figure serves the hardware without one.
 # DeepSpeed's figure is not a kernel speed: Megatron-DeepSpeed runs Megatron's fused kernels, and
 # its ZeRO-3 175B run on Azure (group deepspeed_azure22) is predicted within 1.2% at 1.0 (24% too
 # slow at the fitted figure: DeepSpeed ZeRO-3 runs without model parallelism likely are too). The
