@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 from accuracy import DEFAULT_RUNS, RunResult, assess, fitted_without, mape  # noqa: E402
-from fit_presets import SAME_DIE, framework_of  # noqa: E402
+from fit_presets import SAME_DIE  # noqa: E402
 
 from paraplan.calibration import Run, calibrate, load_runs, with_constants  # noqa: E402
 from paraplan.cost_models.layout import Framework  # noqa: E402
@@ -74,7 +74,7 @@ def folds(runs: list[Run], hardware: str, train_stack: Framework | None = None) 
     """One fold per source with runs on the hardware's family, in source order (`train_stack`:
     calibrate on that stack's runs of the other sources only)."""
     mine = [r for r in runs if r.hardware in family(hardware)]
-    train = [r for r in mine if train_stack is None or framework_of(r) == train_stack]
+    train = [r for r in mine if train_stack is None or r.framework == train_stack]
     sources = sorted({r.group for r in mine})
     return [Fold(s, [r for r in train if r.group != s], [r for r in mine if r.group == s]) for s in sources]
 

@@ -126,13 +126,9 @@ def die_values(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float
     return fitted.get(die) or (fitted.get(arch) if arch else None) or prior(die, fitted)
 
 
-def framework_of(run: Run) -> Framework:
-    return Framework.parse(run.knobs.get("framework", "megatron"))
-
-
 def fits_hardware(run: Run) -> bool:
     """A run the hardware constants are fitted on (step 1 of the module docstring)."""
-    return framework_of(run) == Framework.MEGATRON and run.model.num_experts <= 1
+    return run.framework == Framework.MEGATRON and run.model.num_experts <= 1
 
 
 def fit_hardware(runs: list[Run], quiet: bool = False) -> dict[str, dict[str, float]]:
@@ -223,7 +219,7 @@ def fit_die_stacks(runs: list[Run], clusters: dict[str, Cluster], fitted: dict[s
     calibrate` fits it; added to the die's constants (`own_values`: its variants do not take it)."""
     for die in sorted(fitted):
         for framework in (Framework.DEEPSPEED, Framework.TORCHTITAN):
-            mine = [r for r in runs if r.hardware == die and framework_of(r) == framework]
+            mine = [r for r in runs if r.hardware == die and r.framework == framework]
             if len(mine) < MIN_STACK_RUNS:
                 continue
             bounds = PARAMETERS[STACK_PREFIX + framework.label]
@@ -245,7 +241,7 @@ def fit_stack(runs: list[Run], clusters: dict[str, Cluster], framework: Framewor
 
 def fits_host_floor(run: Run, framework: Framework) -> bool:
     """A run the stack's MoE host floor is fitted on (step 3 of the module docstring)."""
-    return framework_of(run) == framework and run.model.num_experts > 1 and not run.stack.get("token_drop", False)
+    return run.framework == framework and run.model.num_experts > 1 and not run.stack.get("token_drop", False)
 
 
 def host_floor_error(runs: list[Run], clusters: dict[str, Cluster], framework: Framework, per_op_s: float) -> float:
@@ -329,7 +325,7 @@ def fit_all(
     fitted = fit_hardware(runs, quiet)
     clusters = {hardware: fold_cluster(hardware, fitted) for hardware in {r.hardware for r in runs if r.hardware}}
     stacks = {fw: 1.0 for fw in (Framework.DEEPSPEED, Framework.TORCHTITAN)}
-    for framework, mine in _stack_runs(runs, clusters, stacks, lambda r, fw: framework_of(r) == fw):
+    for framework, mine in _stack_runs(runs, clusters, stacks, lambda r, fw: r.framework == fw):
         stacks[framework] = fit_stack(mine, clusters, framework)
         if not quiet:
             before, after = (stack_error(mine, clusters, framework, e) for e in (1.0, stacks[framework]))
@@ -398,7 +394,7 @@ def main() -> int:
             on_stacks = ""
             for key in (k for k in values if k.startswith(STACK_PREFIX)):
                 stack = key.removeprefix(STACK_PREFIX)
-                mine = sum(1 for r in runs if r.hardware == hardware and framework_of(r).label == stack)
+                mine = sum(1 for r in runs if r.hardware == hardware and r.framework.label == stack)
                 on_stacks += f" ({key}: on its {mine} {stack} runs there, with those constants)"
             write_preset(hardware, values, basis + on_stacks)
             for other, why in fit_sharers(hardware, fitted):

@@ -40,13 +40,14 @@ before the step (the scaling itself folds into the loss and the unscale into Ada
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.flops import causal_keys
-from paraplan.cost_models.frameworks import FrameworkSpec, cp_sdpa_merge, per_framework_value
+from paraplan.cost_models.frameworks import cp_sdpa_merge, kernel_efficiency_on, per_framework_value
 from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
 from paraplan.cost_models.memory import StageParams, cpu_checkpointed, kv_repeats, layer_input_bytes_per_token
 from paraplan.cost_models.models import ModelSpec
@@ -1069,16 +1070,9 @@ def fastest_rate_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
 
 
 def kernel_efficiency(lay: Layouts, cluster: Cluster) -> FloatArray:
-    """The layout's framework's kernel throughput relative to Megatron-LM's: the hardware's own
-    figure for the stack where a calibration fitted one (`efficiency.stack_kernel_efficiency`),
-    else the stack's global figure (`frameworks.KERNEL_EFFICIENCY`)."""
-    own = cluster.efficiency.stack_kernel_efficiency
-
-    def value(fs: FrameworkSpec) -> float:
-        measured = getattr(own, fs.framework.label, None)
-        return fs.kernel_efficiency if measured is None else float(measured)
-
-    return per_framework_value(lay, value)
+    """The layout's framework's kernel throughput relative to Megatron-LM's on this hardware
+    (`frameworks.kernel_efficiency_on`)."""
+    return per_framework_value(lay, functools.partial(kernel_efficiency_on, cluster))
 
 
 def local_params(params: StageParams, lay: Layouts, from_stage: int) -> FloatArray:

@@ -90,6 +90,7 @@ from paraplan.cost_models.stack import (
     module_list,
 )
 from paraplan.cost_models.stack import EP_DISPATCHERS as ALL_EP_DISPATCHERS
+from paraplan.hardware_specs.schema import Cluster
 
 
 @dataclass(frozen=True)
@@ -484,6 +485,14 @@ def per_framework(lay: Layouts, test: Callable[[FrameworkSpec, Layouts], BoolArr
     for fw in used:
         out |= (lay.framework == fw) & test(FRAMEWORKS[_MEMBER[fw]], lay)
     return out
+
+
+def kernel_efficiency_on(cluster: Cluster, spec: FrameworkSpec) -> float:
+    """The stack's kernel throughput relative to Megatron-LM's on this hardware: the hardware's own
+    figure where a fit measured one (`efficiency.stack_kernel_efficiency`), else the global one
+    (KERNEL_EFFICIENCY)."""
+    own = getattr(cluster.efficiency.stack_kernel_efficiency, spec.framework.label, None)
+    return spec.kernel_efficiency if own is None else float(own)
 
 
 def per_framework_value(lay: Layouts, value: Callable[[FrameworkSpec], float]) -> FloatArray:

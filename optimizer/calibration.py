@@ -33,7 +33,7 @@ import numpy.typing as npt
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import evaluate
-from paraplan.cost_models.layout import KNOBS, Layout, parse_knob
+from paraplan.cost_models.layout import KNOBS, Framework, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
 from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_NUMBERS, STACK_SETS, Stack
 from paraplan.fit_parameters import HARDWARE_PARAMETERS, PARAMETERS, STACK_PREFIX, STACKS
@@ -89,6 +89,11 @@ class Run:
     knobs: dict[str, object]
     stack: dict[str, object]
     measured_s: float
+
+    @property
+    def framework(self) -> Framework:
+        """The stack the run ran on (its `framework` knob; Megatron-LM when it states none)."""
+        return Framework.parse(self.knobs.get("framework", "megatron"))
 
     def question(self, cluster: Cluster) -> Question:
         plan = parse_plan(self.plan_text, self.gpus)
@@ -375,7 +380,7 @@ def stacks_to_fit(runs: list[Run]) -> list[str]:
     Without reference runs a stack's figure and gemm_max move together and no fit splits them; with
     them, what a stack leaves unexplained on this hardware lands in its own figure instead of in
     the constants every stack shares."""
-    counts = {s: sum(1 for r in runs if str(r.knobs.get("framework", "megatron")) == s) for s in (*STACKS, "megatron")}
+    counts = {s: sum(1 for r in runs if r.framework.label == s) for s in (*STACKS, "megatron")}
     if counts["megatron"] < MIN_STACK_RUNS:
         return []
     return [s for s in STACKS if counts[s] >= MIN_STACK_RUNS]

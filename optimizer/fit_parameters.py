@@ -31,14 +31,12 @@ STACKS = tuple(StackKernelEfficiency.model_fields)
 
 
 def stack_kernel_efficiency(cluster: Cluster, stack: str) -> float:
-    """The stack's kernel efficiency on this hardware: its own, else the global one."""
-    own = getattr(cluster.efficiency.stack_kernel_efficiency, stack)
-    if own is not None:
-        return float(own)
-    from paraplan.cost_models.frameworks import FRAMEWORKS
+    """The stack's kernel efficiency on this hardware (`frameworks.kernel_efficiency_on`; imported
+    here, not at the top: the CLI's help reads this module without loading numpy)."""
+    from paraplan.cost_models.frameworks import FRAMEWORKS, kernel_efficiency_on
     from paraplan.cost_models.layout import Framework
 
-    return FRAMEWORKS[Framework.parse(stack)].kernel_efficiency
+    return kernel_efficiency_on(cluster, FRAMEWORKS[Framework.parse(stack)])
 
 
 _PATHS: dict[str, Callable[[Cluster], float]] = {

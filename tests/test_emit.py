@@ -214,44 +214,48 @@ def test_token_drop_round_trips_and_other_capacities_are_named() -> None:
     assert any("--moe-expert-capacity-factor 1.25 with padding" in n and "read as dropless" in n for n in notes)
 
 
-def test_router_fusion_round_trips_on_moe_models_only() -> None:
-    # Stack.moe_router_fusion is Megatron-LM's --moe-router-fusion (TransformerConfig at d98e8a64);
-    # a dense model has no router: the flag is left out
-    model = load_model("mixtral-8x7b")
-    lay = Layout(framework="megatron", tp=2, ep=8, dp=8, sequence_parallel=True)
-    text = emit_launch("megatron", model, lay, Stack(moe_router_fusion=True))
-    assert "--moe-router-fusion" in text.split() and check_emitted("megatron", text) == []
+MOE_LAYOUT = Layout(framework="megatron", tp=2, ep=8, dp=8, sequence_parallel=True)
+
+
+def _moe_setting_round_trips(setting: str, flag: str) -> str:
+    """A Megatron-only MoE stack setting: on an MoE model it is emitted as `flag` (in a launch the
+    pinned Megatron-LM schema accepts) and read back as set; a dense model has no router, so the
+    flag is left out; DeepSpeed refuses the setting. Returns the MoE model's launch."""
+    model, on = load_model("mixtral-8x7b"), {setting: True}
+    text = emit_launch("megatron", model, MOE_LAYOUT, Stack().with_overrides(**on))
+    assert flag in text.split() and check_emitted("megatron", text) == []
     _, stack, _, _ = layout_from_launch(read_launch_text(text, "megatron"), model, gpus=128)
-    assert stack.get("moe_router_fusion") is True
-    _, stack, _, _ = layout_from_launch(read_launch_text(emit_launch("megatron", model, lay), "megatron"), model,
-                                        gpus=128)  # fmt: skip
-    assert not stack.get("moe_router_fusion")
+    assert stack.get(setting) is True
     dense = Layout(framework="megatron", tp=2, dp=4, sequence_parallel=True)
-    assert "--moe-router-fusion" not in emit_launch("megatron", load_model("llama2-7b"), dense,
-                                                    Stack(moe_router_fusion=True)).split()  # fmt: skip
-    with pytest.raises(InputError, match="moe-router-fusion"):
-        emit_launch("deepspeed", model, Layout(framework="deepspeed", dp=8), _deepspeed(moe_router_fusion=True))
+    assert flag not in emit_launch("megatron", load_model("llama2-7b"), dense, Stack().with_overrides(**on)).split()
+    with pytest.raises(InputError, match=setting.replace("_", "-")):
+        emit_launch("deepspeed", model, Layout(framework="deepspeed", dp=8), _deepspeed(**on))
+    return text
+
+
+def test_router_fusion_round_trips_on_moe_models_only() -> None:
+    # Stack.moe_router_fusion is Megatron-LM's --moe-router-fusion (TransformerConfig at d98e8a64)
+    _moe_setting_round_trips("moe_router_fusion", "--moe-router-fusion")
+    model = load_model("mixtral-8x7b")
+    _, stack, _, _ = layout_from_launch(read_launch_text(emit_launch("megatron", model, MOE_LAYOUT), "megatron"),
+                                        model, gpus=128)  # fmt: skip
+    assert not stack.get("moe_router_fusion")
 
 
 def test_aux_loss_round_trips_and_is_read_as_megatron_decides() -> None:
     # Stack.moe_aux_loss: Megatron-LM d98e8a64 runs the loss when a listed type has a positive
     # coefficient (router.py is_aux_loss_enabled); the coefficient defaults to 0.0, so the emitter
     # writes both flags, and nothing without the setting
+    _moe_setting_round_trips("moe_aux_loss", "--moe-aux-loss-coeff")
     model = load_model("mixtral-8x7b")
-    lay = Layout(framework="megatron", tp=2, ep=8, dp=8, sequence_parallel=True)
-    text = emit_launch("megatron", model, lay, Stack(moe_aux_loss=True))
-    words = text.split()
-    assert "--moe-aux-loss-coeff" in words and check_emitted("megatron", text) == []
 
     def read(flags: str) -> tuple[object, list[str]]:
-        base = emit_launch("megatron", model, lay)
+        base = emit_launch("megatron", model, MOE_LAYOUT)
         _, stack, _, notes = layout_from_launch(
             read_launch_text(base.rstrip() + " " + flags, "megatron"), model, gpus=128
         )
         return stack.get("moe_aux_loss"), notes
 
-    _, stack, _, _ = layout_from_launch(read_launch_text(text, "megatron"), model, gpus=128)
-    assert stack.get("moe_aux_loss") is True
     assert read("")[0] is False  # Megatron's default: type aux_loss, coefficient 0.0
     assert read("--moe-router-load-balancing-type seq_aux_loss --moe-aux-loss-coeff 1e-4")[0] is True
     assert read("--moe-router-load-balancing-type none --moe-aux-loss-coeff 1e-2")[0] is False
@@ -262,11 +266,6 @@ def test_aux_loss_round_trips_and_is_read_as_megatron_decides() -> None:
     assert on is False and any("sinkhorn: not modelled" in n for n in notes)
     # the z-loss adds router calls the count leaves out: named, not silently dropped
     assert any("--moe-z-loss-coeff" in n and "not modelled" in n for n in read("--moe-z-loss-coeff 1e-3")[1])
-    dense = Layout(framework="megatron", tp=2, dp=4, sequence_parallel=True)
-    assert "--moe-aux-loss-coeff" not in emit_launch("megatron", load_model("llama2-7b"), dense,
-                                                     Stack(moe_aux_loss=True)).split()  # fmt: skip
-    with pytest.raises(InputError, match="moe-aux-loss"):
-        emit_launch("deepspeed", model, Layout(framework="deepspeed", dp=8), _deepspeed(moe_aux_loss=True))
 
 
 def test_megatron_writes_tp_comm_overlap() -> None:
