@@ -42,6 +42,7 @@ from paraplan.calibration import Run, chosen_layouts, infeasible_reasons, load_r
 from paraplan.cost_models import frameworks  # noqa: E402
 from paraplan.cost_models.errors import InputError  # noqa: E402
 from paraplan.cost_models.layout import layout_short  # noqa: E402
+from paraplan.cost_models.units import GIB  # noqa: E402
 from paraplan.hardware_specs.loader import load_cluster  # noqa: E402
 from paraplan.hardware_specs.schema import Cluster  # noqa: E402
 from paraplan.memory_runs import memory_runs  # noqa: E402
@@ -49,7 +50,6 @@ from paraplan.memory_runs import memory_runs  # noqa: E402
 DEFAULT_RUNS = REPO / "benchmarks" / "data" / "runs_public.csv"
 DEFAULT_MEMORY = REPO / "benchmarks" / "data" / "runs_memory.csv"
 ACCURACY_JSON = REPO / "optimizer" / "data" / "accuracy.json"
-GIB = 2**30
 
 
 @dataclass(frozen=True)

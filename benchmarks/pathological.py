@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paraplan.cost_models.units import MB
+
 REPO = Path(__file__).resolve().parent.parent
 PUBLIC_RUNS = REPO / "benchmarks" / "data" / "runs_public.csv"
-MB = 1e6
 EIGHT_HARDWARE = "a100-80g:1024,a100-40g:1024,h100-sxm:1024,h200:1024,b200:1024,mi300x:1024,l40s:1024,rtx4090:1024"
 
 # A 10T-parameter dense model (65,536 wide, 200 layers) and the widest, deepest config the loader

@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paraplan.cost_models.units import MB
+
 REPO = Path(__file__).resolve().parent.parent
 IMPORTS = "import ortools.sat.python.cp_model, pydantic, networkx, numpy, click, rich"
-MB = 1e6
 
 CASES: dict[str, list[str]] = {
     "b": ["--model", "llama2-70b", "--gpus", "1024", "--hardware", "a100-80g", "--top", "10"],

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from paraplan.cost_models.models import ModelSpec
     from paraplan.hardware_specs.schema import Cluster
 
-MAX_DEGREE = 10_000_000
+MAX_GPUS = 10_000_000  # the largest GPU count any input may name
+MAX_DEGREE = MAX_GPUS  # a parallel degree never exceeds the GPU count
 MAX_MICRO_BATCH_TOKENS = 65_536  # search cap: GEMMs have long saturated at this many tokens
 MAX_VIRTUAL_STAGES = 8  # search cap on interleaved chunks per GPU
 MAX_CP = 64  # search cap on context parallelism

@@ -30,12 +30,11 @@ from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Prec
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.stages import split_valid
+from paraplan.cost_models.units import GB
 from paraplan.hardware_specs.schema import Cluster
 
 if TYPE_CHECKING:
     from paraplan.cost_models.evaluate import Evaluation
-
-GB = 1e9
 
 
 @dataclass(frozen=True)

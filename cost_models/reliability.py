@@ -60,8 +60,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from paraplan.cost_models.units import SECONDS_PER_HOUR
+
 CHECKPOINT_BYTES_PER_PARAM = 14  # bf16 weights 2 B + fp32 master weights 4 B + Adam m 4 B + Adam v 4 B
-SECONDS_PER_HOUR = 3600.0
 MIN_GOODPUT = 1e-12  # below this the job does not finish in any meaningful sense
 
 

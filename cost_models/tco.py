@@ -24,11 +24,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from paraplan.cost_models.energy import wall_power_per_gpu_w
+from paraplan.cost_models.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 from paraplan.hardware_specs.schema import Cluster, Price
 
 HOURS_PER_YEAR = 8760.0
-SECONDS_PER_HOUR = 3600.0
-SECONDS_PER_DAY = 86400.0
 Pricing = Literal["own", "cloud"]
 PRICINGS: tuple[Pricing, ...] = ("own", "cloud")
 

@@ -11,6 +11,7 @@ from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation
 from paraplan.cost_models.layout import Layout
 from paraplan.cost_models.memory import MEMORY_TERMS
 from paraplan.cost_models.stages import stage_layers
+from paraplan.cost_models.units import SECONDS_PER_HOUR
 from paraplan.explain import NEAR_LIMIT, bottleneck_sentence, dominant_term
 from paraplan.results import (
     BottleneckOut,
@@ -21,8 +22,6 @@ from paraplan.results import (
     TimeOut,
 )
 from paraplan.search import train_time_s, violations
-
-SECONDS_PER_HOUR = 3600.0
 
 
 def evaluated(

@@ -28,7 +28,7 @@ from paraplan.answers import evaluated
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation
-from paraplan.cost_models.layout import DEGREES, KnobArgs, Layout, legend
+from paraplan.cost_models.layout import DEGREES, MAX_GPUS, KnobArgs, Layout, legend
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.models import load_model as _load_model
 from paraplan.cost_models.tco import usd_per_gpu_hour
@@ -65,7 +65,6 @@ if TYPE_CHECKING:
 # Layouts per hardware unless `top` is given. A pool answers its proven best plan only by
 # default: each further answer is another proven (DP, micro-batch) optimum, 3-10x the time.
 DEFAULT_TOP = 5
-MAX_GPUS = 10_000_000
 MAX_TOP = 100
 Objective = Literal["time", "cost"]
 

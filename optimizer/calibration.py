@@ -33,7 +33,7 @@ import numpy.typing as npt
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import evaluate
-from paraplan.cost_models.layout import KNOBS, Framework, Layout, parse_knob
+from paraplan.cost_models.layout import KNOBS, MAX_GPUS, Framework, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
 from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_NUMBERS, STACK_SETS, Stack
 from paraplan.fit_parameters import HARDWARE_PARAMETERS, PARAMETERS, STACK_PREFIX, STACKS
@@ -42,8 +42,6 @@ from paraplan.hardware_specs.schema import Cluster
 from paraplan.plan import parse_plan
 from paraplan.question import Question, knobs_from, stack_from
 from paraplan.search import Constraints, closest, rank
-
-MAX_GPUS = 10_000_000
 
 if TYPE_CHECKING:
     from paraplan.results import CalibrateResult

@@ -26,11 +26,10 @@ from typing import Any, TypeVar
 import click
 
 from paraplan.cost_models.errors import InputError
-from paraplan.cost_models.layout import BOOLS, DEGREES, ENUMS, KNOBS, SEARCHED, SETTINGS, Role, parse_knob
+from paraplan.cost_models.layout import BOOLS, DEGREES, ENUMS, KNOBS, MAX_GPUS, SEARCHED, SETTINGS, Role, parse_knob
 from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_NUMBERS, STACK_SETS, Stack
 
 F = TypeVar("F", bound=Callable[..., Any])
-MAX_GPUS = 10_000_000
 EXIT_OK, EXIT_INFEASIBLE, EXIT_BAD_INPUT, EXIT_OUTPUT, EXIT_PIPE = 0, 1, 2, 3, 141
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # after whitespace is collapsed: ESC, BEL, C1 controls
 FRAMEWORKS = ENUMS["framework"].labels()

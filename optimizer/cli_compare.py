@@ -12,9 +12,9 @@ from typing import Any, TypeVar
 import click
 
 from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.layout import MAX_GPUS
 
 F = TypeVar("F", bound=Callable[..., Any])
-MAX_GPUS = 10_000_000
 EXIT_OK, EXIT_INFEASIBLE = 0, 1
 
 # (option, figure it overrides, help, low, high)

@@ -9,11 +9,10 @@ from rich.table import Table
 from rich.text import Text
 
 from paraplan.cost_models.layout import layout_words
+from paraplan.cost_models.units import GB
 from paraplan.report import console, range_words, safe, styled
 from paraplan.results import CompareEntry, CompareResult
 from paraplan.units import fmt_duration, fmt_seconds, fmt_usd
-
-GB = 1e9
 
 
 def fmt_tokens(tokens: float) -> str:

@@ -31,7 +31,6 @@ from pydantic import ValidationError
 
 from paraplan.answers import evaluated
 from paraplan.api import (
-    MAX_GPUS,
     _check_gpus,
     check_amount,
     gpu_count_domain,
@@ -43,9 +42,10 @@ from paraplan.api import _model as resolve_model
 from paraplan.cost_models.energy import busy_fraction, energy_kwh, wall_power_per_gpu_w
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation
-from paraplan.cost_models.layout import KnobArgs
+from paraplan.cost_models.layout import MAX_GPUS, KnobArgs
 from paraplan.cost_models.reliability import CHECKPOINT_BYTES_PER_PARAM, ReliabilityAccount, assess
 from paraplan.cost_models.tco import PRICINGS, CostBreakdown, Pricing, hardware_usd_per_gpu_hour, run_cost
+from paraplan.cost_models.units import SECONDS_PER_DAY
 from paraplan.hardware_specs.schema import Cluster, Power, Price, Reliability
 from paraplan.question import Question
 from paraplan.results import CompareEntry, CompareResult, CostOut, ScalingPoint
@@ -55,7 +55,6 @@ from paraplan.units import fmt_duration, fmt_seconds, fmt_usd
 if TYPE_CHECKING:
     from paraplan.pools import PoolOutcome
 
-SECONDS_PER_DAY = 86400.0
 LOW_GOODPUT = 0.8  # the verdict warns below this goodput
 SAME_RATE = 1.01  # failure rates within 1% are called the same in the verdict
 DEADLINE_ROUNDS = 4  # re-searches with the deadline tightened by the goodput

@@ -25,6 +25,7 @@ from typing import Any
 from paraplan.compare_report import fmt_tokens
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import layout_short, layout_words
+from paraplan.cost_models.units import GB, SECONDS_PER_DAY
 from paraplan.report import MEMORY_WORDS, TIME_WORDS, error_words, safe
 from paraplan.results import (
     CompareEntry,
@@ -37,8 +38,6 @@ from paraplan.results import (
 )
 from paraplan.units import fmt_duration, fmt_seconds, fmt_usd
 
-DAY = 86400.0
-GB = 1e9
 INSTALL_HINT = "--html needs matplotlib: pip install 'paraplan[plot]'"
 # Text stays text (small, selectable, escaped by matplotlib); ids are salted and then prefixed per
 # chart so the inline SVGs never share one; a `$` in a name is not read as mathtext.
@@ -292,7 +291,7 @@ class Scaling:
         self.cost_label = "USD" if self.priced else "GPU-hours" if self.days else "GPU-hours per step"
 
     def time(self, p: ScalingPoint) -> float:
-        return (p.train_time_s or 0.0) / DAY if self.days else p.step_time_s
+        return (p.train_time_s or 0.0) / SECONDS_PER_DAY if self.days else p.step_time_s
 
     def cost(self, p: ScalingPoint) -> float:
         if self.priced:
@@ -376,7 +375,7 @@ def _scaling_section(page: Page, series: Sequence[tuple[str, list[ScalingPoint],
         rows = []
         for p, on in zip(points, front, strict=True):
             row: list[object] = [p.gpus, layout_short(p.layout), fmt_seconds(p.step_time_s), f"{axes_of.time(p):,.4g}"]
-            row += [f"{(p.ideal_time_s or 0.0) / DAY:,.4g}"] if with_ideal else []
+            row += [f"{(p.ideal_time_s or 0.0) / SECONDS_PER_DAY:,.4g}"] if with_ideal else []
             row += [axes_of.cost_words(p), "yes" if on else ""]
             rows.append(row)
         page.h3(f"Scaling of {name}")
@@ -539,7 +538,7 @@ def _hardware_section(page: Page, r: HardwareResult) -> None:
             f"{e.tokens_per_s:,.0f}",
             f"{mem.total / GB:.1f}/{mem.capacity / GB:.1f} GB" + (" !" if e.near_memory_limit else ""),
         ]
-        row += [f"{(e.train_time_s or 0.0) / DAY:,.1f}"] if with_days else []
+        row += [f"{(e.train_time_s or 0.0) / SECONDS_PER_DAY:,.1f}"] if with_days else []
         row += [fmt_usd(e.cost_usd or 0.0)] if with_cost else []
         rows.append(row)
     page.table(head, rows, left=(2,))
@@ -636,8 +635,8 @@ def _reliability_figure(plt: Any, done: Sequence[CompareEntry]) -> Any:
     fig, (ax_t, ax_g, ax_f) = plt.subplots(1, 3, figsize=(13, 3.8))
     names = [_name(e) for e in done]
     xs = list(range(len(done)))
-    ideal = [(e.ideal_time_s or 0.0) / DAY for e in done]
-    real = [(e.train_time_s or 0.0) / DAY for e in done]
+    ideal = [(e.ideal_time_s or 0.0) / SECONDS_PER_DAY for e in done]
+    real = [(e.train_time_s or 0.0) / SECONDS_PER_DAY for e in done]
     ax_t.bar([x - 0.2 for x in xs], ideal, 0.4, label="without failures", color="#9ecae1")
     ax_t.bar([x + 0.2 for x in xs], real, 0.4, label="with failures", color="#3182bd")
     for x, v in zip(xs, real, strict=True):

@@ -18,10 +18,10 @@ from paraplan.calibration import chosen_layouts, run_from_row
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import layout_short
+from paraplan.cost_models.units import GIB
 from paraplan.hardware_specs.loader import load_cluster
 from paraplan.hardware_specs.schema import Cluster
 
-GIB = 2**30
 # The CUDA context (~0.5 GB: module images and per-context driver state, visible to nvidia-smi,
 # not to torch.cuda's allocator statistics) plus NCCL's communicator buffers (~0.5 GB and more:
 # NCCL_BUFFSIZE 4 MiB per protocol, channel and peer, allocated by NCCL itself): the low end of

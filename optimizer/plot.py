@@ -20,10 +20,9 @@ from typing import Any
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import TIME_TERMS
 from paraplan.cost_models.memory import MEMORY_TERMS
+from paraplan.cost_models.units import GB, SECONDS_PER_DAY
 from paraplan.results import CompareResult
 
-DAY = 86400.0
-GB = 1e9
 INSTALL_HINT = "--plot needs matplotlib: pip install 'paraplan[plot]' (or pip install matplotlib)"
 
 
@@ -53,11 +52,21 @@ def write_plot(path: Path, result: CompareResult) -> None:
 
     ax = axes[0][0]
     width = 0.38
-    ax.bar([i - width / 2 for i in x], [(e.ideal_time_s or 0) / DAY for e in done], width, label="without failures")
-    ax.bar([i + width / 2 for i in x], [(e.train_time_s or 0) / DAY for e in done], width, label="with failures")
+    ax.bar(
+        [i - width / 2 for i in x],
+        [(e.ideal_time_s or 0) / SECONDS_PER_DAY for e in done],
+        width,
+        label="without failures",
+    )
+    ax.bar(
+        [i + width / 2 for i in x],
+        [(e.train_time_s or 0) / SECONDS_PER_DAY for e in done],
+        width,
+        label="with failures",
+    )
     for i, e in enumerate(done):
-        ax.annotate(f"{(e.train_time_s or 0) / DAY:.1f} d\ngoodput {e.goodput or 0:.1%}",
-                    (i + width / 2, (e.train_time_s or 0) / DAY), ha="center", va="bottom", fontsize=8)  # fmt: skip
+        ax.annotate(f"{(e.train_time_s or 0) / SECONDS_PER_DAY:.1f} d\ngoodput {e.goodput or 0:.1%}",
+                    (i + width / 2, (e.train_time_s or 0) / SECONDS_PER_DAY), ha="center", va="bottom", fontsize=8)  # fmt: skip
     ax.set_xticks(x, labels)
     ax.set_ylabel("days")
     ax.set_title("Training time")
@@ -118,9 +127,16 @@ def write_plot(path: Path, result: CompareResult) -> None:
         for e in done:
             points = [p for p in e.scaling if (p.train_time_s if key == "time" else p.cost_usd) is not None]
             xs = [p.gpus for p in points]
-            ys = [(p.train_time_s or 0.0) / DAY if key == "time" else (p.cost_usd or 0.0) / 1e6 for p in points]
+            ys = [
+                (p.train_time_s or 0.0) / SECONDS_PER_DAY if key == "time" else (p.cost_usd or 0.0) / 1e6
+                for p in points
+            ]
             line = ax.plot(xs, ys, marker="o", label=e.hardware)
-            chosen = (e.train_time_s or 0) / DAY if key == "time" else (e.cost_usd.total / 1e6 if e.cost_usd else None)
+            chosen = (
+                (e.train_time_s or 0) / SECONDS_PER_DAY
+                if key == "time"
+                else (e.cost_usd.total / 1e6 if e.cost_usd else None)
+            )
             if chosen is not None:
                 ax.plot([e.gpus], [chosen], marker="*", markersize=16, color=line[0].get_color())
         ax.set_xscale("log", base=2)

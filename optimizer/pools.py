@@ -50,7 +50,7 @@ import numpy as np
 
 from paraplan.api import degree_bounds, hardware_entries, names_a_file
 from paraplan.cost_models.errors import InputError
-from paraplan.cost_models.layout import Framework, KnobArgs, Layout, Precision, Recompute
+from paraplan.cost_models.layout import MAX_GPUS, Framework, KnobArgs, Layout, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.reliability import ReliabilityAccount
 from paraplan.cost_models.tco import CostBreakdown, Pricing
@@ -89,7 +89,6 @@ if TYPE_CHECKING:
 
 
 MAX_POOL_TYPES = 8
-MAX_POOL_GPUS = 10_000_000
 SOLVE_TIME_LIMIT_S = 120.0  # per (DP, micro-batch) model; a proof that takes longer is reported
 SEARCH_TIME_LIMIT_S = 120.0  # per search (one GPU type alone, or the pool); the rest is reported unproven
 # Each pair is solved with a cap on its slowest slot first, these multiples of its lower bound, up
@@ -167,8 +166,8 @@ def _count(text: object, where: str) -> int:
     if not value.isdigit() or len(value) > 9:
         raise InputError(f"hardware pool entry '{where}': the GPU count '{value}' must be a whole number (e.g. :64)")
     count = int(value)
-    if not 1 <= count <= MAX_POOL_GPUS:
-        raise InputError(f"hardware pool entry '{where}': the GPU count must be 1..{MAX_POOL_GPUS}")
+    if not 1 <= count <= MAX_GPUS:
+        raise InputError(f"hardware pool entry '{where}': the GPU count must be 1..{MAX_GPUS}")
     return count
 
 

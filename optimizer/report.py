@@ -17,10 +17,10 @@ from rich.table import Table
 from rich.text import Text
 
 from paraplan.cost_models.layout import Layout, layout_short, layout_words, legend
+from paraplan.cost_models.units import GB
 from paraplan.results import EvaluatedLayout, HardwareResult, OptimizeResult, TimeOut, ValidateResult
 from paraplan.units import fmt_seconds, fmt_usd
 
-GB = 1e9
 BAR_WIDTH = 30
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 TIME_WORDS = tuple(TimeOut.model_fields)  # the JSON's time terms, in their order

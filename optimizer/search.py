@@ -33,6 +33,7 @@ from paraplan.cost_models.candidates import COLUMNS, BoolArray, FloatArray, Layo
 from paraplan.cost_models.evaluate import Evaluation
 from paraplan.cost_models.layout import DEGREES, KNOBS, SETTINGS, Layout, layout_words
 from paraplan.cost_models.limits import BY_NAME, Target, host_message, memory_message
+from paraplan.cost_models.units import SECONDS_PER_DAY
 from paraplan.space import TRADING, Bounds
 
 if TYPE_CHECKING:
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
 
 IndexArray = npt.NDArray[np.int64]
 TIE = 1e-12
-SECONDS_PER_DAY = 86400.0
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from paraplan.memory_runs import GIB, MemoryRun, memory_runs, visible_bytes
+from paraplan.cost_models.units import GIB
+from paraplan.memory_runs import MemoryRun, memory_runs, visible_bytes
 
 RUNS_CSV = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "runs_memory.csv"
 

@@ -42,6 +42,7 @@ from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offloa
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import CUDA_GRAPH_SCOPES, DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
 from paraplan.cost_models.stages import chunk_layers
+from paraplan.cost_models.units import GB
 
 from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION
 
@@ -82,7 +83,6 @@ def megatron_script(model: ModelSpec) -> str:
     return MEGATRON_HYBRID_SCRIPT if model.is_hybrid else MEGATRON_SCRIPT
 
 
-GB = 1e9
 # Stack.fp8_recipe values each framework can be told: Megatron-LM's --fp8-recipe choices at the
 # pinned commit (tensorwise, delayed, mxfp8, blockwise, custom; the last two are not modelled);
 # torchtitan 0.3.0's Float8LinearConverter.Config.recipe_name (torchtitan/components/quantization/
