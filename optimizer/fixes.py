@@ -17,11 +17,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from paraplan.api import MAX_GPUS, gpu_count_domain
+from paraplan.api import gpu_count_domain
 from paraplan.cost_models.candidates import INDEX, Layouts
 from paraplan.cost_models.evaluate import Evaluation
 from paraplan.cost_models.frameworks import default_stack, stack_unsupported
-from paraplan.cost_models.layout import DEGREES, SEARCHED, Framework, Layout, bounds, layout_words
+from paraplan.cost_models.layout import DEGREES, MAX_GPUS, SEARCHED, Framework, Layout, bounds, layout_words
 from paraplan.cost_models.limits import LIMITS, Target
 from paraplan.question import Question
 from paraplan.search import Constraints, rank_space
@@ -182,6 +182,8 @@ def _fixes_for_plan(question: Question, gpus: int, plan: dict[str, int], cons: C
             break
     for factor in (2, 3, 4, 6, 8, 16):
         more = gpus * factor
+        if more > MAX_GPUS:  # a count the options would refuse is no fix
+            break
         bigger = question.fixed(**{d: plan[d] for d in DEGREES if d in plan and d != "dp"})
         found = _best(bigger, [more], cons)
         if found:

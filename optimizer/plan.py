@@ -11,12 +11,12 @@ import re
 from dataclasses import dataclass
 
 from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.layout import MAX_DEGREE, bounds
 
 DIMENSIONS = ("tp", "pp", "dp", "cp", "ep", "vpp")
 _ALIASES = {"vp": "vpp", "v": "vpp"}
 _COMPONENT = re.compile(r"(vpp|vp|tp|pp|dp|cp|ep|v)\s*(?:=\s*)?([0-9]+)")
 _SEPARATORS = re.compile(r"[\s/,x*]*")
-MAX_DEGREE = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -46,8 +46,10 @@ def parse_plan(text: str, gpus: int) -> Plan:
         value = int(digits) if len(digits) <= len(str(MAX_DEGREE)) else MAX_DEGREE + 1
         if dim in found:
             raise InputError(f"plan '{text}' gives {dim.upper()} twice")
-        if not 1 <= value <= MAX_DEGREE:
-            raise InputError(f"plan '{text}': {dim.upper()}{value} must be between 1 and {MAX_DEGREE}")
+        lo, hi = bounds("virtual_stages" if dim == "vpp" else dim)  # the knob's own range
+        if not max(lo, 1) <= value <= hi:
+            shown = digits if len(digits) <= 12 else digits[:8] + "..."
+            raise InputError(f"plan '{text}': {dim.upper()}{shown} must be between {max(lo, 1)} and {hi}")
         found[dim] = value
         pos = match.end()
     _check_gap(text, lowered[pos:])

@@ -175,6 +175,15 @@ def test_error_names_the_plan() -> None:
     assert "TP8/PP4/FOO3" in str(info.value)
 
 
+def test_out_of_range_component_is_refused_by_the_plan_with_its_knobs_range() -> None:
+    # VPP has a tighter range than the other degrees (virtual_stages <= 10,000): the plan's own
+    # error must name the plan, not a later knob check that never mentions --plan.
+    with pytest.raises(InputError) as info:
+        parse_plan("V10001", 1)
+    assert "V10001" in str(info.value) and "10000" in str(info.value)
+    assert parse_plan("V10000", 1).virtual_stages == 10_000
+
+
 def test_huge_degree_is_an_input_error() -> None:
     with pytest.raises(InputError):
         parse_plan("TP" + "9" * 40, 256)
