@@ -109,6 +109,31 @@ def knob_options(func: F) -> F:
     return func
 
 
+html_option = click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write a self-contained HTML report.",
+)
+
+
+def answer(result: Any, as_json: bool, html_path: Path | None, html_writer: str,
+           print_report: Callable[[], None]) -> None:  # fmt: skip
+    """A command's answer: the HTML report if asked (`html_writer`, a function of paraplan.html,
+    imported only then), the inputs' warnings on stderr, then the JSON object or the human report
+    on stdout."""
+    if html_path is not None:
+        from paraplan import html
+
+        getattr(html, html_writer)(html_path, result)
+    warn(result.warnings)
+    if as_json:
+        _out(result.model_dump_json(indent=2))
+    else:
+        print_report()
+
+
 def degree_options(func: F) -> F:
     """--tp N (fixed) and --min-tp/--max-tp N (bounds) for every parallel degree."""
     options: list[Callable[[F], F]] = []
@@ -176,13 +201,7 @@ def _plan_command(name: str, doc: str, memory_only: bool) -> click.Command:
         default=None,
         help="Also print the plan's launch configuration for this framework.",
     )
-    @click.option(
-        "--html",
-        "html_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Write a self-contained HTML report.",
-    )
+    @html_option
     @knob_options
     def command(model: str, gpus: int | None, hardware: str, plan_text: str | None, from_launch: Path | None,
                 emit: str | None, html_path: Path | None, as_json: bool, mem_headroom: float,
@@ -197,15 +216,7 @@ def _plan_command(name: str, doc: str, memory_only: bool) -> click.Command:
         knobs, stack = split_options(_framework_from_emit(opts, emit))
         result = api.validate(model, gpus, hardware, plan_text, mem_headroom=mem_headroom, stack=stack, emit=emit,
                               from_launch=from_launch, **knobs)  # fmt: skip
-        if html_path is not None:
-            from paraplan.html import write_validate_html
-
-            write_validate_html(html_path, result)
-        warn(result.warnings)
-        if as_json:
-            _out(result.model_dump_json(indent=2))
-        else:
-            report.print_validate(result, memory_only)
+        answer(result, as_json, html_path, "write_validate_html", lambda: report.print_validate(result, memory_only))
         return EXIT_OK if result.feasible else EXIT_INFEASIBLE
 
     command.__doc__ = doc
@@ -267,13 +278,7 @@ cli.add_command(_plan_command(
     help="Fastest step, or cheapest per token (needs a price).",
 )
 @click.option("--emit", type=click.Choice(FRAMEWORKS), default=None, help="Print the best layout's launch config.")
-@click.option(
-    "--html",
-    "html_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Write a self-contained HTML report.",
-)
+@html_option
 @knob_options
 def optimize(model: str, gpus_text: str | None, hardware: tuple[str, ...], tp_within_node: bool,
              deadline_days: float | None, tokens: float | None, top: int | None, objective: str, emit: str | None,
@@ -292,15 +297,7 @@ def optimize(model: str, gpus_text: str | None, hardware: tuple[str, ...], tp_wi
                           tokens=tokens, deadline_days=deadline_days, bounds=bounds, tp_within_node=tp_within_node,
                           mem_headroom=mem_headroom, stack=stack, emit=emit, scaling=html_path is not None,
                           **knobs)  # fmt: skip
-    if html_path is not None:
-        from paraplan.html import write_optimize_html
-
-        write_optimize_html(html_path, result)
-    warn(result.warnings)
-    if as_json:
-        _out(result.model_dump_json(indent=2))
-    else:
-        report.print_optimize(result, objective)
+    answer(result, as_json, html_path, "write_optimize_html", lambda: report.print_optimize(result, objective))
     return EXIT_OK if all(r.layouts for r in result.results) else EXIT_INFEASIBLE
 
 

@@ -54,7 +54,7 @@ def _figure_options(func: F) -> F:
 
 
 def compare_command(knob_options: Callable[[Callable[..., Any]], Callable[..., Any]]) -> click.Command:
-    from paraplan.cli import FiniteRange
+    from paraplan.cli import FiniteRange, html_option
 
     @click.command("compare")
     @click.option("--model", required=True, help="Model preset or path to a config.json.")
@@ -107,13 +107,7 @@ def compare_command(knob_options: Callable[[Callable[..., Any]], Callable[..., A
         default=None,
         help="Write a PNG of the comparison (needs matplotlib: pip install 'paraplan[plot]').",
     )
-    @click.option(
-        "--html",
-        "html_path",
-        type=click.Path(dir_okay=False, path_type=Path),
-        default=None,
-        help="Write a self-contained HTML report.",
-    )
+    @html_option
     @knob_options
     def compare(model: str, hardware: tuple[str, ...], default_gpus: int | None, tokens: float,
                 budget_usd: float | None, deadline_days: float | None, pricing: str, staff_usd_per_day: float,
@@ -127,7 +121,7 @@ def compare_command(knob_options: Callable[[Callable[..., Any]], Callable[..., A
         --deadline-days, COUNT is the maximum and the count is chosen. Exit 0 when every hardware
         has a run that meets the budget and deadline, 1 otherwise, 2 on bad input.
         """
-        from paraplan.cli import split_options, warn
+        from paraplan.cli import answer, split_options
         from paraplan.compare_report import print_compare
         from paraplan.decision import compare as run_compare
 
@@ -150,18 +144,14 @@ def compare_command(knob_options: Callable[[Callable[..., Any]], Callable[..., A
             from paraplan.plot import write_plot
 
             write_plot(plot_path, result)
-        if html_path is not None:
-            from paraplan.html import write_compare_html
 
-            write_compare_html(html_path, result)
-        warn(result.warnings)
-        if as_json:
-            click.echo(result.model_dump_json(indent=2))
-        else:
+        def report() -> None:
             print_compare(result)
             for path in (plot_path, html_path):
                 if path is not None:
                     click.echo(f"  wrote {path}")
+
+        answer(result, as_json, html_path, "write_compare_html", report)
         ok = all(e.best is not None and e.deadline_met is not False and e.budget_met is not False
                  for e in result.results)  # fmt: skip
         return EXIT_OK if ok else EXIT_INFEASIBLE
