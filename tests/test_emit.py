@@ -266,6 +266,9 @@ def test_aux_loss_round_trips_and_is_read_as_megatron_decides() -> None:
     assert on is False and any("sinkhorn: not modelled" in n for n in notes)
     # the z-loss adds router calls the count leaves out: named, not silently dropped
     assert any("--moe-z-loss-coeff" in n and "not modelled" in n for n in read("--moe-z-loss-coeff 1e-3")[1])
+    # so does the input jitter (router.py apply_input_jitter: a uniform sample and a multiply of
+    # the router's input per MoE layer, two more dispatches and a memory-bound pass)
+    assert any("--moe-input-jitter-eps" in n and "not modelled" in n for n in read("--moe-input-jitter-eps 1e-2")[1])
 
 
 def test_megatron_writes_tp_comm_overlap() -> None:

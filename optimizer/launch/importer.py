@@ -263,7 +263,6 @@ _MEGATRON_HARMLESS_PREFIXES = (
     "pretrained_checkpoint", "one_logger", "app_tag", "enable_one_logger", "iterations_to_skip", "override_",
     "use_checkpoint_", "valid_data_path", "train_data_path", "test_data_path", "per_split_data_args_path",
     "special_tokens", "null_tokenizer_", "num_dataset_builder_threads", "object_storage_cache_path",
-    "moe_input_jitter_eps",
     "moe_router_pre_softmax", "moe_router_topk_scaling_factor", "moe_router_score_function", "add_position_embedding",
     "use_rotary_position_embeddings", "distributed_backend", "fp8_amax_", "fp8_margin", "fp8_interval",
     "no_persist_layer_norm", "sgd_momentum", "lion_", "muon_", "vocab_extra_ids", "make_vocab_size_divisible_by",
