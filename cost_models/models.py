@@ -1271,6 +1271,14 @@ def _checked_int(key: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
+def _bounded_layers(layers: int, key: str | None) -> int:
+    """A layer count within the model's own range (`ModelSpec.num_layers`), checked as it is read:
+    the per-layer patterns (dense and MoE layers, a hybrid's symbols) are built layer by layer."""
+    if layers > MAX_LAYERS:
+        raise InputError(f"model config '{key}' = {layers} layers: at most {MAX_LAYERS} are modelled")
+    return layers
+
+
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:20] + "..." + text[-8:]
@@ -1787,7 +1795,7 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
     r.used.add("model_type")
 
     hidden, _ = _sized(r, fam, "hidden", fam.hidden, None)
-    layers, _ = _sized(r, fam, "layers", fam.layers, None)
+    layers = _bounded_layers(*_sized(r, fam, "layers", fam.layers, None))
     heads, _ = _sized(r, fam, "heads", fam.heads, None)
     vocab, _ = _sized(r, fam, "vocab", ("vocab_size",), None)
     # head_dim: the config's own key where the attention reads it, else the class default
@@ -2022,7 +2030,7 @@ def _hybrid_pattern(r: _Reader, model_type: str) -> str:
     """The per-layer pattern: nemotron_h's `hybrid_override_pattern` or `layers_block_type`
     (NemotronHConfig maps one onto the other); a mamba2 model is all Mamba layers."""
     if model_type == "mamba2":
-        return "M" * r.int(("num_hidden_layers",))
+        return "M" * _bounded_layers(r.int(("num_hidden_layers",)), "num_hidden_layers")
     r.used.update(("hybrid_override_pattern", "layers_block_type", "layer_types"))
     pattern = r.raw.get("hybrid_override_pattern")
     blocks = r.raw.get("layers_block_type", r.raw.get("layer_types"))

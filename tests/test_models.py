@@ -274,6 +274,25 @@ def test_bad_configs_raise_input_error(change: dict[str, Any], remove: str | Non
         model_from_config(config, "bad")
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        # MoE families build their dense/MoE layer list layer by layer
+        {"model_type": "qwen3_moe", "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32},
+        {"model_type": "mixtral", "num_local_experts": 4, "num_experts_per_tok": 2},
+    ],
+)
+def test_a_layer_count_beyond_the_model_range_is_refused_as_read(extra: dict[str, Any]) -> None:
+    # 10^12 layers is a whole number the config reader accepts; the per-layer lists would take
+    # hours to build (it hung the CLI): refused at once, naming the key
+    with pytest.raises(InputError, match="num_hidden_layers"):
+        model_from_config(_tiny_llama(num_hidden_layers=10**12, **extra), "deep")
+    with pytest.raises(InputError, match="num_hidden_layers"):
+        model_from_config({"model_type": "mamba2", "hidden_size": 64, "num_hidden_layers": 10**12, "num_heads": 4,
+                           "head_dim": 32, "vocab_size": 1000}, "deep")  # fmt: skip
+    assert model_from_config(_tiny_llama(num_hidden_layers=100_000, **extra), "deep").num_layers == 100_000
+
+
 def test_no_known_keys_raises_input_error() -> None:
     with pytest.raises(InputError):
         model_from_config({"model_type": "mystery", "d_model": 64}, "bad")
