@@ -181,6 +181,11 @@ class _Ctx:
     gpus_per_node: int
 
 
+# Megatron-LM's MoE kernel flags the cost model assumes on (written for every MoE model; the importer
+# names a launch without them)
+MOE_KERNEL_FLAGS: tuple[Flag, ...] = (("--moe-grouped-gemm", None), ("--moe-permute-fusion", None))
+
+
 def _refuse(ctx: _Ctx, knob: str, why: str) -> NoReturn:
     raise InputError(f"cannot emit {ctx.kind} for this plan: {knob} -- {why}")
 
@@ -390,6 +395,11 @@ def megatron_model_flags(
             ("--moe-router-topk", str(m.experts_top_k)),
             ("--moe-ffn-hidden-size", str(m.ffn_hidden_size)),
             ("--moe-token-dispatcher-type", "alltoall" if ep_dispatcher == "alltoall" else "flex"),
+            # the experts and permutation the cost model prices (`compute.moe_layer_ops`): TEGroupedMLP,
+            # which d98e8a64's TE spec builds only with --moe-grouped-gemm (SequentialMLP otherwise:
+            # extensions/transformer_engine_spec_provider.py grouped_mlp_modules), and TE's fused
+            # permutation (token_dispatcher.py `fused=self.config.moe_permute_fusion`); both default off
+            *MOE_KERNEL_FLAGS,
         ]
         if ep_dispatcher != "alltoall":
             flags.append(("--moe-flex-dispatcher-backend", ep_dispatcher))

@@ -38,7 +38,13 @@ from paraplan.cost_models.layout import Framework as FrameworkId
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import module_list, parse_modules, parse_scopes
 
-from .emitters import DEEPSPEED_INTEGRATION_FLAGS, TITAN_REGISTRY, TitanConfig, megatron_model_flags
+from .emitters import (
+    DEEPSPEED_INTEGRATION_FLAGS,
+    MOE_KERNEL_FLAGS,
+    TITAN_REGISTRY,
+    TitanConfig,
+    megatron_model_flags,
+)
 from .readers import Framework, LaunchSettings, _label, _read_text, parse_launch_text, read_launch
 from .schema import MEGATRON_COMMIT, TORCHTITAN_TOML_VERSION, MegatronArg, megatron_args
 
@@ -257,8 +263,7 @@ _MEGATRON_HARMLESS_PREFIXES = (
     "ckpt_", "dist_ckpt", "async_save", "auto_detect_ckpt_format", "use_dist_ckpt", "eval_", "exit_",
     "train_iters", "train_samples", "profile", "pytorch_profiler", "timing_log", "seed", "distributed_timeout",
     "rotary_", "rope_", "yarn_", "use_rope_scaling", "mscale", "attention_softmax_in_fp32", "layernorm_epsilon",
-    "layernorm_zero_centered_gamma", "apply_query_key_layer_scaling", "masked_softmax_fusion", "bias_dropout_fusion",
-    "bias_gelu_fusion", "bias_swiglu_fusion", "apply_rope_fusion", "deprecated_use_mcore_models", "hysteresis",
+    "layernorm_zero_centered_gamma", "apply_query_key_layer_scaling", "deprecated_use_mcore_models", "hysteresis",
     "loss_scale", "initial_loss_scale", "min_loss_scale", "check_for_", "calculate_per_token_loss", "finetune",
     "pretrained_checkpoint", "one_logger", "app_tag", "enable_one_logger", "iterations_to_skip", "override_",
     "use_checkpoint_", "valid_data_path", "train_data_path", "test_data_path", "per_split_data_args_path",
@@ -266,10 +271,18 @@ _MEGATRON_HARMLESS_PREFIXES = (
     "moe_router_pre_softmax", "moe_router_topk_scaling_factor", "moe_router_score_function", "add_position_embedding",
     "use_rotary_position_embeddings", "distributed_backend", "fp8_amax_", "fp8_margin", "fp8_interval",
     "no_persist_layer_norm", "sgd_momentum", "lion_", "muon_", "vocab_extra_ids", "make_vocab_size_divisible_by",
-    "gradient_accumulation_fusion", "use_mp_args_from_checkpoint_args", "manual_gc", "perform_initialization",
+    "use_mp_args_from_checkpoint_args", "manual_gc", "perform_initialization",
     "use_cpu_initialization", "init_model_with_meta_device", "transformer_impl", "spec", "full_validation",
     "multiple_validation_sets", "validation_set_names", "skip_train", "train_sync_interval", "rerun_mode",
 )  # fmt: skip
+
+# Kernel fusions, on by default at d98e8a64 (each --no-... flag turns one off). Fused is what the
+# cost model prices (the memory-bound passes of `compute` are counted as fused kernels): a fusion
+# left on is harmless, one turned off adds kernels and memory passes the prediction leaves out.
+_MEGATRON_FUSIONS = frozenset({
+    "masked_softmax_fusion", "bias_dropout_fusion", "bias_gelu_fusion", "bias_swiglu_fusion", "apply_rope_fusion",
+    "gradient_accumulation_fusion",
+})  # fmt: skip
 
 # dests the model check reads (the model's architecture as written in the file)
 _MEGATRON_MODEL_DESTS = frozenset({
@@ -329,6 +342,8 @@ class _Megatron:
         for dest in self.dests:
             if dest in self.read or dest in _MEGATRON_MODEL_DESTS or dest.startswith(_MEGATRON_HARMLESS_PREFIXES):
                 continue
+            if dest in _MEGATRON_FUSIONS and self.dests[dest] is True:
+                continue
             out.append(self.flags[dest])
         return out
 
@@ -356,6 +371,7 @@ def _import_megatron(st: _State) -> None:
     _expert_tp(meg, tp)
     _megatron_dispatcher(meg, FRAMEWORKS[FrameworkId.MEGATRON])
     _megatron_aux_loss(meg)
+    _megatron_moe_kernels(meg)
     _megatron_model_check(meg)
     _megatron_specials(meg)
     st.unmodelled.extend(meg.leftover())
@@ -821,6 +837,27 @@ def _megatron_aux_loss(meg: _Megatron) -> None:
     for kind in sorted(set(kinds) - {*AUX_LOSS_TYPES, "none"}):
         meg.st.note(f"{meg.flag('moe_router_load_balancing_type')} {kind}: not modelled; its router is priced as "
                     "top-k routing")  # fmt: skip
+
+
+def _megatron_moe_kernels(meg: _Megatron) -> None:
+    """An MoE model's experts and token permutation as the cost model prices them: TE's grouped GEMM
+    (--moe-grouped-gemm; without it Megatron-LM d98e8a64 builds SequentialMLP, a Python loop of
+    per-expert linears: more host dispatches and smaller GEMMs) and TE's fused permutation
+    (--moe-permute-fusion; without it the unfused index_select / scatter path, more kernels). Both
+    default off; a launch without them is named, priced as with them (`emitters.MOE_KERNEL_FLAGS`)."""
+    if not meg.st.model.is_moe:
+        return
+    for flag, _ in MOE_KERNEL_FLAGS:
+        dest = flag[2:].replace("-", "_")
+        if not meg.get(dest, False):
+            meg.st.note(f"no {flag}: Megatron-LM then runs {_MOE_KERNEL_WORDS[dest]}, which is not modelled "
+                        f"(priced as with {flag})")  # fmt: skip
+
+
+_MOE_KERNEL_WORDS = {
+    "moe_grouped_gemm": "SequentialMLP (a loop of per-expert linears)",
+    "moe_permute_fusion": "the unfused token permutation",
+}
 
 
 def _megatron_dispatcher(meg: _Megatron, fs: FrameworkSpec) -> None:
