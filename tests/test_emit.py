@@ -743,7 +743,8 @@ def test_every_framework_is_pinned_in_the_text() -> None:
 def test_check_emitted_catches_what_the_pinned_schemas_reject() -> None:
     meg = emit_launch("megatron", load_model("llama2-7b"), Layout())
     assert any("--swiglue" in p for p in check_emitted("megatron", meg.replace("--swiglu", "--swiglue")))
-    wrong_choice = meg.replace("--attention-backend flash", "--attention-backend hybrid")
+    wrong_choice = meg.replace("--attention-backend auto", "--attention-backend hybrid")
+    assert wrong_choice != meg
     assert any("hybrid" in p for p in check_emitted("megatron", wrong_choice))
     ds = emit_launch("deepspeed", load_model("llama2-7b"), Layout(framework=Framework.DEEPSPEED, dp=8))
     assert any("stage" in p for p in check_emitted("deepspeed", ds.replace('"stage": 0', '"stage": 5')))

@@ -181,6 +181,16 @@ class _Ctx:
     gpus_per_node: int
 
 
+# Flash-style attention as the runs the attention efficiencies are fitted on choose it: Megatron-
+# Bridge's recipes leave attention_backend None (auto), so Transformer Engine picks its kernel, cuDNN
+# fused attention on Hopper and Blackwell (TE d0067d0d dot_product_attention/utils.py get_attention_backend
+# prefers FusedAttention there "for performance reasons"). "flash" would pin the flash-attn package
+# instead, which lacks, e.g., GPT-OSS's attention sinks.
+ATTENTION_BACKEND = "auto"
+ATTENTION_NOTE = ("# --attention-backend auto: Transformer Engine picks its fastest flash-style kernel (NVTE_DEBUG=1 "
+                  "NVTE_DEBUG_LEVEL=2 logs which); its unfused fallback would hold s x s scores the memory figure "
+                  "leaves out")  # fmt: skip
+
 # Megatron-LM's MoE kernel flags the cost model assumes on (written for every MoE model; the importer
 # names a launch without them)
 MOE_KERNEL_FLAGS: tuple[Flag, ...] = (("--moe-grouped-gemm", None), ("--moe-permute-fusion", None))
@@ -676,7 +686,9 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
             _refuse(ctx, "fp8_recipe", f"the {stack.fp8_recipe} recipe is torchao's; Megatron-LM {MEGATRON_COMMIT[:8]}'s "
                     f"--fp8-recipe takes {', '.join(MEGATRON_FP8_RECIPES)} (Transformer Engine)")  # fmt: skip
         flags += [("--fp8-format", "hybrid"), ("--fp8-recipe", stack.fp8_recipe)]
-    flags.append(("--attention-backend", "flash" if stack.flash_attention else "unfused"))
+    flags.append(("--attention-backend", ATTENTION_BACKEND if stack.flash_attention else "unfused"))
+    if stack.flash_attention:
+        notes.append(ATTENTION_NOTE)
     flags += _megatron_grads(ctx, fsdp)
     if stack.dp_overlap:
         flags.append(("--overlap-grad-reduce", None))
@@ -777,7 +789,7 @@ def _deepspeed_script_flags(ctx: _Ctx) -> list[Flag]:
     else:
         flags += _megatron_recompute(lay)
     flags.append(("--fp16", None) if lay.precision == Precision.FP16 else ("--bf16", None))
-    flags.append(("--attention-backend", "flash" if stack.flash_attention else "unfused"))
+    flags.append(("--attention-backend", ATTENTION_BACKEND if stack.flash_attention else "unfused"))
     flags += [("--deepspeed", None), ("--deepspeed_config", DEEPSPEED_CONFIG_NAME)]
     return flags
 
