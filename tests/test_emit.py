@@ -233,6 +233,25 @@ def _moe_setting_round_trips(setting: str, flag: str) -> str:
     return text
 
 
+@pytest.mark.parametrize("framework", ["megatron", "deepspeed"])
+def test_moe_kernel_flags_are_emitted_and_read_back(framework: str, tmp_path: Path) -> None:
+    # what the cost model prices for MoE experts (compute.moe_layer_ops): TE's grouped GEMM and
+    # fused permutation, both off by default at Megatron-LM d98e8a64, so both are written, for the
+    # Megatron-DeepSpeed script too; read back they are what is priced (no note names them), and
+    # a launch without them is named as not modelled
+    result = paraplan.validate("mixtral-8x7b", 64, "h100-sxm", "TP2/PP1/DP32/EP8", framework=framework,
+                               emit=framework)  # fmt: skip
+    text = result.launch[framework]
+    assert "--moe-grouped-gemm" in text.split() and "--moe-permute-fusion" in text.split()
+    path = tmp_path / "launch.sh"
+    path.write_text(text)
+    back = paraplan.validate("mixtral-8x7b", None, "h100-sxm", from_launch=path)
+    assert not any("moe-grouped-gemm" in n or "moe-permute-fusion" in n for n in back.launch_notes)
+    path.write_text(text.replace("--moe-grouped-gemm", "").replace("--moe-permute-fusion", ""))
+    notes = " | ".join(paraplan.validate("mixtral-8x7b", None, "h100-sxm", from_launch=path).launch_notes)
+    assert "no --moe-grouped-gemm" in notes and "no --moe-permute-fusion" in notes and "SequentialMLP" in notes
+
+
 def test_router_fusion_round_trips_on_moe_models_only() -> None:
     # Stack.moe_router_fusion is Megatron-LM's --moe-router-fusion (TransformerConfig at d98e8a64)
     _moe_setting_round_trips("moe_router_fusion", "--moe-router-fusion")

@@ -1031,6 +1031,7 @@ def _import_deepspeed(st: _State) -> None:
     _deepspeed_cpu_checkpointing(st, config)
     _deepspeed_stack(st, config, meg)
     _megatron_dispatcher(meg, FRAMEWORKS[FrameworkId.DEEPSPEED])
+    _megatron_moe_kernels(meg)  # the training script's MoE flags are Megatron-LM's, as the emitter writes them
     if meg.has("num_layers") or meg.has("hidden_size"):
         _megatron_model_check(meg)
     known = _DS_MAPPED | {
