@@ -241,6 +241,7 @@ def test_moe_kernel_flags_are_emitted_and_read_back(framework: str, tmp_path: Pa
     # a launch without them is named as not modelled
     result = paraplan.validate("mixtral-8x7b", 64, "h100-sxm", "TP2/PP1/DP32/EP8", framework=framework,
                                emit=framework)  # fmt: skip
+    assert result.launch is not None
     text = result.launch[framework]
     assert "--moe-grouped-gemm" in text.split() and "--moe-permute-fusion" in text.split()
     path = tmp_path / "launch.sh"
