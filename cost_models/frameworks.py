@@ -618,9 +618,16 @@ def cp_unsharded(lay: Layouts) -> BoolArray:
     return per_framework(lay, lambda fs, x: (x.cp > 1) & (x.zero < 2) & fs.cp_shards)
 
 
-def block_recompute_unsupported(lay: Layouts) -> BoolArray:
+def block_recompute_unsupported(lay: Layouts, stack: Stack) -> BoolArray:
+    """Full recompute of N layers per chunk where the framework cannot run it; torchtitan's releases
+    before 0.3.0 could (`Stack.layer_sac`)."""
     return per_framework(
-        lay, lambda fs, x: (x.recompute == Recompute.FULL) & (x.recompute_layers > 0) & (not fs.block_recompute)
+        lay,
+        lambda fs, x: (
+            (x.recompute == Recompute.FULL)
+            & (x.recompute_layers > 0)
+            & (not (fs.block_recompute or (stack.layer_sac and fs.framework == Framework.TORCHTITAN)))
+        ),
     )
 
 
@@ -638,7 +645,7 @@ def hybrid_unsupported(lay: Layouts) -> BoolArray:
     return per_framework(lay, lambda fs, x: np.full(len(x), not fs.hybrid))
 
 
-def unsupported_words(lay: Layout, num_layers: int) -> str:
+def unsupported_words(lay: Layout, num_layers: int, stack: Stack) -> str:
     """Why the layout's framework cannot run it, in one sentence (for the limit messages)."""
     fs = FRAMEWORKS[lay.framework]
     one = Layouts.of([lay])
@@ -663,7 +670,7 @@ def unsupported_words(lay: Layout, num_layers: int) -> str:
         reasons.append("user-chosen first/last stage layer counts (its pipeline partitions the layers itself)")
     if cp_unsharded(one)[0]:
         reasons.append(f"context parallelism with ZeRO-{lay.zero} (its CP runs over the sharding mesh: ZeRO-2 or 3)")
-    if block_recompute_unsupported(one)[0]:
+    if block_recompute_unsupported(one, stack)[0]:
         reasons.append("block recompute (full recompute of N layers per chunk)")
     return f"{fs.title} {fs.version} cannot run " + "; ".join(reasons)
 
@@ -744,6 +751,9 @@ def stack_unsupported(framework: Framework, stack: Stack) -> list[tuple[str, str
     if stack.moe_router_fusion and framework != Framework.MEGATRON:
         out.append(("moe_router_fusion", f"moe-router-fusion: {release} runs its own MoE router; the fused "
                     "Transformer Engine router is Megatron-LM's --moe-router-fusion"))  # fmt: skip
+    if stack.layer_sac and framework != Framework.TORCHTITAN:
+        out.append(("layer_sac", f"layer-sac: torchtitan's checkpointing of every Nth layer (selective_ac_option "
+                    f"before 0.3.0), not a setting of {release}"))  # fmt: skip
     if stack.moe_aux_loss and framework != Framework.MEGATRON:
         out.append(("moe_aux_loss", f"moe-aux-loss: {release} runs its own MoE router and load balancing; the "
                     "setting is Megatron-LM's --moe-aux-loss-coeff"))  # fmt: skip

@@ -116,7 +116,7 @@ def _framework(t: Target, lay: Layouts) -> BoolArray:
         | frameworks.precision_unsupported(lay)
         | frameworks.uneven_unsupported(lay)
         | frameworks.cp_unsharded(lay)
-        | frameworks.block_recompute_unsupported(lay)
+        | frameworks.block_recompute_unsupported(lay, t.stack)
     )
 
 
@@ -223,7 +223,7 @@ LIMITS: tuple[Limit, ...] = (
           lambda t, lay: f"{t.cluster.gpu.name} has no FP8 tensor cores"),
     Limit("framework", ("framework", "zero", "pp", "virtual_stages", "cp", "cp_comm", "offload", "precision",
                         "recompute", "recompute_layers", "first_stage_layers", "last_stage_layers"), _framework,
-          lambda t, lay: frameworks.unsupported_words(lay, t.model.num_layers)),
+          lambda t, lay: frameworks.unsupported_words(lay, t.model.num_layers, t.stack)),
     Limit("a2a_overlap", ("framework", "ep", "dp", "cp", "tp", "expert_tp", "pp", "virtual_stages", "recompute"),
           _a2a_overlap, _a2a_overlap_words),
     Limit("tp_comm_overlap", ("framework", "tp", "sequence_parallel"), _tp_comm_overlap,

@@ -56,6 +56,13 @@ torchtitan/models/llama/model.py `Attention.forward`: `keys = repeat_kv(xk, self
 `F.scaled_dot_product_attention`), so the attention saves, and context parallelism all-gathers,
 K/V of a heads, not g (`memory.cp_gathered_kv_bytes`, `traffic.cp_per_layer_s`). torchtitan passes
 enable_gqa instead from ff0829c10 (2026-01-27, "GQA without kv repeats").
+`layer_sac`: torchtitan's "selective layer" activation checkpointing of its releases before
+0.3.0: activation_checkpoint.mode "selective" with selective_ac_option N wraps every Nth
+TransformerBlock in a full checkpoint (torchtitan/distributed/activation_checkpoint.py
+`_apply_layer_sac` at v0.2.2 73a0e6979, `ac_freq = int(ac_config.selective_ac_option)`; the same
+`use_layer_sac` branch in torchtitan/parallelisms/parallelize_llama.py in 2024). It is full
+recompute of L/N of the layers (`Layout.recompute_layers`), which 0.3.0, the release paraplan's
+torchtitan launch configs are for, cannot run: with the setting a torchtitan plan may use it.
 `compiled`: the model's elementwise work runs fused, under torch.compile (torchtitan's
 training.compile / compile.enable, which compiles every TransformerBlock) or in the framework's
 own fused kernels (Megatron-LM's and DeepSpeed's). False: torchtitan's model runs in PyTorch
@@ -292,6 +299,10 @@ class Stack:
     )
     kv_repeated: bool = field(
         default=False, metadata={"help": "K/V repeated to every query head before attention (torchtitan of 2024)."}
+    )
+    layer_sac: bool = field(
+        default=False,
+        metadata={"help": "torchtitan before 0.3.0: full checkpoints of every Nth block (selective_ac_option N)."},
     )
     compiled: bool = field(
         default=True,

@@ -711,6 +711,25 @@ def test_torchtitan_toml_and_deepspeed_json_read() -> None:
         name="x.toml",
     )
     assert layout_from_launch(float8, load_model("llama3-8b"), gpus=8)[1]["fp8_recipe"] == "tensorwise"
+    # selective_ac_option "2": every 2nd of the 32 layers fully checkpointed, 16 per chunk, which
+    # v0.2.2 runs (Stack.layer_sac) and 0.3.0 cannot; feasible as read, refused by the 0.3.0 emitter
+    every_2nd = (
+        (DATA / "torchtitan_v0.2.2_llama3_8b.toml")
+        .read_text()
+        .replace('selective_ac_option = "op"', 'selective_ac_option = "2"')
+    )
+    assert every_2nd != (DATA / "torchtitan_v0.2.2_llama3_8b.toml").read_text()
+    knobs, stack, _, _ = layout_from_launch(read_launch_text(every_2nd, name="x.toml"), load_model("llama3-8b"), gpus=8)
+    assert (str(knobs["recompute"]), knobs["recompute_layers"], stack["layer_sac"]) == ("full", 16, True)
+    older = default_stack(Framework.TORCHTITAN).with_overrides(layer_sac=True)
+    lay = Layout(framework="torchtitan", dp=8, zero=3, recompute="full", recompute_layers=16)
+    question_ok = paraplan.validate("llama3-8b", 8, "h100-sxm", "TP1/PP1/DP8", framework="torchtitan", zero=3,
+                                    recompute="full", recompute_layers=16, stack={"layer_sac": True})  # fmt: skip
+    assert question_ok.feasible
+    with pytest.raises(InputError, match="no count of layers per chunk"):
+        emit_launch("torchtitan", load_model("llama3-8b"), lay, older)
+    with pytest.raises(InputError, match="selective_ac_option"):  # the setting itself, whatever the layout
+        emit_launch("torchtitan", load_model("llama3-8b"), Layout(framework="torchtitan", dp=8, zero=3), older)
     ds = load_launch(DATA / "deepspeed_zenflow_zf_config.json")
     knobs, stack, world, notes = layout_from_launch(ds, load_model("llama2-7b"), gpus=8)
     assert (knobs["zero"], str(knobs["offload"]), knobs["dp"], world) == (2, "optimizer", 8, None)

@@ -4,6 +4,7 @@ and the search apply."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -94,6 +95,17 @@ def test_torchtitan_has_no_fp16_and_no_block_recompute(target: Target) -> None:
     assert "fp16 training" in _message(target, "framework", precision="fp16", framework=TORCHTITAN)
     assert "block recompute" in _message(target, "framework", recompute="full", recompute_layers=2,
                                          framework=TORCHTITAN)  # fmt: skip
+
+
+def test_torchtitan_before_0_3_ran_every_nth_layer_checkpointing(target: Target) -> None:
+    # Stack.layer_sac: v0.2.2's selective_ac_option N, full recompute of L/N layers; with it a
+    # torchtitan plan may use recompute_layers, which the rule refuses without it (test above)
+    knobs = {"recompute": "full", "recompute_layers": 2, "framework": TORCHTITAN}
+    older = replace(target, stack=target.stack.with_overrides(layer_sac=True))
+    assert "framework" in _violated(target, **knobs)
+    assert "framework" not in _violated(older, **knobs)
+    # the setting opens nothing else: DeepSpeed still has no block recompute
+    assert "framework" in _violated(older, **{**knobs, "framework": DEEPSPEED})
 
 
 def test_deepspeed_partitions_its_pipeline_itself(target: Target) -> None:

@@ -171,7 +171,8 @@ VERSION_ONLY = {
     Framework.MEGATRON: {"tp_overlap", "loss", "pp_outputs_kept", "kv_repeated", "master_weights", "moe_gather_scatter"},
     Framework.DEEPSPEED: {"tp_overlap", "p2p_overlap", "loss", "pp_outputs_kept", "kv_repeated", "moe_gather_scatter"},
     Framework.TORCHTITAN: {"flash_attention", "dp_overlap", "main_grads", "p2p_overlap", "attention_saved",
-                           "pp_outputs_kept", "kv_repeated", "tp_overlap", "fused_norm", "loss", "moe_gather_scatter"},
+                           "pp_outputs_kept", "kv_repeated", "tp_overlap", "fused_norm", "loss", "moe_gather_scatter",
+                           "layer_sac"},
 }  # fmt: skip
 
 

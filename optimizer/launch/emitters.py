@@ -202,7 +202,7 @@ def _refuse(ctx: _Ctx, knob: str, why: str) -> NoReturn:
 
 def _refuse_older_stack(ctx: _Ctx, release: str, repeats_kv: bool = False) -> None:
     """Stack settings that describe older releases (`Stack.pp_outputs_kept`, `Stack.kv_repeated`,
-    `Stack.moe_gather_scatter`), which the pinned frameworks' flags cannot bring back. `repeats_kv`:
+    `Stack.moe_gather_scatter`, `Stack.layer_sac`), which the pinned frameworks' flags cannot bring back. `repeats_kv`:
     the emitted attention repeats K/V itself (Megatron-LM's unfused DotProductAttention,
     `key.repeat_interleave`)."""
     if ctx.stack.pp_outputs_kept:
@@ -211,6 +211,9 @@ def _refuse_older_stack(ctx: _Ctx, release: str, repeats_kv: bool = False) -> No
     if ctx.stack.moe_gather_scatter and ctx.model.is_moe:
         _refuse(ctx, "moe_gather_scatter", f"{release} permutes MoE tokens with index_select / scatter_add or fused "
                 "kernels; the gather/scatter path is Megatron-Core core_v0.6.0's allgather dispatcher")  # fmt: skip
+    if ctx.stack.layer_sac:
+        _refuse(ctx, "layer_sac", f"{release} has no selective_ac_option (torchtitan v0.2.2's checkpointing of every "
+                "Nth layer)")  # fmt: skip
     if ctx.stack.kv_repeated and not repeats_kv:
         _refuse(ctx, "kv_repeated", f"{release}'s attention takes the K/V heads as they are (torchtitan repeated them "
                 "to every query head before ff0829c10); no flag repeats them")  # fmt: skip

@@ -1403,6 +1403,7 @@ def _titan_recompute(st: _State, get: Getter, registry: TitanConfig | None, old:
                 count = max(1, round(chunk / every))
                 st.knobs["recompute"] = Recompute.FULL
                 st.knobs["recompute_layers"] = count
+                st.stack["layer_sac"] = True
                 st.note(f"selective_ac_option {every} (every {every}th layer fully checkpointed): modelled as full "
                         f"recompute of {count} layers per chunk")  # fmt: skip
                 return
