@@ -52,7 +52,7 @@ torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
   * Activation checkpointing is activation-checkpoint:none|selective|full; 0.3.0's "selective"
     is the per-op policy: it saves every other matmul's output and recomputes the rest of the
     layer. 0.3.0 has no selective_ac_option (v0.2.2's every-k-th-layer policy), so no block
-    recompute.
+    recompute (the older releases' policy is the stack setting `Stack.layer_sac`).
   * With pipeline parallelism, PyTorch's pipelining runs every micro-batch's backward of an FSDP
     stage with set_requires_gradient_sync(False) and set_reshard_after_backward(False)
     (pytorch/pytorch torch/distributed/pipelining/stage.py, `backward_maybe_with_nosync`, at

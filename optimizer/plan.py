@@ -47,9 +47,9 @@ def parse_plan(text: str, gpus: int) -> Plan:
         if dim in found:
             raise InputError(f"plan '{text}' gives {dim.upper()} twice")
         lo, hi = bounds("virtual_stages" if dim == "vpp" else dim)  # the knob's own range
-        if not max(lo, 1) <= value <= hi:
+        if not lo <= value <= hi:
             shown = digits if len(digits) <= 12 else digits[:8] + "..."
-            raise InputError(f"plan '{text}': {dim.upper()}{shown} must be between {max(lo, 1)} and {hi}")
+            raise InputError(f"plan '{text}': {dim.upper()}{shown} must be between {lo} and {hi}")
         found[dim] = value
         pos = match.end()
     _check_gap(text, lowered[pos:])

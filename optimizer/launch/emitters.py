@@ -182,10 +182,10 @@ class _Ctx:
 
 
 # Flash-style attention as the runs the attention efficiencies are fitted on choose it: Megatron-
-# Bridge's recipes leave attention_backend None (auto), so Transformer Engine picks its kernel, cuDNN
-# fused attention on Hopper and Blackwell (TE d0067d0d dot_product_attention/utils.py get_attention_backend
-# prefers FusedAttention there "for performance reasons"). "flash" would pin the flash-attn package
-# instead, which lacks, e.g., GPT-OSS's attention sinks.
+# Bridge's recipes leave attention_backend None (auto), so Transformer Engine picks its kernel,
+# cuDNN fused attention on Hopper and Blackwell (TE d0067d0d dot_product_attention/utils.py
+# get_attention_backend prefers FusedAttention there "for performance reasons"). "flash" would pin
+# the flash-attn package instead, which lacks, e.g., GPT-OSS's attention sinks.
 ATTENTION_BACKEND = "auto"
 ATTENTION_NOTE = ("# --attention-backend auto: Transformer Engine picks its fastest flash-style kernel (NVTE_DEBUG=1 "
                   "NVTE_DEBUG_LEVEL=2 logs which); its unfused fallback would hold s x s scores the memory figure "
@@ -202,9 +202,9 @@ def _refuse(ctx: _Ctx, knob: str, why: str) -> NoReturn:
 
 def _refuse_older_stack(ctx: _Ctx, release: str, repeats_kv: bool = False) -> None:
     """Stack settings that describe older releases (`Stack.pp_outputs_kept`, `Stack.kv_repeated`,
-    `Stack.moe_gather_scatter`, `Stack.layer_sac`), which the pinned frameworks' flags cannot bring back. `repeats_kv`:
-    the emitted attention repeats K/V itself (Megatron-LM's unfused DotProductAttention,
-    `key.repeat_interleave`)."""
+    `Stack.moe_gather_scatter`, `Stack.layer_sac`), which the pinned frameworks' flags cannot bring
+    back. `repeats_kv`: the emitted attention repeats K/V itself (Megatron-LM's unfused
+    DotProductAttention, `key.repeat_interleave`)."""
     if ctx.stack.pp_outputs_kept:
         _refuse(ctx, "pp_outputs_kept", f"{release}'s pipeline schedules keep no micro-batch's output to the step's end "
                 "(PyTorch's pipelining did until torchtitan passed return_outputs=False, e5ef99aab)")  # fmt: skip
