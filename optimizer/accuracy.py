@@ -13,10 +13,13 @@ permutation and all-to-all costs that dense runs never show):
   1. same hardware family, precision, framework and kind (dense/MoE), GPU counts within 8x;
   2. else the same family, precision, framework and kind at any scale;
   3. else the same family, precision and kind, any framework;
-  4. else the same family and kind at any precision (an MoE run's error says more about another
+  4. else the same family, framework and kind at any precision (each stack runs its own kernels
+     under one fitted efficiency of its own: another stack's runs at another precision say less
+     about this one than its own runs at another precision do);
+  5. else the same family and kind at any precision (an MoE run's error says more about another
      MoE run than a run of the other kind at the same precision does);
-  5. else the same family, any precision or kind;
-  6. else none: the hardware was never checked against a measurement, which the basis says,
+  6. else the same family, any precision or kind;
+  7. else none: the hardware was never checked against a measurement, which the basis says,
      and the bar spans the errors of all runs, e_min..e_max of every run (mirroring the largest
      |e| instead would put an over-prediction of more than 100% beyond any bound).
 At least 3 runs make a regime (fewer: the next, wider one).
@@ -85,18 +88,17 @@ def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, framew
     def near(rs: list[ValidationRun]) -> list[ValidationRun]:
         return [r for r in rs if 1 / SCALE_WINDOW <= r.gpus / gpus <= SCALE_WINDOW]
 
-    same = [r for r in runs if r.family == family and r.precision == precision]
-    kind = [r for r in same if r.moe == moe]
+    of_kind = [r for r in runs if r.family == family and r.moe == moe]
+    kind = [r for r in of_kind if r.precision == precision]
     stack = [r for r in kind if r.framework == framework]
+    kind_words = f"{family} {'MoE' if moe else 'dense'}"
     what = f"{family} {precision} {'MoE' if moe else 'dense'}"
     tiers = (
         (near(stack), f"{what} {framework} runs within 8x of {gpus} GPUs"),
         (stack, f"{what} {framework} runs"),
         (kind, f"{what} runs of any framework"),
-        (
-            [r for r in runs if r.family == family and r.moe == moe],
-            f"{family} {'MoE' if moe else 'dense'} runs at any precision",
-        ),
+        ([r for r in of_kind if r.framework == framework], f"{kind_words} {framework} runs at any precision"),
+        (of_kind, f"{kind_words} runs at any precision"),
         ([r for r in runs if r.family == family], f"{family} runs at any precision, dense or MoE"),
     )
     for chosen, words in tiers:

@@ -32,7 +32,23 @@ def test_a_dense_prediction_without_its_precision_takes_dense_runs_before_moe_on
     bar = error_bar("b200", "bf16", "megatron", 64)
     assert bar.runs == 3 and bar.supported
     assert bar.low_factor == pytest.approx(1 / 1.05) and bar.high_factor == pytest.approx(1 / 0.90)
-    assert "dense runs at any precision" in bar.words
+    assert "dense megatron runs at any precision" in bar.words
+
+
+def test_without_its_precision_a_prediction_takes_its_own_stacks_runs_before_another_stacks(
+    runs: list[ValidationRun], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # three dense torchtitan FP8 runs 40%..30% short join the table: a dense BF16 Megatron
+    # prediction still takes the three Megatron runs (-10%..+5%), a torchtitan one its own
+    # three (-40%..-30%, the bar kept around the prediction by its +2% floor: measured in
+    # [pred / 1.02, pred / 0.60]), not all six (-40%..+5%)
+    other = [_run(f"t{i}", "fp8", False, e, framework="torchtitan") for i, e in enumerate((-0.40, -0.35, -0.30))]
+    monkeypatch.setattr(accuracy, "validation_runs", lambda: (*runs, *other))
+    bar = error_bar("b200", "bf16", "megatron", 64)
+    assert bar.low_factor == pytest.approx(1 / 1.05) and bar.high_factor == pytest.approx(1 / 0.90)
+    titan = error_bar("b200", "bf16", "torchtitan", 64)
+    assert titan.runs == 3 and "dense torchtitan runs at any precision" in titan.words
+    assert titan.low_factor == pytest.approx(1 / 1.02) and titan.high_factor == pytest.approx(1 / 0.60)
 
 
 def test_an_moe_prediction_takes_its_kind_at_its_precision(runs: list[ValidationRun]) -> None:
