@@ -43,7 +43,13 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       their sources).
   CP  ring (Liu et al. 2023; Megatron --cp-comm-type p2p): CP-1 steps that pass the local K and
       V chunk (2*T*g*d/TP*2 bytes; a heads instead of g when repeated first, `Stack.kv_repeated`) in the forward, K, V, dK, dV in the backward; each overlaps
-      the attention compute of the same layer, so only the excess is exposed. All-gather (Llama 3,
+      the attention compute of the same layer, so only the excess is exposed. Each step is a
+      send to the next rank and a receive from the previous one (Transformer Engine's
+      AttnFuncWithCPAndKVP2P: batch_isend_irecv), all pairs at once, so a step lasts as long as
+      its slowest pair: where the ring spans nodes, the pair across the boundary, which moves
+      the whole chunk through one GPU's NIC however many members share a node (`cp_ring_bw`:
+      the k x NIC bus bandwidth of NCCL's collectives runs one ring channel per NIC, a single
+      send/recv pair has one). All-gather (Llama 3,
       Dubey et al. 2024 Sec 3.3.2; Megatron --cp-comm-type allgather): K and V all-gathered
       before attention in the forward, their gradients reduce-scattered in the backward, not
       overlapped. PyTorch's context_parallel (torchtitan, `frameworks.cp_sdpa_merge`) moves more
@@ -343,14 +349,22 @@ def chunked_bwd_s(model: ModelSpec, lay: Layouts, gemm: FloatArray, scatter: Flo
     return _by_dispatcher(model, dispatcher, over)
 
 
+def cp_ring_bw(cluster: Cluster, lay: Layouts) -> FloatArray:
+    """Bandwidth of one step of the CP ring (module docstring, CP): its slowest neighbour pair,
+    one GPU's NIC share where the group spans nodes, else the ring link inside the node."""
+    nic, node = a2a_legs(cluster, lay.cp, lay.tp)
+    return np.asarray(np.minimum(nic, node))
+
+
 def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack,
                    times: MicroBatchTimes) -> FloatArray:  # fmt: skip
     bw, lat = links(cluster, lay.cp, lay.tp)
     # K and V of the local tokens, of every query head when repeated first (Stack.kv_repeated)
     chunk = 2.0 * lay.tokens_per_micro_batch * model.kv_dim * kv_repeats(model, stack) / lay.tp * ACTIVATION_BYTES
     steps = lay.cp - 1.0
-    ring_fwd = np.maximum(steps * p2p_s(chunk, bw, lat) - times.attention_fwd_s, 0.0)
-    ring_bwd = np.maximum(steps * p2p_s(2.0 * chunk, bw, lat) - times.attention_bwd_s, 0.0)
+    pair_bw = cp_ring_bw(cluster, lay)
+    ring_fwd = np.maximum(steps * p2p_s(chunk, pair_bw, lat) - times.attention_fwd_s, 0.0)
+    ring_bwd = np.maximum(steps * p2p_s(2.0 * chunk, pair_bw, lat) - times.attention_bwd_s, 0.0)
     gather_fwd = all_gather_s(lay.cp * chunk, lay.cp, bw, lat)
     gather_bwd = reduce_scatter_s(lay.cp * chunk, lay.cp, bw, lat)
     ring = _forward_passes(model, lay) * ring_fwd + ring_bwd

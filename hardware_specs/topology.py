@@ -34,7 +34,9 @@ path adds up to the link's latency once.
   bandwidth approaches k x the per-GPU NIC share, capped by the members' intra-node ring
   (the NCCL tests' busbw across DGX nodes, NVIDIA "Doubling all2all Performance with NVIDIA
   Collective Communication Library 2.12" and the NCCL documentation's ring/channel model).
-  One member per node gets one NIC's share.
+  One member per node gets one NIC's share. That is a collective's figure: a point-to-point ring
+  of send/recv pairs (context parallelism's ring K/V exchange) waits on the pair that crosses
+  the node boundary, one NIC's share (`nic_bw_bytes_per_s`).
 - All-to-all (expert parallelism) moves (n-k)/n of each rank's buffer across the network, over
   its own NIC share, and (k-1)/n inside the node: `a2a_bw_bytes_per_s` is the bandwidth that
   gives that time in the (n-1)/n B / bw form.

@@ -443,6 +443,25 @@ def test_cp4_ring_against_allgather(dgx: Cluster, models: dict[str, ModelSpec]) 
     assert _cp(model, dgx, _attention(0.0, 0.0), cp=1) == 0.0
 
 
+def test_a_cp_ring_across_nodes_steps_at_one_nics_bandwidth(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # Llama 2 70B, TP2 x CP8 at s 8192: the ring's 8 ranks sit 4 to a node on two nodes. Each step
+    # every rank sends its chunk to the next at once; the two pairs across the node boundary move
+    # theirs through one GPU's NIC (10e9 B/s, 10 us), not the 4 x NIC an NCCL collective of the
+    # group gets. T = 1024, chunk 2 T g d / TP * 2 = 2,097,152 bytes, CP-1 = 7 steps:
+    #   forward 7 x (1e-5 + 2,097,152 / 1e10) = 1.5380064e-3; backward 7 x (1e-5 + 4,194,304 / 1e10)
+    #   = 3.0060128e-3; 4.5440192e-3 s with nothing hidden
+    model = models["llama2-70b"]
+
+    def ring(cp: int) -> float:
+        lay = one(tp=2, cp=cp, micro_batch=1, seq_len=8192)
+        return _f(cp_per_layer_s(model, lay, dgx, Stack(), _attention(0.0, 0.0)))
+
+    assert ring(8) == pytest.approx(4.5440192e-3, rel=1e-12)
+    # CP4 at TP2 fits one node: NVLink, 1e11 B/s at 2 us; T = 2048, chunk 4,194,304 bytes:
+    #   3 x (2e-6 + 4.194304e-5) + 3 x (2e-6 + 8.388608e-5) = 3.8948736e-4 s
+    assert ring(4) == pytest.approx(3.8948736e-4, rel=1e-12)
+
+
 def test_torch_cp_compiled_exposes_every_exchange(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
     # PyTorch's context_parallel (torchtitan), compiled: Llama 2 70B, TP8 x CP2 on two nodes
     # (10e9 B/s, 1e-5 s), T = 4096, K/V chunk 2,097,152 bytes (as above).
