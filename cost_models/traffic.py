@@ -372,19 +372,19 @@ def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stac
     per_layer = np.where(lay.cp_comm == CpComm.ALLGATHER, gathered, ring)
     torch_cp = cp_sdpa_merge(lay)
     if torch_cp.any():
-        per_layer = np.where(torch_cp, torch_cp_per_layer_s(model, lay, stack, times, gather_fwd, chunk, bw, lat),
+        per_layer = np.where(torch_cp, torch_cp_per_layer_s(model, lay, stack, times, gather_fwd, chunk, pair_bw, lat),
                              per_layer)  # fmt: skip
     return np.asarray(np.where(lay.cp > 1, per_layer, 0.0))
 
 
 def torch_cp_per_layer_s(model: ModelSpec, lay: Layouts, stack: Stack, times: MicroBatchTimes,
-                         gather_s: FloatArray, chunk: FloatArray, bw: FloatArray, lat: FloatArray) -> FloatArray:  # fmt: skip
+                         gather_s: FloatArray, chunk: FloatArray, pair_bw: FloatArray, lat: FloatArray) -> FloatArray:  # fmt: skip
     """Exposed time of PyTorch's all-gather context parallelism for one layer and micro-batch
     (`frameworks.cp_sdpa_merge`): torch/distributed/tensor/experimental/_attention.py, read at
     pytorch/pytorch 0123248a and in a late-2024 copy (the one with `_RotateMethod.PRE_ALL_GATHER`,
     the era of the torch 1963fc8 that torchtitan's December 2024 benchmarks ran): both run the
     loops below. `gather_s`: the all-gather of the CP local K/V chunks (`chunk` bytes each,
-    bf16) over the CP group, whose link is (`bw`, `lat`).
+    bf16) over the CP group; (`pair_bw`, `lat`): a send to the next rank (`cp_ring_bw`).
 
     Forward (`_templated_ring_attention`, every forward pass, so again under full recompute):
     `_AllGatherRotater.exchange_buffers` all-gathers K and V once, at the first of the CP steps.
@@ -405,7 +405,7 @@ def torch_cp_per_layer_s(model: ModelSpec, lay: Layouts, stack: Stack, times: Mi
     after the loop exposed; a step's SDPA is 1/CP of the layer's attention (the load-balanced
     steps do equal FLOPs)."""
     cp = lay.floats("cp")
-    send = p2p_s(2.0 * chunk, bw, lat)
+    send = p2p_s(2.0 * chunk, pair_bw, lat)
     fwd_window = times.attention_fwd_s / cp
     bwd_window = times.attention_bwd_s / cp
     eager_fwd = np.maximum(gather_s - fwd_window, 0.0)

@@ -462,6 +462,18 @@ def test_a_cp_ring_across_nodes_steps_at_one_nics_bandwidth(dgx: Cluster, models
     assert ring(4) == pytest.approx(3.8948736e-4, rel=1e-12)
 
 
+def test_torch_cp_sends_dkv_across_nodes_at_one_nics_bandwidth(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
+    # PyTorch's context_parallel, compiled, Llama 2 70B at TP2 x CP8 on two nodes (4 ranks each),
+    # T = 1024, chunk 2,097,152 bytes. The K/V all-gather is a collective over the group: 4 NICs
+    # (4e10 B/s, under NVLink's 1e11), 7 x 1e-5 + (7/8) x 8 x 2,097,152 / 4e10 = 4.370016e-4 s,
+    # forward and backward. Each dK/dV send goes to the next rank, the boundary pair through one
+    # NIC: 1e-5 + 4,194,304 / 1e10 = 4.294304e-4 s, CP = 8 of them:
+    #   2 x 4.370016e-4 + 8 x 4.294304e-4 = 4.3094464e-3 s
+    lay = one(tp=2, cp=8, micro_batch=1, seq_len=8192, framework="torchtitan", cp_comm="allgather")
+    got = cp_per_layer_s(models["llama2-70b"], lay, dgx, Stack(compiled=True), _attention(0.0, 0.0))
+    assert _f(got) == pytest.approx(4.3094464e-3, rel=1e-12)
+
+
 def test_torch_cp_compiled_exposes_every_exchange(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
     # PyTorch's context_parallel (torchtitan), compiled: Llama 2 70B, TP8 x CP2 on two nodes
     # (10e9 B/s, 1e-5 s), T = 4096, K/V chunk 2,097,152 bytes (as above).
