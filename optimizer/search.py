@@ -12,7 +12,10 @@ solver is used where enumeration is hopeless: per-stage layer splits and mixed G
 Order, best first: the objective (step time, or dollars per step), values within 1e-12
 relative being ties; for the cost objective then the step time; then the simpler layout, knob
 by knob in the schema's order and each knob's preferred direction (`Knob.prefer`: smaller TP,
-PP, ... first, larger micro-batches first, lower ZeRO stages first); then less memory.
+PP, ... first, larger micro-batches first, lower ZeRO stages first), DP taken after the other
+degrees (`TIE_BREAK`); then less memory; then the layer split. The same layout with another
+layer split, ranked later and holding no less memory, is dominated and not listed as an answer
+of its own (`distinct_groups`).
 
 Identical predictions: candidates with the same step time (1e-12 relative) and the same memory
 are one answer listed once, with the others as its equivalent variants (DP and CP swapped with
@@ -21,6 +24,7 @@ the micro-batch rescaled, ZeRO stages that shard over a single rank, ...).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -109,6 +113,16 @@ def _scale(values: FloatArray) -> float:
     return float(np.max(finite, initial=1.0)) or 1.0
 
 
+# The knobs in tie-break order: the schema's, DP after CP and EP, the uneven split last. On a
+# fixed GPU count DP x CP is what TP and PP leave, so "smaller DP first" in the schema's order
+# would list DP1/CP8 mb16 before the equally fast DP8 mb2 (the same tokens per GPU and
+# micro-batch): the plain data-parallel layout is the simpler one, and smaller CP first gives it.
+# Layer splits that differ only in where the layers sit compare by memory first (`order_keys`).
+SPLIT_KNOBS = ("first_stage_layers", "last_stage_layers")
+_DEGREES_FIRST = ("tp", "pp", "cp", "ep", "dp")
+TIE_BREAK: tuple[str, ...] = (*_DEGREES_FIRST, *(n for n in COLUMNS if n not in _DEGREES_FIRST + SPLIT_KNOBS))
+
+
 def order_keys(ev: Evaluation, rows: IndexArray, usd_per_gpu_hour: float | None,
                scales: tuple[float, float]) -> list[npt.NDArray[np.generic]]:  # fmt: skip
     """Lexicographic keys of `rows`, most significant first (see the module docstring)."""
@@ -116,8 +130,9 @@ def order_keys(ev: Evaluation, rows: IndexArray, usd_per_gpu_hour: float | None,
     if usd_per_gpu_hour is not None:
         keys.append(_tied(ev.step_time_s[rows], scales[1]))
     data = ev.layouts.data[rows]
-    keys += [KNOBS[name].prefer * data[:, i] for i, name in enumerate(COLUMNS)]
+    keys += [KNOBS[name].prefer * data[:, COLUMNS.index(name)] for name in TIE_BREAK]
     keys.append(ev.memory.total[rows])
+    keys += [KNOBS[name].prefer * data[:, COLUMNS.index(name)] for name in SPLIT_KNOBS]
     return keys
 
 
@@ -164,13 +179,28 @@ def rank(ev: Evaluation, cons: Constraints, top: int, usd_per_gpu_hour: float | 
 
 def distinct_groups(ev: Evaluation, order: IndexArray, top: int, scale: float) -> list[IndexArray]:
     """Candidates (in `order`) with identical predictions -- the same step time and memory --
-    grouped, each group led by its best-ranked member; the first `top` groups."""
+    grouped, each group led by its best-ranked member; the first `top` groups. A group whose
+    leader is the layout of a member of an earlier group with another layer split
+    (`SPLIT_KNOBS`) and no less memory is no answer of its own: ranked later, it is no faster
+    either, so the earlier split dominates it."""
     pairs = np.stack([_tied(ev.step_time_s[order], scale), ev.memory.total[order]], axis=1)
     _, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
-    leaders = np.sort(first)[:top]
-    group_of = inverse[leaders]
-    return [order[np.nonzero(inverse == g)[0]] for g in group_of]
+    unsplit = [COLUMNS.index(name) for name in COLUMNS if name not in SPLIT_KNOBS]
+    least_memory: dict[bytes, float] = {}  # per layout but its split, the least memory listed
+    groups: list[IndexArray] = []
+    for position in np.sort(first).tolist():
+        memory = float(pairs[position, 1])
+        if least_memory.get(ev.layouts.data[order[position], unsplit].tobytes(), math.inf) <= memory:
+            continue
+        members = order[np.nonzero(inverse == inverse[position])[0]]
+        for row in ev.layouts.data[members][:, unsplit]:
+            plan = row.tobytes()
+            least_memory[plan] = min(memory, least_memory.get(plan, math.inf))
+        groups.append(members)
+        if len(groups) == top:
+            break
+    return groups
 
 
 def closest(ev: Evaluation) -> int:

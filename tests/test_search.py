@@ -27,7 +27,7 @@ from hypothesis.control import currently_in_test_context
 
 import paraplan
 from paraplan.api import gpu_count_domain, gpu_counts
-from paraplan.cost_models.candidates import Layouts
+from paraplan.cost_models.candidates import COLUMNS, Layouts
 from paraplan.cost_models.layout import DEGREES, Framework
 from paraplan.cost_models.models import ModelSpec, load_model, model_preset_names
 from paraplan.cost_models.tco import usd_per_gpu_hour
@@ -92,6 +92,7 @@ class Oracle:
     admitted: npt.NDArray[np.bool_]
     deadline_days: float | None
     rows: int
+    plans: list[bytes]  # each row's layout but its layer split (first/last stage layers)
 
     def best(self) -> tuple[float, float]:
         """(smallest objective, smallest step time among the rows with that objective)."""
@@ -101,16 +102,25 @@ class Oracle:
 
     def top(self, k: int) -> list[tuple[float, float]]:
         """(objective, step time) of the first k distinct (step time, memory) predictions, in
-        objective order."""
+        objective order, less each that only moves an earlier answer's layer split without
+        saving memory (ranked after it, it is no faster: dominated)."""
         index = np.nonzero(self.admitted)[0]
-        index = index[np.lexsort((self.step[index], self.objective[index]))]
+        index = index[np.lexsort((self.memory[index], self.step[index], self.objective[index]))]
         out: list[tuple[float, float]] = []
-        seen: list[tuple[float, float]] = []
+        seen: list[tuple[float, float, bool]] = []  # each prediction met, and whether it is listed
+        listed: list[tuple[bytes, float]] = []  # the layouts (but their split) of listed predictions
         for i in index:
             step, memory = float(self.step[i]), float(self.memory[i])
-            if any(m == memory and abs(s - step) <= SAME * s for s, m in seen):
+            met = [shown for s, m, shown in seen if m == memory and abs(s - step) <= SAME * s]
+            if met:
+                if met[0]:  # an equivalent variant of a listed answer
+                    listed.append((self.plans[i], memory))
                 continue
-            seen.append((step, memory))
+            dominated = any(plan == self.plans[i] and m <= memory for plan, m in listed)
+            seen.append((step, memory, not dominated))
+            if dominated:
+                continue
+            listed.append((self.plans[i], memory))
             out.append((float(self.objective[i]), step))
             if len(out) == k:
                 break
@@ -148,7 +158,9 @@ def oracle(case: Case) -> Oracle:
         deadline_days = limit_s / 86_400
     price = price_of(case)
     objective = step if price is None else step * gpus * price / 3600
-    return Oracle(step, memory, objective, admitted, deadline_days, len(step))
+    unsplit = [i for i, name in enumerate(COLUMNS) if name not in ("first_stage_layers", "last_stage_layers")]
+    plans = [row.tobytes() for _, lay in parts for row in lay.data[:, unsplit]]
+    return Oracle(step, memory, objective, admitted, deadline_days, len(step), plans)
 
 
 def check_against_oracle(case: Case, optimize_when_infeasible: bool = True) -> None:
@@ -328,6 +340,21 @@ def test_equivalent_layouts_have_identical_predictions() -> None:
         assert lay.layout not in lay.equivalent
     pairs = [(lay.step_time_s, lay.memory_bytes.total) for lay in result.results[0].layouts]
     assert len(set(pairs)) == len(pairs)
+
+
+def test_no_answer_moves_an_earlier_answers_layer_split_without_saving_memory() -> None:
+    # Llama 3 70B on 64 H100: TP2/PP4 with 19 layers on the first and the last stage is the
+    # answer; 20 and 18 puts a layer more on the first stage (more activations in flight there)
+    # for no speed, and is not listed; 18 and 20 holds less memory, and may be.
+    layouts = paraplan.optimize("llama3-70b", "h100-sxm", 64, top=5).results[0].layouts
+    split = ("first_stage_layers", "last_stage_layers")
+    seen: list[tuple[dict[str, object], float]] = []
+    for lay in layouts:
+        rest = lay.layout.model_dump(exclude=set(split))
+        assert all(memory > lay.memory_bytes.total for other, memory in seen if other == rest), lay.layout
+        seen.append((rest, lay.memory_bytes.total))
+    best = layouts[0].layout
+    assert (best.first_stage_layers, best.last_stage_layers) == (19, 19)
 
 
 def test_a_deadline_too_short_is_infeasible_and_says_why() -> None:
