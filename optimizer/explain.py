@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation
-from paraplan.cost_models.layout import KNOBS, Layout
+from paraplan.cost_models.layout import KNOBS, Layout, Recompute
 from paraplan.cost_models.pipeline import bubble_fraction
 from paraplan.hardware_specs.topology import group_link
 from paraplan.units import fmt_seconds
@@ -64,9 +64,16 @@ def knob_words(lay: Layout) -> dict[str, str]:
 
 
 def layout_difference(a: Layout, b: Layout) -> str:
-    """'PP16 vs PP4, micro-batch 1 vs 2': the knobs where layout a differs from layout b."""
+    """'PP16 vs PP4, micro-batch 1 vs 2': the knobs where layout a differs from layout b. A
+    setting that means nothing on one side is no difference: how CP exchanges K/V where either
+    layout has no CP, how many layers full recompute covers unless both recompute in full."""
     wa, wb = knob_words(a), knob_words(b)
-    return ", ".join(f"{wa[k]} vs {wb[k]}" for k in wa if wa[k] != wb[k])
+    moot: set[str] = set()
+    if a.cp == 1 or b.cp == 1:
+        moot.add("cp_comm")
+    if not a.recompute == b.recompute == Recompute.FULL:
+        moot.add("recompute_layers")
+    return ", ".join(f"{wa[k]} vs {wb[k]}" for k in wa if wa[k] != wb[k] and k not in moot)
 
 
 def distinct(a: float, b: float, digits: int = 2) -> tuple[str, str]:

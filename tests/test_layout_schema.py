@@ -30,6 +30,7 @@ from paraplan.cost_models.layout import (
     parse_knob,
 )
 from paraplan.cost_models.stack import STACK_FIELDS
+from paraplan.explain import layout_difference
 
 FIELDS = tuple(Layout.model_fields)
 INTS = tuple(n for n in FIELDS if n not in ENUMS and n not in BOOLS)
@@ -260,3 +261,19 @@ def test_optimize_fixes_and_bounds_every_degree() -> None:
     options = _options("optimize")
     for name in DEGREES:
         assert {_flag(name), f"--min-{name}", f"--max-{name}"} <= set(options)
+
+
+def test_a_layout_difference_names_only_settings_that_mean_something_on_both_sides() -> None:
+    base = Layout(tp=4, pp=1, dp=256, cp=1, micro_batch=2, global_batch=1024, seq_len=4096)
+
+    def like(lay: Layout, **change: Any) -> Layout:
+        return Layout(**{**lay.model_dump(), **change})
+
+    # CP2 by all-gather against no CP: how K/V move means nothing without CP
+    split = like(base, dp=128, cp=2, micro_batch=4, cp_comm="allgather")
+    assert layout_difference(split, base) == "DP128 vs DP256, CP2 vs CP1, micro-batch 4 vs micro-batch 2"
+    # full recompute of 1 layer against none: the layer count is part of the first, not a difference
+    full = like(base, recompute="full", recompute_layers=1)
+    assert layout_difference(full, base) == "recompute full vs recompute none"
+    # both full: the layer counts differ, and are named
+    assert layout_difference(full, like(full, recompute_layers=2)) == "1 layer per chunk vs 2 layers per chunk"
