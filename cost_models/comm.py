@@ -51,6 +51,12 @@ def links(cluster: Cluster, size: Numeric, stride: Numeric, all_to_all: bool = F
                       lambda link: (link.a2a_bw_bytes_per_s if all_to_all else link.bw_bytes_per_s, link.latency_s))  # fmt: skip
 
 
+def ring_pair_links(cluster: Cluster, size: Numeric, stride: Numeric) -> tuple[FloatArray, FloatArray]:
+    """(bandwidth, latency) of one step of a ring of send/recv pairs over groups of `size` ranks
+    `stride` apart: the slowest neighbour pair (`hardware_specs.topology.GroupLink.pair_bw_bytes_per_s`)."""
+    return _per_group(cluster, size, stride, lambda link: (link.pair_bw_bytes_per_s, link.latency_s))
+
+
 def a2a_legs(cluster: Cluster, size: Numeric, stride: Numeric) -> tuple[FloatArray, FloatArray]:
     """(NIC share to another node, ring link inside the node) of a member of groups of `size` ranks
     `stride` apart: the two legs of a hierarchical all-to-all (`hardware_specs.topology.GroupLink`;

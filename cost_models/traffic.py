@@ -47,7 +47,7 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       send to the next rank and a receive from the previous one (Transformer Engine's
       AttnFuncWithCPAndKVP2P: batch_isend_irecv), all pairs at once, so a step lasts as long as
       its slowest pair: where the ring spans nodes, the pair across the boundary, which moves
-      the whole chunk through one GPU's NIC however many members share a node (`cp_ring_bw`:
+      the whole chunk through one GPU's NIC however many members share a node (`ring_pair_links`:
       the k x NIC bus bandwidth of NCCL's collectives runs one ring channel per NIC, a single
       send/recv pair has one). All-gather (Llama 3,
       Dubey et al. 2024 Sec 3.3.2; Megatron --cp-comm-type allgather): K and V all-gathered
@@ -92,6 +92,7 @@ from paraplan.cost_models.comm import (
     p2p_s,
     pair_links,
     reduce_scatter_s,
+    ring_pair_links,
 )
 from paraplan.cost_models.compute import MicroBatchTimes, gemm_s, matmul_rate
 from paraplan.cost_models.frameworks import (
@@ -349,20 +350,13 @@ def chunked_bwd_s(model: ModelSpec, lay: Layouts, gemm: FloatArray, scatter: Flo
     return _by_dispatcher(model, dispatcher, over)
 
 
-def cp_ring_bw(cluster: Cluster, lay: Layouts) -> FloatArray:
-    """Bandwidth of one step of the CP ring (module docstring, CP): its slowest neighbour pair,
-    one GPU's NIC share where the group spans nodes, else the ring link inside the node."""
-    nic, node = a2a_legs(cluster, lay.cp, lay.tp)
-    return np.asarray(np.minimum(nic, node))
-
-
 def cp_per_layer_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack,
                    times: MicroBatchTimes) -> FloatArray:  # fmt: skip
     bw, lat = links(cluster, lay.cp, lay.tp)
     # K and V of the local tokens, of every query head when repeated first (Stack.kv_repeated)
     chunk = 2.0 * lay.tokens_per_micro_batch * model.kv_dim * kv_repeats(model, stack) / lay.tp * ACTIVATION_BYTES
     steps = lay.cp - 1.0
-    pair_bw = cp_ring_bw(cluster, lay)
+    pair_bw, _ = ring_pair_links(cluster, lay.cp, lay.tp)
     ring_fwd = np.maximum(steps * p2p_s(chunk, pair_bw, lat) - times.attention_fwd_s, 0.0)
     ring_bwd = np.maximum(steps * p2p_s(2.0 * chunk, pair_bw, lat) - times.attention_bwd_s, 0.0)
     gather_fwd = all_gather_s(lay.cp * chunk, lay.cp, bw, lat)
@@ -384,7 +378,7 @@ def torch_cp_per_layer_s(model: ModelSpec, lay: Layouts, stack: Stack, times: Mi
     pytorch/pytorch 0123248a and in a late-2024 copy (the one with `_RotateMethod.PRE_ALL_GATHER`,
     the era of the torch 1963fc8 that torchtitan's December 2024 benchmarks ran): both run the
     loops below. `gather_s`: the all-gather of the CP local K/V chunks (`chunk` bytes each,
-    bf16) over the CP group; (`pair_bw`, `lat`): a send to the next rank (`cp_ring_bw`).
+    bf16) over the CP group; (`pair_bw`, `lat`): a send to the next rank (`ring_pair_links`).
 
     Forward (`_templated_ring_attention`, every forward pass, so again under full recompute):
     `_AllGatherRotater.exchange_buffers` all-gathers K and V once, at the first of the CP steps.

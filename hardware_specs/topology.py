@@ -35,8 +35,9 @@ path adds up to the link's latency once.
   (the NCCL tests' busbw across DGX nodes, NVIDIA "Doubling all2all Performance with NVIDIA
   Collective Communication Library 2.12" and the NCCL documentation's ring/channel model).
   One member per node gets one NIC's share. That is a collective's figure: a point-to-point ring
-  of send/recv pairs (context parallelism's ring K/V exchange) waits on the pair that crosses
-  the node boundary, one NIC's share (`nic_bw_bytes_per_s`).
+  of send/recv pairs (context parallelism's ring K/V exchange) waits on its slowest neighbour
+  pair (`pair_bw_bytes_per_s`): the pair that crosses the node boundary, one NIC's share; on an
+  xGMI mesh, one dedicated link.
 - All-to-all (expert parallelism) moves (n-k)/n of each rank's buffer across the network, over
   its own NIC share, and (k-1)/n inside the node: `a2a_bw_bytes_per_s` is the bandwidth that
   gives that time in the (n-1)/n B / bw form.
@@ -85,6 +86,9 @@ class GroupLink:
     # a member's NIC share to another node, and its ring link to the members on its own node
     nic_bw_bytes_per_s: float = math.inf
     node_bw_bytes_per_s: float = math.inf
+    # a ring of send/recv pairs over the group (each member to the next at once): its slowest
+    # neighbour pair, one NIC share across nodes, one dedicated link on an xGMI mesh
+    pair_bw_bytes_per_s: float = math.inf
 
 
 LOCAL = GroupLink(math.inf, 0.0, "local")
@@ -189,7 +193,8 @@ def _group(cluster: Cluster, cache: _ClusterCache, size: int, stride: int) -> Gr
     intra = (k - 1) / inside.bw_bytes_per_s if k > 1 else 0.0
     a2a = (size - 1) / max(cross, intra)
     latency = max(network.latency_s, inside.latency_s)
-    return GroupLink(bw, latency, "network", a2a, network.bw_bytes_per_s, inside.bw_bytes_per_s)
+    pair = min(network.bw_bytes_per_s, inside.pair_bw_bytes_per_s)
+    return GroupLink(bw, latency, "network", a2a, network.bw_bytes_per_s, inside.bw_bytes_per_s, pair)
 
 
 def _within_node(cluster: Cluster, cache: _ClusterCache, members: list[int]) -> GroupLink:
@@ -199,12 +204,12 @@ def _within_node(cluster: Cluster, cache: _ClusterCache, members: list[int]) -> 
     if cluster.intra_node.kind == "xgmi":
         link = cluster.intra_node.link
         bw = (len(members) - 1) * link.effective_bw_bytes_per_s
-        return GroupLink(bw, link.latency_s, "xgmi", bw, math.inf, bw)
+        return GroupLink(bw, link.latency_s, "xgmi", bw, math.inf, bw, link.effective_bw_bytes_per_s)
     ring = itertools.pairwise([*members, members[0]])  # consecutive members, closing the ring
     keys = {_pair_key(cluster.gpus_per_node, a, b) for a, b in ring}
     found = _slowest(_pair_route(cluster, cache, key) for key in keys)
     bw = found.bw_bytes_per_s
-    return GroupLink(bw, found.latency_s, found.kind, bw, math.inf, bw)
+    return GroupLink(bw, found.latency_s, found.kind, bw, math.inf, bw, bw)
 
 
 def pair_link(cluster: Cluster, rank_a: int, rank_b: int) -> GroupLink:

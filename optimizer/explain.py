@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation
-from paraplan.cost_models.layout import KNOBS, Layout, Recompute
+from paraplan.cost_models.layout import KNOBS, CpComm, Layout, Recompute
 from paraplan.cost_models.pipeline import bubble_fraction
 from paraplan.hardware_specs.topology import group_link
 from paraplan.units import fmt_seconds
@@ -35,7 +35,9 @@ def link_words(ev: Evaluation, i: int, term: str) -> str:
     if group is None or group[0] <= 1:
         return ""
     link = group_link(ev.cluster, group[0], group[1])
-    return f" over {link.kind} at {link.bw_bytes_per_s / 1e9:.1f} GB/s"
+    # the CP ring passes K/V between neighbours: its step runs at the slowest pair's rate
+    ring = term == "cp_comm" and lay.cp_comm == CpComm.RING
+    return f" over {link.kind} at {(link.pair_bw_bytes_per_s if ring else link.bw_bytes_per_s) / 1e9:.1f} GB/s"
 
 
 def dominant_term(ev: Evaluation, i: int) -> tuple[str, float]:

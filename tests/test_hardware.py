@@ -286,6 +286,22 @@ def test_group_link_kinds(presets: dict[str, Cluster], name: str, size: int, str
     assert group_link(presets[name], size, stride).kind == kind
 
 
+def test_a_send_recv_ring_steps_at_its_slowest_neighbour_pair(presets: dict[str, Cluster]) -> None:
+    # MI300X: a collective over 4 GPUs spreads over 3 of the mesh's dedicated links (3 x 64e9 x
+    # 0.70 = 134.4e9 B/s), a send to the next GPU has one (44.8e9)
+    mesh = group_link(presets["mi300x"], 4, 1)
+    assert mesh.bw_bytes_per_s == pytest.approx(134.4e9)
+    assert mesh.pair_bw_bytes_per_s == pytest.approx(44.8e9)
+    # A100: 8 ranks 2 apart, 4 on each of two nodes: the collective gets 4 NICs (4 x 25e9 x 0.85
+    # = 85e9), the ring pair across the boundary one (21.25e9); inside one node the pair is NVLink
+    # (300e9 x 0.80 = 240e9)
+    a100 = presets["a100-80g"]
+    across = group_link(a100, 8, 2)
+    assert across.bw_bytes_per_s == pytest.approx(85e9)
+    assert across.pair_bw_bytes_per_s == pytest.approx(21.25e9)
+    assert group_link(a100, 4, 2).pair_bw_bytes_per_s == pytest.approx(240e9)
+
+
 def test_a_single_rank_is_local(a100: Cluster) -> None:
     link = group_link(a100, 1, 8)
     assert (link.bw_bytes_per_s, link.latency_s, link.kind) == (math.inf, 0.0, "local")
