@@ -9,7 +9,8 @@ Quoted outputs are:
     continuing it on the next line) followed by its output; a command with `--json` keeps the
     lines under it (the page shows a digest of the object, written by hand);
   * in README.md, the fenced block after a line `` `COLUMNS=100 paraplan ...` ``; where the
-    quoted block ends in `  legend    ... (the legend below)`, the output's legend is cut there.
+    quoted block ends in `  legend    ... (the legend below)`, the output's legend is cut there;
+    where it is a table, it is the output's last table.
 Every command runs as `COLUMNS=100 paraplan ...` from the repository root. Timings
 (`in 0.17 s`) are not compared: they differ from run to run. The prose around the blocks quotes
 their figures too; a rewrite is the moment to reread it.
@@ -30,6 +31,7 @@ PAGES = sorted((ROOT / "examples").glob("*.md"))
 README = ROOT / "README.md"
 FENCE = "```"
 LEGEND_CUT = "  legend    ... (the legend below)"
+TABLE_TOP, TABLE_BOTTOM = "┏", "└"
 TIMING = re.compile(r"in \d+(\.\d+)? s\b")
 
 
@@ -60,6 +62,10 @@ def _page_block(block: list[str]) -> list[str]:
 
 def _readme_block(command: str, block: list[str]) -> list[str]:
     out = run(command.removeprefix("COLUMNS=100 "))
+    if block and block[0].startswith(TABLE_TOP):  # the quote is the output's last table
+        top = max(i for i, line in enumerate(out) if line.startswith(TABLE_TOP))
+        bottom = next(i for i in range(top, len(out)) if out[i].startswith(TABLE_BOTTOM))
+        return out[top : bottom + 1]
     if block and block[-1] == LEGEND_CUT:
         cut = next((i for i, line in enumerate(out) if line.startswith("  legend")), len(out))
         out = [*out[:cut], LEGEND_CUT]
