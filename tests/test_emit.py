@@ -26,7 +26,7 @@ from paraplan.cli import main
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.frameworks import default_stack
-from paraplan.cost_models.layout import Framework, Layout, parse_knob
+from paraplan.cost_models.layout import CpComm, Framework, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model
 from paraplan.cost_models.stack import Stack
 from paraplan.emit import EMITTERS, check_emitted, emit_launch, megatron_args
@@ -415,6 +415,23 @@ def test_megatron_mappings() -> None:
     assert "--optimizer-cpu-offload" in offload and "--use-precision-aware-optimizer" in offload
     # the block recompute helper kept for callers of paraplan.emit.megatron_args
     assert "--recompute-method block" in megatron_args(model, Layout(recompute="full", recompute_layers=2))
+
+
+def test_megatron_cp_comm_types_are_the_ones_transformer_engine_accepts() -> None:
+    # TE d0067d0d takes "p2p", "all_gather", "a2a" or "a2a+p2p" and raises on "allgather"
+    model = load_model("llama2-7b")
+    base = {"tp": 2, "pp": 1, "dp": 4, "cp": 2, "micro_batch": 1, "global_batch": 64, "seq_len": 8192}
+    gathered = emit_launch("megatron", model, Layout(**base, cp_comm="allgather"))
+    assert "--cp-comm-type all_gather \\" in gathered
+    assert "--cp-comm-type p2p \\" in emit_launch("megatron", model, Layout(**base))
+    lay, _, _, _ = imported("megatron", gathered, model)
+    assert lay.cp == 2 and lay.cp_comm == CpComm.ALLGATHER
+    text = (
+        "--tensor-model-parallel-size 2 --context-parallel-size 2 --cp-comm-type allgather --micro-batch-size 1 "
+        "--global-batch-size 64 --seq-length 8192"
+    )
+    with pytest.raises(InputError, match="--cp-comm-type allgather: Transformer Engine accepts p2p, all_gather"):
+        layout_from_launch(parse_launch_text(text, "megatron"), model, gpus=8)
 
 
 def test_megatron_token_drop_writes_megatron_bridges_two_flags() -> None:

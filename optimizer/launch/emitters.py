@@ -191,6 +191,14 @@ ATTENTION_NOTE = ("# --attention-backend auto: Transformer Engine picks its fast
                   "NVTE_DEBUG_LEVEL=2 logs which); its unfused fallback would hold s x s scores the memory figure "
                   "leaves out")  # fmt: skip
 
+# --cp-comm-type per CP exchange: Megatron-LM d98e8a64 passes the value to Transformer Engine as is
+# (megatron/core/extensions/transformer_engine.py TEDotProductAttention; transformer_config.py
+# cp_comm_type: "p2p", "all_gather", "a2a" or "a2a+p2p"), and TE d0067d0d raises "Unsupported
+# communication type" on any other (attention/dot_product_attention/context_parallel.py
+# attn_forward_func_with_cp): "allgather" is not one.
+MEGATRON_CP_COMM: dict[CpComm, str] = {CpComm.RING: "p2p", CpComm.ALLGATHER: "all_gather"}
+MEGATRON_CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
+
 # Megatron-LM's MoE kernel flags the cost model assumes on (written for every MoE model; the importer
 # names a launch without them)
 MOE_KERNEL_FLAGS: tuple[Flag, ...] = (("--moe-grouped-gemm", None), ("--moe-permute-fusion", None))
@@ -628,7 +636,7 @@ def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     flags += _megatron_split(ctx)
     flags.append((_kf("cp", fw), str(lay.cp)))
     if lay.cp > 1:
-        flags.append(("--cp-comm-type", "p2p" if lay.cp_comm == CpComm.RING else "allgather"))
+        flags.append(("--cp-comm-type", MEGATRON_CP_COMM[CpComm(lay.cp_comm)]))
     flags.append((_kf("ep", fw), str(lay.ep)))
     flags += _expert_tp(ctx)
     flags += _token_drop(ctx)

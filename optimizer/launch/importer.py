@@ -40,6 +40,8 @@ from paraplan.cost_models.stack import module_list, parse_modules, parse_scopes
 
 from .emitters import (
     DEEPSPEED_INTEGRATION_FLAGS,
+    MEGATRON_CP_COMM,
+    MEGATRON_CP_COMM_TYPES,
     MOE_KERNEL_FLAGS,
     TITAN_REGISTRY,
     TitanConfig,
@@ -360,7 +362,11 @@ def _import_megatron(st: _State) -> None:
     if cp > 1:
         kinds = meg.get("cp_comm_type", ["p2p"])
         kinds = kinds if isinstance(kinds, list) else [kinds]
-        if set(kinds) == {"allgather"}:
+        unknown = [str(k) for k in kinds if k not in MEGATRON_CP_COMM_TYPES]
+        if unknown:
+            raise InputError(f"{meg.flag('cp_comm_type')} {' '.join(unknown)}: Transformer Engine accepts "
+                             f"{', '.join(MEGATRON_CP_COMM_TYPES)} (it raises on any other)")  # fmt: skip
+        if set(kinds) == {MEGATRON_CP_COMM[CpComm.ALLGATHER]}:
             st.knobs["cp_comm"] = CpComm.ALLGATHER
         else:
             st.knobs["cp_comm"] = CpComm.RING
