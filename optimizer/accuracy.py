@@ -91,8 +91,9 @@ def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, framew
     of_kind = [r for r in runs if r.family == family and r.moe == moe]
     kind = [r for r in of_kind if r.precision == precision]
     stack = [r for r in kind if r.framework == framework]
-    kind_words = f"{family} {'MoE' if moe else 'dense'}"
-    what = f"{family} {precision} {'MoE' if moe else 'dense'}"
+    kind_name = "MoE" if moe else "dense"
+    kind_words = f"{family} {kind_name}"
+    what = f"{family} {precision} {kind_name}"
     tiers = (
         (near(stack), f"{what} {framework} runs within 8x of {gpus} GPUs"),
         (stack, f"{what} {framework} runs"),

@@ -121,6 +121,10 @@ def _scale(values: FloatArray) -> float:
 SPLIT_KNOBS = ("first_stage_layers", "last_stage_layers")
 _DEGREES_FIRST = ("tp", "pp", "cp", "ep", "dp")
 TIE_BREAK: tuple[str, ...] = (*_DEGREES_FIRST, *(n for n in COLUMNS if n not in _DEGREES_FIRST + SPLIT_KNOBS))
+# (column, preferred direction) of each tie-break knob, then of the split knobs
+_TIE_KEYS = tuple((COLUMNS.index(n), KNOBS[n].prefer) for n in TIE_BREAK)
+_SPLIT_KEYS = tuple((COLUMNS.index(n), KNOBS[n].prefer) for n in SPLIT_KNOBS)
+_UNSPLIT = [COLUMNS.index(n) for n in COLUMNS if n not in SPLIT_KNOBS]
 
 
 def order_keys(ev: Evaluation, rows: IndexArray, usd_per_gpu_hour: float | None,
@@ -130,9 +134,9 @@ def order_keys(ev: Evaluation, rows: IndexArray, usd_per_gpu_hour: float | None,
     if usd_per_gpu_hour is not None:
         keys.append(_tied(ev.step_time_s[rows], scales[1]))
     data = ev.layouts.data[rows]
-    keys += [KNOBS[name].prefer * data[:, COLUMNS.index(name)] for name in TIE_BREAK]
+    keys += [prefer * data[:, column] for column, prefer in _TIE_KEYS]
     keys.append(ev.memory.total[rows])
-    keys += [KNOBS[name].prefer * data[:, COLUMNS.index(name)] for name in SPLIT_KNOBS]
+    keys += [prefer * data[:, column] for column, prefer in _SPLIT_KEYS]
     return keys
 
 
@@ -186,15 +190,14 @@ def distinct_groups(ev: Evaluation, order: IndexArray, top: int, scale: float) -
     pairs = np.stack([_tied(ev.step_time_s[order], scale), ev.memory.total[order]], axis=1)
     _, first, inverse = np.unique(pairs, axis=0, return_index=True, return_inverse=True)
     inverse = inverse.reshape(-1)
-    unsplit = [COLUMNS.index(name) for name in COLUMNS if name not in SPLIT_KNOBS]
     least_memory: dict[bytes, float] = {}  # per layout but its split, the least memory listed
     groups: list[IndexArray] = []
     for position in np.sort(first).tolist():
         memory = float(pairs[position, 1])
-        if least_memory.get(ev.layouts.data[order[position], unsplit].tobytes(), math.inf) <= memory:
+        if least_memory.get(ev.layouts.data[order[position], _UNSPLIT].tobytes(), math.inf) <= memory:
             continue
         members = order[np.nonzero(inverse == inverse[position])[0]]
-        for row in ev.layouts.data[members][:, unsplit]:
+        for row in ev.layouts.data[members][:, _UNSPLIT]:
             plan = row.tobytes()
             least_memory[plan] = min(memory, least_memory.get(plan, math.inf))
         groups.append(members)
