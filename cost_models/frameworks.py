@@ -128,6 +128,7 @@ class FrameworkSpec:
     token_drop: bool  # Stack.token_drop can run: MoE capacity factor with padding (see TOKEN_DROP)
     mtp: bool  # Stack.mtp can run: multi-token-prediction modules (see MTP)
     hybrid: bool  # hybrid Mamba-2 / attention / MLP layer stacks (ModelSpec.layer_pattern; see HYBRID)
+    expert_parallel: bool  # EP > 1 as paraplan prices it (see EXPERT_PARALLEL)
     cpu_checkpointing: (
         bool  # Stack.cpu_checkpointing can run: activation checkpoints in host memory (CPU_CHECKPOINTING)
     )
@@ -301,6 +302,20 @@ HYBRID: dict[Framework, bool] = {
     Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: False,
 }  # fmt: skip
 
+# Expert parallelism (EP > 1) as paraplan prices it: Megatron-LM carves the expert-parallel ranks
+# out of DP x CP (x TP with expert TP below TP: --expert-model-parallel-size,
+# --expert-tensor-parallel-size, megatron_lm_arguments.json) and paraplan's DeepSpeed launch
+# (Megatron-DeepSpeed) runs them the same way. torchtitan 0.3.0 has parallelism.expert_parallel_degree
+# only (no expert_tensor_parallel_degree, which v0.2.2 had: torchtitan_0.3.0_config.json), its
+# expert-parallel ranks borrowed from the FSDP and TP ranks with the experts not tensor-parallel:
+# a mesh paraplan prices only approximately, as Megatron-style EP over DP x CP, and its launch
+# config cannot write (emitters._emit_torchtitan). So the search proposes a torchtitan layout with
+# EP 1 (the experts sharded by FSDP with the rest; `limits.REDUNDANT`), and a torchtitan plan the
+# user gives with EP > 1 is priced that way with a warning (`ep_approximation`).
+EXPERT_PARALLEL: dict[Framework, bool] = {
+    Framework.MEGATRON: True, Framework.DEEPSPEED: True, Framework.TORCHTITAN: False,
+}  # fmt: skip
+
 # Stack.ep_dispatcher per framework: Megatron-LM d98e8a64 has --moe-token-dispatcher-type
 # {allgather,alltoall,flex} and --moe-flex-dispatcher-backend {deepep,hybridep,ncclep}
 # (megatron_lm_arguments.json); paraplan's DeepSpeed launch (Megatron-DeepSpeed) and torchtitan
@@ -421,7 +436,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON], token_drop=TOKEN_DROP[Framework.MEGATRON], mtp=MTP[Framework.MEGATRON],
-        hybrid=HYBRID[Framework.MEGATRON],
+        hybrid=HYBRID[Framework.MEGATRON], expert_parallel=EXPERT_PARALLEL[Framework.MEGATRON],
         cpu_checkpointing=CPU_CHECKPOINTING[Framework.MEGATRON],
         ep_dispatchers=EP_DISPATCHERS[Framework.MEGATRON], moe_host_s_per_op=MOE_HOST_S_PER_OP[Framework.MEGATRON],
     ),
@@ -438,7 +453,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED], token_drop=TOKEN_DROP[Framework.DEEPSPEED], mtp=MTP[Framework.DEEPSPEED],
-        hybrid=HYBRID[Framework.DEEPSPEED],
+        hybrid=HYBRID[Framework.DEEPSPEED], expert_parallel=EXPERT_PARALLEL[Framework.DEEPSPEED],
         cpu_checkpointing=CPU_CHECKPOINTING[Framework.DEEPSPEED],
         ep_dispatchers=EP_DISPATCHERS[Framework.DEEPSPEED], moe_host_s_per_op=MOE_HOST_S_PER_OP[Framework.DEEPSPEED],
     ),
@@ -455,7 +470,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN], token_drop=TOKEN_DROP[Framework.TORCHTITAN], mtp=MTP[Framework.TORCHTITAN],
-        hybrid=HYBRID[Framework.TORCHTITAN],
+        hybrid=HYBRID[Framework.TORCHTITAN], expert_parallel=EXPERT_PARALLEL[Framework.TORCHTITAN],
         cpu_checkpointing=CPU_CHECKPOINTING[Framework.TORCHTITAN],
         ep_dispatchers=EP_DISPATCHERS[Framework.TORCHTITAN], moe_host_s_per_op=MOE_HOST_S_PER_OP[Framework.TORCHTITAN],
     ),
@@ -637,6 +652,23 @@ def even_split_needs_divisor(lay: Layouts, num_layers: int) -> BoolArray:
     even = (lay.first_stage_layers == 0) & (lay.last_stage_layers == 0) & (lay.pp > 1)
     return per_framework(
         lay, lambda fs, x: even & fs.even_split_divides & (num_layers % (x.pp * x.virtual_stages) != 0)
+    )
+
+
+def ep_approximate(lay: Layouts) -> BoolArray:
+    """Expert parallelism where the framework's is not what paraplan prices (`EXPERT_PARALLEL`)."""
+    return per_framework(lay, lambda fs, x: (x.ep > 1) & (not fs.expert_parallel))
+
+
+def ep_approximation(lay: Layout) -> str | None:
+    """The warning for a layout whose expert parallelism is priced approximately (None: it is not)."""
+    if not ep_approximate(Layouts.of([lay]))[0]:
+        return None
+    fs = FRAMEWORKS[lay.framework]
+    return (
+        f"EP {lay.ep} under {fs.title} {fs.version} is priced as Megatron-style expert parallelism over DP x CP; "
+        f"{fs.title} borrows its expert-parallel ranks from FSDP and TP (the experts not tensor-parallel), "
+        "so the prediction is approximate and no launch config is written for it"
     )
 
 

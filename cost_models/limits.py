@@ -12,8 +12,10 @@ rules come from `frameworks` (one limit, "framework", naming what it cannot run)
 Each limit names the knobs it reads: the search applies it as soon as those are enumerated, and
 drops the candidates that break it, unless every candidate does (then they are kept and the
 violation reported, which is how `validate` explains a plan it cannot run). `REDUNDANT` lists
-values of a free knob that change nothing (ZeRO without data parallelism, sequence parallelism
-without TP, ...): the search leaves them out; a user who gives one is not wrong.
+values of a free knob that the search leaves out: values that change nothing (ZeRO without data
+parallelism, sequence parallelism without TP, ...) and expert parallelism that the layout's
+framework runs otherwise than priced (torchtitan's: `frameworks.EXPERT_PARALLEL`); a user who gives
+one is not wrong.
 """
 
 from __future__ import annotations
@@ -262,6 +264,8 @@ REDUNDANT: dict[str, tuple[tuple[str, ...], Callable[[Target, Layouts], BoolArra
                                                  | (x.recompute_layers >= _chunk(t, x)))),
     "cp_comm": (("cp",), lambda t, x: np.asarray((x.cp == 1) & (x.cp_comm != CpComm.RING))),
     "expert_tp": (("tp",), lambda t, x: np.asarray((x.expert_tp > 0) & ((not t.model.is_moe) | (x.expert_tp >= x.tp)))),
+    # not redundant but priced only approximately, and not emitted (`frameworks.EXPERT_PARALLEL`)
+    "ep": (("framework",), lambda t, x: frameworks.ep_approximate(x)),
 }  # fmt: skip
 
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from paraplan.advice import best_single_change, requirements, single_change_mask
 from paraplan.answers import evaluated
+from paraplan.cost_models import frameworks
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.evaluate import Evaluation
@@ -191,7 +192,7 @@ def validate(
         stack=question.stack.settings(),
         optimum=optimum,
         best_change=change,
-        warnings=input_warnings(spec),
+        warnings=input_warnings(spec) + layout_warnings([choice.layout]),
     )
     if emit is not None and not choice.feasible:
         # A launch file the tool itself predicts will not run is never written.
@@ -420,12 +421,20 @@ def optimize(
                                          emit, scaling, given))  # fmt: skip
     if not results:
         raise InputError("no hardware given: name at least one preset or TOML")
-    return OptimizeResult(model=spec.name, results=results, legend=legend(), warnings=input_warnings(spec))
+    listed = [e.layout for r in results for e in r.layouts]
+    return OptimizeResult(model=spec.name, results=results, legend=legend(),
+                          warnings=input_warnings(spec) + layout_warnings(listed))  # fmt: skip
 
 
 def input_warnings(spec: ModelSpec) -> list[str]:
     """What the model's reader assumed or ignored, to be shown with every answer about it."""
     return [f"model config of {spec.name}: {w}" for w in spec.warnings]
+
+
+def layout_warnings(layouts: list[Layout]) -> list[str]:
+    """What is priced only approximately in the layouts of an answer, each warning once (the search
+    proposes no such layout; a plan or knob the user gives may hold one)."""
+    return list(dict.fromkeys(w for w in map(frameworks.ep_approximation, layouts) if w))
 
 
 def _emit_framework(knobs: dict[str, object], emit: str | None) -> None:

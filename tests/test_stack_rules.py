@@ -234,3 +234,33 @@ def test_bf16_moments_need_megatrons_distributed_optimizer() -> None:
     allowed = (zero == 1) | ((zero == 0) & (off == 1))
     assert (ev.checks["adam_moments"] == ~allowed).all()
     assert ev.checks["adam_moments"].any() and (~ev.checks["adam_moments"]).any()
+
+
+# --- expert parallelism priced approximately (frameworks.EXPERT_PARALLEL) ---------------------------
+
+
+def test_the_search_proposes_no_expert_parallelism_that_torchtitan_runs_otherwise() -> None:
+    """torchtitan 0.3.0 borrows its expert-parallel ranks from FSDP and TP, which paraplan prices
+    only as Megatron-style EP and its launch config cannot write: a free EP stays 1 under
+    torchtitan (`optimize --framework torchtitan --emit torchtitan` proposed EP 4 and then refused
+    to emit it), while Megatron-LM's search still spreads the experts."""
+    model, cluster = load_model("mixtral-8x7b"), load_cluster("h100-sxm")
+
+    def eps(knobs: dict[str, object]) -> set[int]:
+        ranking = rank_space(Question.of(model, cluster, {"global_batch": 256, "micro_batch": 1, **knobs}),
+                             [64], Constraints(), 5)  # fmt: skip
+        return set(ranking.evaluation.layouts.ep.tolist())
+
+    assert eps({"framework": "torchtitan"}) == {1}
+    assert max(eps({"framework": "megatron"})) > 1
+    assert eps({"framework": "torchtitan", "ep": 8}) == {8}  # a user who gives EP is not wrong
+
+
+def test_torchtitan_expert_parallelism_given_is_priced_with_a_warning(invoke: Invoke) -> None:
+    base = ["--model", "mixtral-8x7b", "--gpus", "64", "--hardware", "h100-sxm", "--json"]
+    for command, extra in (("validate", ["--plan", "TP2/PP1/DP32/EP8"]), ("optimize", ["--ep", "8", "--top", "1"])):
+        titan = invoke(command, *base, *extra, "--framework", "torchtitan")
+        assert titan.code == 0, titan.err
+        assert "EP 8 under torchtitan 0.3.0 is priced as Megatron-style expert parallelism" in titan.err
+        megatron = invoke(command, *base, *extra, "--framework", "megatron")
+        assert megatron.code == 0 and "Megatron-style" not in megatron.err

@@ -1196,11 +1196,7 @@ def _import_torchtitan(st: _State) -> None:
     pp = num("parallelism.pipeline_parallel_degree", 1)
     cp = num("parallelism.context_parallel_degree", 1)
     ep = num("parallelism.expert_parallel_degree", 1)
-    st.knobs.update(tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=0)
-    if ep > 1:
-        st.note(
-            f"EP {ep}: torchtitan borrows expert ranks from FSDP and TP; modelled as Megatron-style EP over DP x CP"
-        )
+    st.knobs.update(tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=0)  # EP > 1: validate warns how it is priced
     replicate = num("parallelism.data_parallel_replicate_degree", 1)
     shard = num("parallelism.data_parallel_shard_degree", -1)
     world = st.gpus if st.gpus is not None else s.world_size
