@@ -329,6 +329,11 @@ class ModelSpec(BaseModel):
     def is_moe(self) -> bool:
         return self.num_experts > 1
 
+    def positions_exceeded(self, seq_len: int) -> bool:
+        """A sequence longer than the learned position table (`max_seq_len` rows): the model as
+        configured cannot embed its positions (rotary and position-free models have no such table)."""
+        return self.learned_positions and seq_len > self.max_seq_len
+
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank is not None

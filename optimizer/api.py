@@ -192,7 +192,7 @@ def validate(
         stack=question.stack.settings(),
         optimum=optimum,
         best_change=change,
-        warnings=input_warnings(spec) + layout_warnings([choice.layout]),
+        warnings=input_warnings(spec) + layout_warnings(spec, [choice.layout]),
     )
     if emit is not None and not choice.feasible:
         # A launch file the tool itself predicts will not run is never written.
@@ -423,7 +423,7 @@ def optimize(
         raise InputError("no hardware given: name at least one preset or TOML")
     listed = [e.layout for r in results for e in r.layouts]
     return OptimizeResult(model=spec.name, results=results, legend=legend(),
-                          warnings=input_warnings(spec) + layout_warnings(listed))  # fmt: skip
+                          warnings=input_warnings(spec) + layout_warnings(spec, listed))  # fmt: skip
 
 
 def input_warnings(spec: ModelSpec) -> list[str]:
@@ -431,10 +431,19 @@ def input_warnings(spec: ModelSpec) -> list[str]:
     return [f"model config of {spec.name}: {w}" for w in spec.warnings]
 
 
-def layout_warnings(layouts: list[Layout]) -> list[str]:
+def layout_warnings(spec: ModelSpec, layouts: list[Layout]) -> list[str]:
     """What is priced only approximately in the layouts of an answer, each warning once (the search
     proposes no such layout; a plan or knob the user gives may hold one)."""
-    return list(dict.fromkeys(w for w in map(frameworks.ep_approximation, layouts) if w))
+    found = [frameworks.ep_approximation(lay) for lay in layouts]
+    found += [
+        f"sequence length {lay.seq_len} exceeds {spec.name}'s {spec.max_seq_len} learned positions: as configured "
+        f"it embeds no position past {spec.max_seq_len}; priced at {lay.seq_len} tokens with its "
+        f"{spec.max_seq_len}-row position table (the {(lay.seq_len - spec.max_seq_len) * spec.hidden_size:,} "
+        "parameters of the rows a run would add are not counted), and no launch config is written for it"
+        for lay in layouts
+        if spec.positions_exceeded(lay.seq_len)
+    ]
+    return list(dict.fromkeys(w for w in found if w))
 
 
 def _emit_framework(knobs: dict[str, object], emit: str | None) -> None:

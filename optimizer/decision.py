@@ -36,6 +36,7 @@ from paraplan.api import (
     gpu_count_domain,
     hardware_items,
     input_warnings,
+    layout_warnings,
     load_hardware,
 )
 from paraplan.api import _model as resolve_model
@@ -615,5 +616,6 @@ def compare(
     return CompareResult(
         tokens=tokens, model=spec.name, budget_usd=budget_usd, deadline_days=deadline_days,
         checkpoint_bytes_per_param=CHECKPOINT_BYTES_PER_PARAM, results=entries,
-        verdict=verdict(outcomes), warnings=input_warnings(spec),
+        verdict=verdict(outcomes),
+        warnings=input_warnings(spec) + layout_warnings(spec, [e.best.layout for e in entries if e.best is not None]),
     )  # fmt: skip

@@ -264,3 +264,22 @@ def test_torchtitan_expert_parallelism_given_is_priced_with_a_warning(invoke: In
         assert "EP 8 under torchtitan 0.3.0 is priced as Megatron-style expert parallelism" in titan.err
         megatron = invoke(command, *base, *extra, "--framework", "megatron")
         assert megatron.code == 0 and "Megatron-style" not in megatron.err
+
+
+def test_a_sequence_past_the_learned_positions_is_named_in_every_answer(invoke: Invoke) -> None:
+    """GPT-3 175B embeds 2048 learned positions (Brown et al. 2020): at 4096 tokens (the default
+    --seq-len) the model as configured cannot train, which the Megatron launch config refuses; the
+    answers say so instead of pricing it silently. A rotary model past its max_position_embeddings
+    (Llama 2 7B: 4096) has no table to outgrow, and GPT-3 at 2048 tokens none to exceed."""
+    gpt3 = ["--model", "gpt3-175b", "--hardware", "h100-sxm", "--json"]
+    words = "exceeds gpt3-175b's 2048 learned positions"
+    for args in (["validate", *gpt3, "--gpus", "64", "--plan", "TP8/PP8"], ["optimize", *gpt3, "--gpus", "64"]):
+        answer = invoke(*args)
+        assert answer.code == 0 and words in answer.err
+        assert words in " ".join(answer.json()["warnings"])
+        assert words not in invoke(*args, "--seq-len", "2048").err
+    compare = invoke("compare", "--model", "gpt3-175b", "--hardware", "h100-sxm:64", "--json")
+    assert compare.code == 0 and words in compare.err
+    llama = invoke("validate", "--model", "llama2-7b", "--hardware", "h100-sxm", "--gpus", "8", "--plan", "TP1/PP1",
+                   "--seq-len", "8192", "--json")  # fmt: skip
+    assert llama.code == 0 and "learned positions" not in llama.err

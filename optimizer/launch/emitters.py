@@ -367,7 +367,7 @@ def megatron_model_flags(
         flags.append(("--squared-relu", None))  # Nemotron-H's MLP and experts (NemotronHMLP: relu2)
     flags.append(("--normalization", "LayerNorm" if m.layernorm else "RMSNorm"))
     if m.learned_positions:
-        if lay.seq_len > m.max_seq_len:
+        if m.positions_exceeded(lay.seq_len):
             no(f"sequence length {lay.seq_len} exceeds {m.name}'s {m.max_seq_len} learned positions "
                "(--max-position-embeddings)")  # fmt: skip
         flags += [("--position-embedding-type", "learned_absolute"), ("--max-position-embeddings", str(m.max_seq_len))]
