@@ -59,6 +59,7 @@ from paraplan.search import (
     rank_space,
     rows_beside,
 )
+from paraplan.space import SpaceTooLarge
 
 if TYPE_CHECKING:
     from paraplan.pools import Pool
@@ -137,7 +138,12 @@ def validate(
     question = Question.of(spec, cluster, given, stack, mem_headroom)
     planned = question.fixed(tp=parsed.tp, pp=parsed.pp, dp=parsed.dp, cp=parsed.cp, ep=parsed.ep)
     free = question.free()
-    plan_space, free_cores = planned.space(gpus), free.space(gpus, trading=False)
+    plan_space = planned.space(gpus)
+    not_searched = None
+    try:
+        free_cores = free.space(gpus, trading=False)
+    except SpaceTooLarge as exc:  # the optimum is an extra: a space too large for it leaves the plan's answer
+        free_cores, not_searched = plan_space.take(np.arange(0)), str(exc)
     # One evaluation for the plan's candidates and the free space's cores (those of the plan's
     # degrees are among the plan's candidates: priced once); then, once, the trading variants
     # that could beat the optimum or the best single change (`search`).
@@ -149,7 +155,10 @@ def validate(
     need = expansion_needed(free_base, Constraints(), 1, None) | expansion_needed(
         free_base, Constraints(), 1, None, subset=neighbours
     )
-    free_ev = complete(free, free_base, need, known=plan_ev)
+    try:
+        free_ev = complete(free, free_base, need, known=plan_ev)
+    except SpaceTooLarge as exc:
+        free_ev, not_searched = plan_ev.take(np.arange(0)), str(exc)
     price = usd_per_gpu_hour(cluster)
     plan_rank = rank(plan_ev, Constraints(), 1)
     free_rank = rank(free_ev, Constraints(), 1)
@@ -191,6 +200,7 @@ def validate(
         solver=_solver(plan_rank, len(plan_space), searched_s),
         stack=question.stack.settings(),
         optimum=optimum,
+        optimum_not_searched=not_searched,
         best_change=change,
         warnings=input_warnings(spec) + layout_warnings(spec, [choice.layout]),
     )

@@ -441,7 +441,9 @@ def _validate_page(page: Page, r: ValidateResult) -> None:
         page.items(r.fixes)
     page.items([f"needs {req}" for req in r.requirements])
     page.facts(_step_facts(r))
-    if r.optimum is None:
+    if r.optimum_not_searched is not None:
+        page.p(f"Optimum: not searched: {r.optimum_not_searched}")
+    elif r.optimum is None:
         page.p("Optimum: no layout of these GPUs fits this model.")
     else:
         gap = r.optimum.gap

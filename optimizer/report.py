@@ -153,7 +153,9 @@ def print_validate(r: ValidateResult, memory_only: bool = False) -> None:
                          "candidates)"))  # fmt: skip
     if memory_only:
         return
-    if r.optimum is None:
+    if r.optimum_not_searched is not None:
+        out.print(styled(f"  optimum   not searched: {r.optimum_not_searched}"))
+    elif r.optimum is None:
         out.print(styled("  optimum   no layout of these GPUs fits this model"))
     else:
         line = f"  optimum   {layout_words(r.optimum.layout)}: {fmt_seconds(r.optimum.step_time_s)}, MFU {r.optimum.mfu:.3f}"

@@ -248,6 +248,9 @@ class ValidateResult(EvaluatedLayout):
         "--flash-attention, --loss, --fp8-recipe ... overrides applied",
     )
     optimum: Optimum | None = Field(description="the best layout of the same question; null when none fits")
+    optimum_not_searched: str | None = Field(
+        default=None, description="why the optimum was not searched (null: it was; `optimum` null then means none fits)"
+    )
     best_change: Change | None = Field(description="the single plan change that gains most; null when none gains")
     launch: dict[str, str] | None = Field(
         default=None, description="the plan's launch configuration, by framework (with --emit)"

@@ -634,3 +634,25 @@ def test_a_hardware_file_named_with_a_separator_is_one_entry(invoke: Invoke, tmp
         assert result.code == 0, result.err
     assert [entry["gpus"] for entry in compared.json()["results"]] == [8]
     assert optimized.json()["results"][0]["gpus"] == 8
+
+
+def test_validate_answers_when_the_optimums_space_is_too_large(invoke: Invoke, tmp_path: Path) -> None:
+    """A plan whose settings its framework cannot run (DeepSpeed: no fp8, no virtual stages) leaves
+    every free layout infeasible, so nothing prunes the search for the optimum and it grows past
+    the candidate cap. The optimum is an extra: the plan's own answer (infeasible, exit 1, its
+    violations) still comes, saying why the optimum was not searched; this was an 'Error: the
+    search space grows past 2,000,000 candidates' with exit 2."""
+    args = ["validate", "--model", "mixtral-8x7b", "--gpus", "96", "--hardware", "mi300x", "--plan", "TP8/PP2/CP2",
+            "--framework", "deepspeed", "--precision", "fp8", "--virtual-stages", "3"]  # fmt: skip
+    report = invoke(*args)
+    assert report.code == 1 and "DeepSpeed 0.19.8 cannot run" in report.out
+    assert "optimum   not searched: the search space grows past 2,000,000 candidates" in report.out
+    page = tmp_path / "plan.html"
+    answer = invoke(*args, "--json", "--html", str(page))
+    assert answer.code == 1
+    assert "Optimum: not searched: the search space grows past" in page.read_text()
+    data = answer.json()
+    assert data["optimum"] is None and data["optimum_not_searched"].startswith("the search space grows past")
+    plain = invoke("validate", "--model", "llama2-7b", "--gpus", "8", "--hardware", "a100-80g", "--plan", "TP1/PP1",
+                   "--json")  # fmt: skip
+    assert plain.json()["optimum_not_searched"] is None and plain.json()["optimum"] is not None
