@@ -696,8 +696,6 @@ def unsupported_words(lay: Layout, num_layers: int, stack: Stack) -> str:
         reasons.append(f"context parallelism by {lay.cp_comm}" if fs.cp_comms else "context parallelism")
     if offload_unsupported(one)[0]:
         reasons.append(f"offload {lay.offload} with ZeRO-{lay.zero}")
-    if precision_unsupported(one)[0]:
-        reasons.append(f"{lay.precision} training")
     if uneven_unsupported(one)[0]:
         reasons.append("user-chosen first/last stage layer counts (its pipeline partitions the layers itself)")
     if cp_unsharded(one)[0]:

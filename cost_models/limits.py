@@ -115,7 +115,6 @@ def _framework(t: Target, lay: Layouts) -> BoolArray:
         | frameworks.interleaved_unsupported(lay)
         | frameworks.cp_unsupported(lay)
         | frameworks.offload_unsupported(lay)
-        | frameworks.precision_unsupported(lay)
         | frameworks.uneven_unsupported(lay)
         | frameworks.cp_unsharded(lay)
         | frameworks.block_recompute_unsupported(lay, t.stack)
@@ -223,7 +222,13 @@ LIMITS: tuple[Limit, ...] = (
     Limit("fp8", ("precision",),
           lambda t, x: np.asarray((x.precision == Precision.FP8) & (t.cluster.gpu.peak_fp8_flops is None)),
           lambda t, lay: f"{t.cluster.gpu.name} has no FP8 tensor cores"),
-    Limit("framework", ("framework", "zero", "pp", "virtual_stages", "cp", "cp_comm", "offload", "precision",
+    # apart from the framework's other rules: it reads the settings alone, so a question whose
+    # precision its framework cannot run is known infeasible before any knob is enumerated (`space`)
+    Limit("framework_precision", ("framework", "precision"),
+          lambda t, x: frameworks.precision_unsupported(x),
+          lambda t, lay: f"{frameworks.spec(lay.framework).title} {frameworks.spec(lay.framework).version} cannot "
+                         f"run {lay.precision} training"),
+    Limit("framework", ("framework", "zero", "pp", "virtual_stages", "cp", "cp_comm", "offload",
                         "recompute", "recompute_layers", "first_stage_layers", "last_stage_layers"), _framework,
           lambda t, lay: frameworks.unsupported_words(lay, t.model.num_layers, t.stack)),
     Limit("a2a_overlap", ("framework", "ep", "dp", "cp", "tp", "expert_tp", "pp", "virtual_stages", "recompute"),

@@ -101,8 +101,15 @@ def expand(cores: Layouts, model: ModelSpec, cluster: Cluster, gpus: int, given:
 
 def _fill(table: IntArray, names: tuple[str, ...] | list[str], fixed: Mapping[str, Any], given: Mapping[str, Any],
           ctx: DomainContext, target: Target, bounds: Bounds, applied: set[str]) -> IntArray:  # fmt: skip
-    """Cross `table` with each knob of `names` in turn, dropping rows as the module docstring says."""
+    """Cross `table` with each knob of `names` in turn, dropping rows as the module docstring says.
+
+    Once every row breaks some limit the answer is infeasible whatever the remaining knobs take
+    (they are kept only to report the closest settings): a knob whose crossing would then pass
+    MAX_ROWS takes its first value alone, so a question no layout can satisfy is answered as such
+    instead of being refused as too large (Mixtral on 96 MI300X under DeepSpeed with fp8, which
+    DeepSpeed cannot run, enumerated 2.6M rows of infeasible layouts)."""
     done = set(COLUMNS) - set(names)
+    doomed = False  # every row breaks a limit applied here; those applied before are asked only when it matters
     for name in names:
         if name == "last_stage_layers" and "first_stage_layers" in names:
             continue  # set with the first stage's count, as a pair
@@ -116,6 +123,8 @@ def _fill(table: IntArray, names: tuple[str, ...] | list[str], fixed: Mapping[st
                 table = table[np.array([bounds.admits("dp", int(v), ctx.cluster.gpus_per_node) for v in dps])]
         else:
             values = [_as_int(fixed[name])] if name in fixed else [_as_int(v) for v in _domain(name, ctx, bounds)]
+            if len(table) * len(values) > MAX_ROWS and (doomed or _all_break(table, target, applied)):
+                values = values[:1]
             table = _cross(table, name, values)
         done.add(name)
         if name not in given and name in REDUNDANT and _REDUNDANT_READS[name] <= done:
@@ -123,10 +132,18 @@ def _fill(table: IntArray, names: tuple[str, ...] | list[str], fixed: Mapping[st
         for limit, reads in _LIMIT_READS:
             if limit.name not in applied and reads <= done:
                 applied.add(limit.name)
-                table = _drop(table, limit.violated(target, Layouts(table)), keep_if_all=True)
+                violated = limit.violated(target, Layouts(table))
+                doomed = doomed or (len(table) > 0 and bool(violated.all()))
+                table = _drop(table, violated, keep_if_all=True)
         if len(table) == 0:
             break
     return table
+
+
+def _all_break(table: IntArray, target: Target, applied: set[str]) -> bool:
+    """Whether every row breaks one of the limits already applied (kept only to be reported)."""
+    rows = Layouts(table)
+    return len(table) > 0 and any(lim.violated(target, rows).all() for lim in LIMITS if lim.name in applied)
 
 
 # The knobs each limit and redundancy test reads, as sets once (`_fill` asks after every column).
