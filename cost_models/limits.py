@@ -7,7 +7,8 @@ allowed, see `memory.layers_per_stage`); the interleaved schedule needs the micr
 be a multiple of PP; the global batch is DP x micro-batch x an integer; context parallelism
 splits the sequence into 2*CP chunks for load balance under the causal mask; EP divides the
 experts and the DP x CP ranks it is carved from. FP8 needs FP8 tensor cores. The framework's own
-rules come from `frameworks` (one limit, "framework", naming what it cannot run).
+rules come from `frameworks`: "framework_precision" (the precisions it trains in, read from the
+settings alone) and "framework" (the rest, in one sentence naming what it cannot run).
 
 Each limit names the knobs it reads: the search applies it as soon as those are enumerated, and
 drops the candidates that break it, unless every candidate does (then they are kept and the
