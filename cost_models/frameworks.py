@@ -303,15 +303,16 @@ HYBRID: dict[Framework, bool] = {
 }  # fmt: skip
 
 # Expert parallelism (EP > 1) as paraplan prices it: Megatron-LM carves the expert-parallel ranks
-# out of DP x CP (x TP with expert TP below TP: --expert-model-parallel-size,
-# --expert-tensor-parallel-size, megatron_lm_arguments.json) and paraplan's DeepSpeed launch
-# (Megatron-DeepSpeed) runs them the same way. torchtitan 0.3.0 has parallelism.expert_parallel_degree
-# only (no expert_tensor_parallel_degree, which v0.2.2 had: torchtitan_0.3.0_config.json), its
-# expert-parallel ranks borrowed from the FSDP and TP ranks with the experts not tensor-parallel:
-# a mesh paraplan prices only approximately, as Megatron-style EP over DP x CP, and its launch
-# config cannot write (emitters._emit_torchtitan). So the search proposes a torchtitan layout with
-# EP 1 (the experts sharded by FSDP with the rest; `limits.REDUNDANT`), and a torchtitan plan the
-# user gives with EP > 1 is priced that way with a warning (`ep_approximation`).
+# out of DP x CP (x TP with expert TP below TP: --expert-model-parallel-size and
+# --expert-tensor-parallel-size, optimizer/launch/schemas/megatron_lm_d98e8a64.json), and paraplan's
+# DeepSpeed launch (Megatron-DeepSpeed) runs them the same way. torchtitan 0.3.0 has
+# parallelism.expert_parallel_degree only (schemas/torchtitan_0.3.0.json; v0.2.2 also had
+# expert_tensor_parallel_degree), its expert-parallel ranks borrowed from the FSDP and TP ranks with
+# the experts not tensor-parallel: a mesh paraplan prices only approximately, as Megatron-style EP
+# over DP x CP, and its launch config cannot write (emitters._emit_torchtitan). So the search
+# proposes a torchtitan layout with EP 1 (the experts sharded by FSDP with the rest;
+# `limits.REDUNDANT`), and a torchtitan plan the user gives with EP > 1 is priced that way with a
+# warning (`ep_approximation`).
 EXPERT_PARALLEL: dict[Framework, bool] = {
     Framework.MEGATRON: True, Framework.DEEPSPEED: True, Framework.TORCHTITAN: False,
 }  # fmt: skip
