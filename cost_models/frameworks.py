@@ -625,6 +625,12 @@ def precision_unsupported(lay: Layouts) -> BoolArray:
     return per_framework(lay, lambda fs, x: ~_in(x.precision, fs.precisions))
 
 
+def precision_words(lay: Layout) -> str:
+    """Why the layout's framework cannot train in its precision (`precision_unsupported`)."""
+    fs = FRAMEWORKS[lay.framework]
+    return f"{fs.title} {fs.version} cannot run {lay.precision} training"
+
+
 def uneven_unsupported(lay: Layouts) -> BoolArray:
     uneven = (lay.first_stage_layers > 0) | (lay.last_stage_layers > 0)
     return per_framework(lay, lambda fs, x: uneven & (not fs.uneven_split))

@@ -227,8 +227,7 @@ LIMITS: tuple[Limit, ...] = (
     # precision its framework cannot run is known infeasible before any knob is enumerated (`space`)
     Limit("framework_precision", ("framework", "precision"),
           lambda t, x: frameworks.precision_unsupported(x),
-          lambda t, lay: f"{frameworks.spec(lay.framework).title} {frameworks.spec(lay.framework).version} cannot "
-                         f"run {lay.precision} training"),
+          lambda t, lay: frameworks.precision_words(lay)),
     Limit("framework", ("framework", "zero", "pp", "virtual_stages", "cp", "cp_comm", "offload",
                         "recompute", "recompute_layers", "first_stage_layers", "last_stage_layers"), _framework,
           lambda t, lay: frameworks.unsupported_words(lay, t.model.num_layers, t.stack)),

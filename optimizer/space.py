@@ -109,7 +109,6 @@ def _fill(table: IntArray, names: tuple[str, ...] | list[str], fixed: Mapping[st
     instead of being refused as too large (Mixtral on 96 MI300X under DeepSpeed with fp8, which
     DeepSpeed cannot run, enumerated 2.6M rows of infeasible layouts)."""
     done = set(COLUMNS) - set(names)
-    doomed = False  # every row breaks a limit applied here; those applied before are asked only when it matters
     for name in names:
         if name == "last_stage_layers" and "first_stage_layers" in names:
             continue  # set with the first stage's count, as a pair
@@ -123,7 +122,7 @@ def _fill(table: IntArray, names: tuple[str, ...] | list[str], fixed: Mapping[st
                 table = table[np.array([bounds.admits("dp", int(v), ctx.cluster.gpus_per_node) for v in dps])]
         else:
             values = [_as_int(fixed[name])] if name in fixed else [_as_int(v) for v in _domain(name, ctx, bounds)]
-            if len(table) * len(values) > MAX_ROWS and (doomed or _all_break(table, target, applied)):
+            if len(table) * len(values) > MAX_ROWS and _all_break(table, target, applied):
                 values = values[:1]
             table = _cross(table, name, values)
         done.add(name)
@@ -132,9 +131,7 @@ def _fill(table: IntArray, names: tuple[str, ...] | list[str], fixed: Mapping[st
         for limit, reads in _LIMIT_READS:
             if limit.name not in applied and reads <= done:
                 applied.add(limit.name)
-                violated = limit.violated(target, Layouts(table))
-                doomed = doomed or (len(table) > 0 and bool(violated.all()))
-                table = _drop(table, violated, keep_if_all=True)
+                table = _drop(table, limit.violated(target, Layouts(table)), keep_if_all=True)
         if len(table) == 0:
             break
     return table
