@@ -383,7 +383,7 @@ BIAS_KERNELS_PER_EXPERT_BWD = 4
 
 def _has_expert_epilogue(model: ModelSpec) -> bool:
     """Whether the model's experts clamp their GLU or carry biases (`expert_epilogue_bytes`)."""
-    return model.is_moe and (model.glu_clamp or model.has_mlp_bias)
+    return model.is_moe and (model.glu_clamp is not None or model.has_mlp_bias)
 
 
 def expert_epilogue_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -420,8 +420,8 @@ def expert_epilogue_bytes(model: ModelSpec, lay: Layouts, tokens: FloatArray) ->
     h = float(model.hidden_size)
     rows = tokens * model.experts_top_k * lay.etp / lay.tp
     fc1 = rows * 2.0 * model.ffn_hidden_size / lay.etp
-    fwd = (8.0 * fc1 if model.glu_clamp else 0.0) + (12.0 * rows * h if bias else 0.0)
-    bwd = (10.0 * fc1 if model.glu_clamp else 0.0) + (16.0 * rows * h if bias else 0.0)
+    fwd = (8.0 * fc1 if model.glu_clamp is not None else 0.0) + (12.0 * rows * h if bias else 0.0)
+    bwd = (10.0 * fc1 if model.glu_clamp is not None else 0.0) + (16.0 * rows * h if bias else 0.0)
     on = lay.framework == Framework.MEGATRON
     return (
         np.asarray(np.where(on, model.moe_share * fwd, 0.0)),
@@ -435,7 +435,9 @@ def _expert_epilogue_kernels(model: ModelSpec, lay: Layouts, per_expert: int) ->
         return np.zeros(len(lay))
     bias = model.has_mlp_bias
     local_experts = model.num_experts / lay.floats("ep")
-    kernels = (CLAMP_KERNELS if model.glu_clamp else 0) + (per_expert * local_experts + 1.0 if bias else 0.0)
+    kernels = (CLAMP_KERNELS if model.glu_clamp is not None else 0) + (
+        per_expert * local_experts + 1.0 if bias else 0.0
+    )
     return np.asarray(np.where(lay.framework == Framework.MEGATRON, model.moe_share * kernels, 0.0))
 
 
@@ -682,7 +684,7 @@ def selective_recompute_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, 
         total = total + moe_share * (gemms + activation) + permute_fwd
     if model.is_moe and "moe_act" in modules:
         clamp: float | FloatArray = 0.0
-        if model.glu_clamp:
+        if model.glu_clamp is not None:
             rows = tokens * model.experts_top_k * lay.etp / tp
             clamp = _kernels_s(8.0 * rows * 2.0 * model.ffn_hidden_size / lay.etp, CLAMP_KERNELS * one, cluster)
         total = total + moe_share * (_kernels_s(tokens * act * routed_inner / tp, one, cluster) + clamp)
@@ -962,7 +964,7 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
         dispatch_b = np.full(n, 3.0)
     dispatch_e = dispatch_e + np.where(expert_tp, 3.0, 0.0)
     dispatch_b = dispatch_b + np.where(expert_tp, 2.0, 0.0)
-    clamp = float(CLAMP_KERNELS) if model.glu_clamp else 0.0  # one call per kernel forward
+    clamp = float(CLAMP_KERNELS) if model.glu_clamp is not None else 0.0  # one call per kernel forward
     bias = np.where(model.has_mlp_bias, BIAS_KERNELS_PER_EXPERT_FWD * local + 2.0, 0.0)  # + cat, cast
     expert_e = 1.0 + clamp + bias
     expert_b = 1.0 + np.where(fp8, 2.0, 0.0)

@@ -192,7 +192,12 @@ class ModelSpec(BaseModel):
     norm_affine: bool = True  # False: OLMo's LayerNorm without weight or bias
     qk_norm: QkNorm = "none"  # "head": RMSNorm(head_dim) on q and k; "full": on the whole q and k
     attention_sinks: bool = False  # GPT-OSS: one learned sink logit per query head and layer
-    glu_clamp: bool = False  # GPT-OSS swiglu_limit: the gate and linear halves clamped before the GLU
+    glu_clamp: float | None = Field(default=None, gt=0)  # GPT-OSS swiglu_limit: the GLU halves clamped at it
+    # The MLP's activation as the config names it (hidden_act, hidden_activation, activation_function,
+    # or its config class's default; GPT_OSS_GLU for GPT-OSS's own); None: not stated (the MLP kind's
+    # usual one: SiLU gated, GELU plain). It moves no FLOP or byte the model counts; a launch config
+    # must write it.
+    mlp_act: str | None = None
     final_norm: bool = True
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
     embed_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)  # OPT word_embed_proj_dim
@@ -1696,6 +1701,22 @@ def _sliding(r: _Reader, fam: _Family, layers: int) -> dict[str, Any]:
     return {"sliding_window": window, "sliding_layer_ids": tuple(ids)} if ids else {}
 
 
+# GPT-OSS's experts gate with their own GLU whatever hidden_act says (transformers gpt_oss
+# GptOssExperts._apply_gate: gate * sigmoid(1.702 gate) * (up + 1), both halves clamped at
+# swiglu_limit); the config classes whose default activation is not their MLP kind's usual one
+# (NemotronConfig hidden_act "relu2").
+GPT_OSS_GLU = "gpt_oss_glu"
+_ACT_DEFAULTS: dict[str, str] = {"nemotron": "relu2"}
+
+
+def _mlp_act(r: _Reader, family_name: str) -> str | None:
+    """The MLP activation the config names (`ModelSpec.mlp_act`)."""
+    found = r.find(("hidden_act", "hidden_activation", "activation_function"))
+    if family_name == "gpt_oss":
+        return GPT_OSS_GLU
+    return str(found[1]) if found is not None else _ACT_DEFAULTS.get(family_name)
+
+
 def _typed_layers(layer_types: object, layers: int, local: str, only: str) -> list[int]:
     """The layers a config's `layer_types` (one entry per layer: "full_attention" or `local`)
     marks `local`; `only` ends the error for any other entry."""
@@ -1938,7 +1959,8 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             embedding_norm=family_name == "bloom",
             attention_sinks=family_name == "gpt_oss",
             # GptOssConfig.swiglu_limit (default 7.0; transformers GptOssExperts clamps with it)
-            glu_clamp=family_name == "gpt_oss" and config.get("swiglu_limit", 7.0) is not None,
+            glu_clamp=config.get("swiglu_limit", 7.0) if family_name == "gpt_oss" else None,
+            mlp_act=_mlp_act(r, family_name),
             embed_dim=embed_dim,
             dropout=dropout,
             warnings=tuple(r.warnings),
@@ -2102,6 +2124,7 @@ def _hybrid_from_config(config: dict[str, Any], name: str, model_type: str) -> M
         ffn = r.int(("intermediate_size",), default=21504)
         act = r.raw.get("mlp_hidden_act", "relu2")
         r.used.add("mlp_hidden_act")
+        fields["mlp_act"] = str(act)  # NemotronHMLP: ACT2FN[mlp_hidden_act]
         if act != "relu2":
             r.warn(f"'mlp_hidden_act' = {_short(act)}: NemotronHMLP is up_proj/down_proj whatever the activation "
                    "(plain MLP assumed)")  # fmt: skip

@@ -403,7 +403,7 @@ def test_expert_epilogue_bytes_by_hand() -> None:
     #   bias   forward 12 B x 4,194,304 = 50,331,648;  backward 16 B x 4,194,304 = 67,108,864
     lay = one(dp=4, ep=4, expert_tp=1, micro_batch=1, seq_len=2048)
     gated = _tiny_moe(mlp="gated")  # gpt_spec has biases on every linear layer
-    fwd, bwd = expert_epilogue_bytes(gated.model_copy(update={"glu_clamp": True}), lay, _a(2048.0))
+    fwd, bwd = expert_epilogue_bytes(gated.model_copy(update={"glu_clamp": 7.0}), lay, _a(2048.0))
     assert _f(fwd) == 268_435_456 + 50_331_648
     assert _f(bwd) == 335_544_320 + 67_108_864
     no_bias = gated.model_copy(update={"linear_bias": False, "mlp_bias": False})
@@ -470,7 +470,7 @@ def test_moe_layer_ops_by_hand() -> None:
     assert _f(flex) == 74.0 - 15.0
     assert _f(moe_layer_ops(_tiny_moe(), one(micro_batch=1), Stack())) == TINY_MOE_OPS
     # GPT-OSS's clamp of both halves and their cat: 3 forward calls, native backward: + 3 only
-    assert _f(moe_layer_ops(_tiny_moe(glu_clamp=True), one(micro_batch=1), Stack())) == TINY_MOE_OPS + 3.0
+    assert _f(moe_layer_ops(_tiny_moe(glu_clamp=7.0), one(micro_batch=1), Stack())) == TINY_MOE_OPS + 3.0
 
 
 def test_router_fusion_moves_dispatches_into_python_backwards() -> None:
@@ -486,7 +486,7 @@ def test_router_fusion_moves_dispatches_into_python_backwards() -> None:
     # GPT-OSS-like (biases, the clamp, a router bias: +2 B) with an aux loss: E 43 -> 40, N 29 -> 23,
     # B 9 + 2 = 11: (5 + 40 + 11) + (10 + 40 - 23) = 56 + 27 = 83, as unfused (TINY_MOE_OPS + 4 aux
     # loss + 3 clamp + 2 B)
-    oss = _tiny_moe(glu_clamp=True, router_bias=True)
+    oss = _tiny_moe(glu_clamp=7.0, router_bias=True)
     bf16 = one(micro_batch=1)
     assert _f(moe_layer_ops(oss, bf16, Stack(moe_router_fusion=True, moe_aux_loss=True))) == 83.0
     assert _f(moe_layer_ops(oss, bf16, Stack(moe_aux_loss=True))) == TINY_MOE_OPS + 4.0 + 3.0 + 2.0
@@ -503,7 +503,7 @@ def test_a_router_without_aux_loss_dispatches_less() -> None:
     # N = 2 adds + 4 router + 3 clamp + 18 bias loop = 27: (5 + 40 + 11) + (10 + 40 - 27) = 56 + 23 = 79.
     # Fused, the four are one FusedTopkScoreFunction with a Python backward: E 40 - 3 = 37, N 27 - 4 =
     # 23: (5 + 37 + 11) + (10 + 37 - 23) = 53 + 24 = 77.
-    oss = _tiny_moe(glu_clamp=True, router_bias=True)
+    oss = _tiny_moe(glu_clamp=7.0, router_bias=True)
     bf16 = one(micro_batch=1)
     assert _f(moe_layer_ops(oss, bf16, Stack())) == 79.0
     assert _f(moe_layer_ops(oss, bf16, Stack(moe_router_fusion=True))) == 77.0
@@ -534,7 +534,7 @@ def test_more_dispatches_never_lower_the_floor(monkeypatch: pytest.MonkeyPatch) 
         ({}, shared),
         (shared, {**shared, "shared_expert_gate": True}),
         ({}, {"router_bias": True}),
-        ({}, {"glu_clamp": True}),
+        ({}, {"glu_clamp": 7.0}),
     ]
     layouts = [
         one(dp=8, ep=4, micro_batch=1),

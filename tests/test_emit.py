@@ -851,6 +851,58 @@ def test_megatron_expert_groups_flags() -> None:
     )
 
 
+def _flag(text: str, flag: str) -> str:
+    words = text.replace("'", "").split()
+    return words[words.index(flag) + 1]
+
+
+def test_gpt_oss_is_written_as_megatron_bridge_builds_it() -> None:
+    """GPT-OSS's architecture in Megatron-LM flags, as Megatron-Bridge's gpt_oss_bridge.py
+    provider_bridge sets it: window_size (sliding_window - 1, 0), full attention on every second
+    layer (window_attn_skip_freq 2: d98e8a64 transformer/utils.py slides layer numbers n with
+    n % 2 != 0, i.e. 1, 3, ..., the config's sliding_attention at 0-based 0, 2, ...), learnable
+    softmax (the sinks), quick_gelu gating with glu_linear_offset 1.0 and clamp 7.0, and the
+    router's bias from add_bias_linear (not the DeepSeek-style expert bias)."""
+    from paraplan.cost_models.models import model_from_config
+    from paraplan.launch.schema import layer_pattern
+    from tests.test_models import GPT_OSS_120B
+
+    model = model_from_config(GPT_OSS_120B, "gpt-oss-120b")
+    text = emit_launch("megatron", model, Layout(pp=4, dp=16, ep=8, micro_batch=1, global_batch=1024))
+    assert _flag(text, "--window-size") == "127,0"
+    assert layer_pattern("window_attn_skip_freq", _flag(text, "--window-attn-skip-freq"), 36) == [1, 0] * 18
+    assert layer_pattern("window_attn_skip_freq", "2", 36) == [1, 0] * 18  # the bridge's int form
+    assert _flag(text, "--softmax-type") == "learnable"
+    assert "--quick-geglu" in text and "--swiglu" not in text
+    assert float(_flag(text, "--glu-linear-offset")) == 1.0
+    assert float(_flag(text, "--activation-func-clamp-value")) == 7.0
+    assert "--disable-bias-linear" not in text and "--moe-router-enable-expert-bias" not in text
+    assert check_emitted("megatron", text) == []
+    assert not any("architecture differs" in n for n in imported("megatron", text, model)[3])
+    bridge = text.replace(_flag(text, "--window-attn-skip-freq"), "2")  # equal per layer: no note
+    assert not any("architecture differs" in n for n in imported("megatron", bridge, model)[3])
+    for change in (("--softmax-type learnable", "--softmax-type vanilla"), ("--quick-geglu", "--swiglu")):
+        notes = imported("megatron", text.replace(*change), model)[3]
+        assert any("architecture differs" in n for n in notes), change
+    every = text.replace(f"--window-attn-skip-freq '{_flag(text, '--window-attn-skip-freq')}'", "")
+    assert "--window-attn-skip-freq" not in every  # Megatron's default: every layer slides
+    assert any("--window-attn-skip-freq (default)" in n for n in imported("megatron", every, model)[3])
+
+
+def test_mlp_activations_megatron_writes_and_refuses() -> None:
+    # NemotronConfig's relu2 is --squared-relu; a GELU-gated MLP (GeGLU) has no Megatron-LM flag
+    plain = load_model("gpt3-175b")
+    relu2 = plain.model_copy(update={"mlp_act": "relu2", "name": "relu2"})
+    assert "--squared-relu" in emit_launch("megatron", relu2, Layout(seq_len=2048))
+    assert "--squared-relu" not in emit_launch("megatron", plain, Layout(seq_len=2048))
+    geglu = load_model("llama2-7b").model_copy(update={"mlp_act": "gelu_pytorch_tanh", "name": "geglu"})
+    with pytest.raises(InputError, match="model -- geglu's gated MLP uses gelu_pytorch_tanh"):
+        emit_launch("megatron", geglu, Layout())
+    relu = plain.model_copy(update={"mlp_act": "relu", "name": "relu"})
+    with pytest.raises(InputError, match="model -- relu's MLP uses relu"):
+        emit_launch("megatron", relu, Layout(seq_len=2048))
+
+
 def test_megatron_mtp_round_trip_and_refusals() -> None:
     """Stack.mtp is Megatron-LM's --mtp-num-layers with the config's num_nextn_predict_layers (1 for
     DeepSeek-V3; the flag is in megatron_lm_d98e8a64.json); the importer reads it back, names

@@ -35,7 +35,13 @@ from paraplan.launch import (
     read_torchtitan,
 )
 from paraplan.launch.convert import torchtitan_toml_to_flags
-from paraplan.launch.schema import megatron_args, torchtitan_fields
+from paraplan.launch.schema import (
+    LAYER_PATTERN_DESTS,
+    layer_pattern,
+    megatron_args,
+    render_layer_pattern,
+    torchtitan_fields,
+)
 from paraplan.launch.shell import ShellLimitError, ShellSyntaxError, interpret
 
 DATA = Path(__file__).parent / "data" / "launch"
@@ -169,6 +175,30 @@ def test_check_megatron_pattern_is_not_evaluated() -> None:
     # Megatron would eval() this after its character filter; the checker parses it with ast only
     huge = "[1]*10000000"
     assert has(check_megatron(["--moe-layer-freq", huge]), "--moe-layer-freq")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 1), min_size=1, max_size=128))
+def test_layer_patterns_render_to_what_megatron_expands(flags: list[int]) -> None:
+    # Megatron's _eval_pattern (character filter, then eval) of the rendered list expression gives
+    # the pattern back, one entry per layer; the checker accepts it as a moe_freq_type value
+    text = render_layer_pattern(flags)
+    assert not set(text) - set("0123456789,[]()+*")
+    assert eval(text) == flags  # what Megatron runs on the filtered alphabet above
+    for dest in LAYER_PATTERN_DESTS:
+        assert layer_pattern(dest, text, len(flags)) == flags
+    assert check_megatron(["--window-attn-skip-freq", text]) == []
+
+
+def test_layer_pattern_ints_follow_megatron() -> None:
+    # --moe-layer-freq 3: MoE where i % 3 == 0 (0-based; gpt_layer_specs.py); --window-attn-skip-freq
+    # 4: sliding unless the 1-based layer number is a multiple of 4 (transformer/utils.py)
+    assert layer_pattern("moe_layer_freq", "3", 7) == [1, 0, 0, 1, 0, 0, 1]
+    assert layer_pattern("window_attn_skip_freq", 4, 8) == [1, 1, 1, 0, 1, 1, 1, 0]
+    assert layer_pattern("moe_layer_freq", "([1]*2)", 3) is None  # not one entry per layer
+    assert layer_pattern("moe_layer_freq", "zero", 3) is None
+    assert render_layer_pattern([0, 0, 0, 1] * 5) == "([0]*3+[1]*1)*5"
+    assert render_layer_pattern([0, 0, 0] + [1] * 58) == "([0]*3+[1]*58)"
 
 
 # ============================================================================================

@@ -12,6 +12,7 @@ import pytest
 
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.models import (
+    GPT_OSS_GLU,
     ModelSpec,
     load_hf_config,
     load_model,
@@ -631,10 +632,23 @@ def test_gpt_oss_layer_types_default_alternates_from_layer_0() -> None:
 def test_gpt_oss_glu_clamp_follows_swiglu_limit() -> None:
     # GptOssConfig.swiglu_limit (default 7.0) clamps the experts' gate and linear halves;
     # an explicit null turns the clamp off
-    assert model_from_config(GPT_OSS_120B, "m").glu_clamp
-    assert model_from_config({k: v for k, v in GPT_OSS_120B.items() if k != "swiglu_limit"}, "m").glu_clamp
-    assert not model_from_config({**GPT_OSS_120B, "swiglu_limit": None}, "m").glu_clamp
-    assert not _real("mixtral-8x7b").glu_clamp
+    assert model_from_config({**GPT_OSS_120B, "swiglu_limit": 10.0}, "m").glu_clamp == 10.0
+    assert model_from_config({k: v for k, v in GPT_OSS_120B.items() if k != "swiglu_limit"}, "m").glu_clamp == 7.0
+    assert model_from_config({**GPT_OSS_120B, "swiglu_limit": None}, "m").glu_clamp is None
+    assert _real("mixtral-8x7b").glu_clamp is None
+    with pytest.raises(InputError, match=r"swiglu_limit|glu_clamp"):
+        model_from_config({**GPT_OSS_120B, "swiglu_limit": -1.0}, "m")
+
+
+def test_mlp_activation_is_read_as_the_config_class_reads_it() -> None:
+    # GPT-OSS's experts run their own GLU whatever hidden_act says (GptOssExperts._apply_gate);
+    # NemotronConfig defaults hidden_act to relu2; the others take what the config names
+    assert model_from_config(GPT_OSS_120B, "m").mlp_act == GPT_OSS_GLU
+    assert _real("mixtral-8x7b").mlp_act == "silu"
+    nemotron = {"model_type": "nemotron", "hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+                "num_key_value_heads": 8, "intermediate_size": 4096, "vocab_size": 1000}  # fmt: skip
+    assert model_from_config(nemotron, "m").mlp_act == "relu2"
+    assert model_from_config({**nemotron, "hidden_act": "gelu"}, "m").mlp_act == "gelu"
 
 
 def test_mamba_codestral_7b_is_counted() -> None:

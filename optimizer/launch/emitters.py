@@ -39,12 +39,12 @@ from paraplan.cost_models.frameworks import (
     stack_unsupported,
 )
 from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offload, Precision, Recompute, layout_words
-from paraplan.cost_models.models import ModelSpec
+from paraplan.cost_models.models import GPT_OSS_GLU, ModelSpec
 from paraplan.cost_models.stack import CUDA_GRAPH_SCOPES, DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
 from paraplan.cost_models.stages import chunk_layers
 from paraplan.cost_models.units import GB
 
-from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION
+from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION, render_layer_pattern
 
 if TYPE_CHECKING:
     from paraplan.results import EvaluatedLayout
@@ -361,10 +361,7 @@ def megatron_model_flags(
         flags += [("--group-query-attention", None), ("--num-query-groups", str(m.num_kv_heads))]
     dense_ffn = m.dense_ffn_hidden_size or m.ffn_hidden_size
     flags.append(("--ffn-hidden-size", str(dense_ffn if m.is_moe else m.ffn_hidden_size)))
-    if m.mlp == "gated":
-        flags.append(("--swiglu", None))
-    elif m.is_hybrid:
-        flags.append(("--squared-relu", None))  # Nemotron-H's MLP and experts (NemotronHMLP: relu2)
+    flags += _megatron_activation(m, no)
     flags.append(("--normalization", "LayerNorm" if m.layernorm else "RMSNorm"))
     if m.learned_positions:
         if m.positions_exceeded(lay.seq_len):
@@ -395,11 +392,15 @@ def megatron_model_flags(
     flags.append(("--vocab-size", str(m.vocab_size)))
     if m.qk_norm == "head":
         flags.append(("--qk-layernorm", None))
+    if m.attention_sinks:  # GPT-OSS: one learned sink logit per head (Megatron-Bridge gpt_oss_bridge.py)
+        flags.append(("--softmax-type", "learnable"))
     if m.sliding_window is not None:
-        if m.sliding_layer_ids is not None and len(m.sliding_layer_ids) != m.num_layers:
-            no(f"{m.name} slides its attention window on some layers only; Megatron-LM's --window-size applies to "
-               "all layers (its skip frequency is a fixed period)")  # fmt: skip
-        flags.append(("--window-size", f"{m.sliding_window},0"))
+        # a config's window counts the token itself; Megatron's (left, right) counts the keys beside it
+        # (Megatron-Bridge models/conversion/utils.py mcore_to_hf_window_size: HF = left + 1)
+        flags.append(("--window-size", f"{m.sliding_window - 1},0"))
+        sliding = m.layer_is_sliding()
+        if not all(sliding):  # 1 = a sliding-window layer, 0 = full attention
+            flags.append(("--window-attn-skip-freq", render_layer_pattern([int(s) for s in sliding])))
     if m.attention_chunk is not None:
         no(f"{m.name} attends in chunks of {m.attention_chunk} tokens on some layers (Llama 4); Megatron-LM has no "
            "flag for chunked attention")  # fmt: skip
@@ -429,7 +430,9 @@ def megatron_model_flags(
             flags.append(("--moe-shared-expert-intermediate-size", str(width)))
             if m.shared_expert_gate:
                 flags.append(("--moe-shared-expert-gate", None))
-        if m.router_bias:
+        if m.router_bias and not m.has_mlp_bias:
+            # DeepSeek-V3's score-correction bias; a learned router bias (GPT-OSS) comes with the linear
+            # biases instead (d98e8a64 moe/router.py: the router's bias exists iff add_bias_linear)
             flags.append(("--moe-router-enable-expert-bias", None))
         if m.expert_groups > 1:
             if m.experts_top_k % m.group_top_k:
@@ -440,7 +443,7 @@ def megatron_model_flags(
             flags += [("--moe-router-num-groups", str(m.expert_groups)),
                       ("--moe-router-group-topk", str(m.group_top_k))]  # fmt: skip
         if m.dense_layer_ids:
-            flags.append(("--moe-layer-freq", _moe_pattern(m)))
+            flags.append(("--moe-layer-freq", render_layer_pattern([int(k != "dense") for k in m.layer_kinds()])))
     if m.mamba_heads:
         # the layer pattern itself is in the split flags (`_megatron_split`: '|' marks its chunks)
         flags += [
@@ -452,16 +455,27 @@ def megatron_model_flags(
     return flags
 
 
-def _moe_pattern(m: ModelSpec) -> str:
-    """Megatron's --moe-layer-freq list pattern: 1 = MoE layer, 0 = dense, as runs of repeats."""
-    kinds = [0 if k == "dense" else 1 for k in m.layer_kinds()]
-    runs: list[tuple[int, int]] = []
-    for k in kinds:
-        if runs and runs[-1][0] == k:
-            runs[-1] = (k, runs[-1][1] + 1)
-        else:
-            runs.append((k, 1))
-    return "(" + "+".join(f"[{k}]*{n}" for k, n in runs) + ")"
+def _megatron_activation(m: ModelSpec, no: Callable[[str], NoReturn]) -> list[Flag]:
+    """The MLP activation (`ModelSpec.mlp_act`) in Megatron-LM d98e8a64's flags (training/
+    argument_utils.py: --swiglu SiLU-gated, --quick-geglu quick-GELU-gated, --squared-relu; GELU
+    otherwise, of which it has the exact form and --openai-gelu's tanh form, read here as one)."""
+    act = m.mlp_act
+    if m.mlp == "gated":
+        if act == GPT_OSS_GLU:  # Megatron-Bridge gpt_oss_bridge.py provider_bridge writes the same three
+            flags: list[Flag] = [("--quick-geglu", None), ("--glu-linear-offset", "1.0")]
+            if m.glu_clamp is not None:
+                flags.append(("--activation-func-clamp-value", f"{m.glu_clamp:g}"))
+            return flags
+        if act in (None, "silu", "swish"):
+            return [("--swiglu", None)]
+        no(
+            f"{m.name}'s gated MLP uses {act}; Megatron-LM gates with SiLU (--swiglu) or quick GELU (--quick-geglu) only"
+        )
+    if act == "relu2" or (act is None and m.is_hybrid):
+        return [("--squared-relu", None)]
+    if act is None or act.startswith("gelu"):
+        return []
+    no(f"{m.name}'s MLP uses {act}; Megatron-LM's plain MLP runs GELU or squared ReLU (--squared-relu) only")
 
 
 def _megatron_split(ctx: _Ctx) -> list[Flag]:

@@ -48,7 +48,14 @@ from .emitters import (
     megatron_model_flags,
 )
 from .readers import Framework, LaunchSettings, _label, _read_text, parse_launch_text, read_launch
-from .schema import MEGATRON_COMMIT, TORCHTITAN_TOML_VERSION, MegatronArg, megatron_args
+from .schema import (
+    LAYER_PATTERN_DESTS,
+    MEGATRON_COMMIT,
+    TORCHTITAN_TOML_VERSION,
+    MegatronArg,
+    layer_pattern,
+    megatron_args,
+)
 
 __all__ = [
     "ImportedLaunch",
@@ -294,7 +301,8 @@ _MEGATRON_MODEL_DESTS = frozenset({
     "vocab_size", "qk_layernorm", "window_size", "multi_latent_attention", "kv_lora_rank", "q_lora_rank",
     "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_router_enable_expert_bias",
-    "moe_layer_freq", "padded_vocab_size", "moe_router_num_groups", "moe_router_group_topk",
+    "moe_layer_freq", "window_attn_skip_freq", "softmax_type", "quick_geglu", "openai_gelu", "glu_linear_offset",
+    "activation_func_clamp_value", "padded_vocab_size", "moe_router_num_groups", "moe_router_group_topk",
     "squared_relu", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups",
 })  # fmt: skip
 
@@ -902,13 +910,14 @@ def _megatron_model_check(meg: _Megatron) -> None:
     for flag, value in expected:
         arg = table[flag]
         want[arg.dest] = arg.flag_value(flag) if value is None else value
-    absent = {"swiglu": False, "untie_embeddings_and_output_weights": False, "group_query_attention": False,
-              "add_bias_linear": True, "add_qkv_bias": False}  # fmt: skip
+    absent = {"swiglu": False, "quick_geglu": False, "squared_relu": False, "untie_embeddings_and_output_weights": False,
+              "group_query_attention": False, "add_bias_linear": True, "add_qkv_bias": False}  # fmt: skip
     for dest, default in absent.items():
         want.setdefault(dest, default)
-    defaults_apply = {"normalization", "position_embedding_type", "swiglu", "untie_embeddings_and_output_weights",
-                      "group_query_attention", "add_bias_linear", "add_qkv_bias", "attention_dropout",
-                      "hidden_dropout"}  # fmt: skip
+    defaults_apply = {"normalization", "position_embedding_type", "swiglu", "quick_geglu", "squared_relu",
+                      "untie_embeddings_and_output_weights", "group_query_attention", "add_bias_linear",
+                      "add_qkv_bias", "attention_dropout", "hidden_dropout", "softmax_type", "glu_linear_offset",
+                      "activation_func_clamp_value", "window_attn_skip_freq", "moe_layer_freq"}  # fmt: skip
     mismatches = []
     for dest, value in want.items():
         if dest == "moe_token_dispatcher_type":  # a stack setting: _megatron_dispatcher reads it
@@ -923,6 +932,10 @@ def _megatron_model_check(meg: _Megatron) -> None:
         else:
             continue
         if str(got) == str(value) or _same_number(got, value):
+            continue
+        if dest in LAYER_PATTERN_DESTS and layer_pattern(dest, got, st.model.num_layers) == layer_pattern(
+            dest, value, st.model.num_layers
+        ):
             continue
         if isinstance(value, bool) and spec is not None:
             flag = next((f for f in spec.flags if spec.flag_value(f) == value), spec.flags[0])

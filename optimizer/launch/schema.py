@@ -22,7 +22,7 @@ import functools
 import json
 import math
 import re
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any, Literal
@@ -294,6 +294,48 @@ def _eval_pattern(text: str) -> list[int] | None:
     if isinstance(v, list) and all(isinstance(x, int) for x in v):
         return v
     return None
+
+
+# What an int N means in Megatron-LM d98e8a64's per-layer pattern flags (type moe_freq_type, which
+# also takes a list of 0/1 per layer), for layer i counted from 0: --moe-layer-freq makes layer i an
+# MoE layer where i % N == 0 (megatron/core/models/gpt/gpt_layer_specs.py); --window-attn-skip-freq
+# slides the window on layer number i + 1 unless it is a multiple of N (1 = sliding window; megatron/
+# core/transformer/utils.py is_layer_window_attention).
+_PATTERN_INT_RULES: dict[str, Callable[[int, int], int]] = {
+    "moe_layer_freq": lambda i, n: int(i % n == 0),
+    "window_attn_skip_freq": lambda i, n: int((i + 1) % n != 0),
+}
+LAYER_PATTERN_DESTS: frozenset[str] = frozenset(_PATTERN_INT_RULES)
+
+
+def layer_pattern(dest: str, value: Any, num_layers: int) -> list[int] | None:
+    """A per-layer pattern flag's value (`LAYER_PATTERN_DESTS`: an int or a list expression) as one 0/1
+    per layer, as Megatron-LM expands it; None where it is not one, or not num_layers long."""
+    text = str(value).strip()
+    if "[" in text:
+        flags = _eval_pattern(text)
+    else:
+        try:
+            n = int(text)
+        except ValueError:
+            return None
+        flags = [_PATTERN_INT_RULES[dest](i, n) for i in range(num_layers)] if n > 0 else None
+    return flags if flags is not None and len(flags) == num_layers else None
+
+
+def render_layer_pattern(flags: Sequence[int]) -> str:
+    """A per-layer 0/1 pattern as the list expression Megatron-LM reads: the shortest period's runs of
+    repeats, repeated, e.g. [1, 0] * 18 as '([1]*1+[0]*1)*18'."""
+    n = len(flags)
+    period = next(p for p in range(1, n + 1) if n % p == 0 and list(flags[:p]) * (n // p) == list(flags))
+    runs: list[tuple[int, int]] = []
+    for k in flags[:period]:
+        if runs and runs[-1][0] == k:
+            runs[-1] = (k, runs[-1][1] + 1)
+        else:
+            runs.append((k, 1))
+    body = "(" + "+".join(f"[{k}]*{count}" for k, count in runs) + ")"
+    return body if period == n else f"{body}*{n // period}"
 
 
 def _freq_type_ok(value: str) -> bool:
