@@ -33,6 +33,7 @@ from paraplan.emit import EMITTERS, check_emitted, emit_launch, megatron_args
 from paraplan.hardware_specs.loader import load_cluster
 from paraplan.launch import parse_launch_text
 from paraplan.launch.importer import layout_from_launch, load_launch, read_launch_text
+from paraplan.launch.schema import layer_pattern
 from paraplan.question import Question, stack_from
 
 DATA = Path(__file__).parent / "data" / "launch"
@@ -863,11 +864,7 @@ def test_gpt_oss_is_written_as_megatron_bridge_builds_it() -> None:
     n % 2 != 0, i.e. 1, 3, ..., the config's sliding_attention at 0-based 0, 2, ...), learnable
     softmax (the sinks), quick_gelu gating with glu_linear_offset 1.0 and clamp 7.0, and the
     router's bias from add_bias_linear (not the DeepSeek-style expert bias)."""
-    from paraplan.cost_models.models import model_from_config
-    from paraplan.launch.schema import layer_pattern
-    from tests.test_models import GPT_OSS_120B
-
-    model = model_from_config(GPT_OSS_120B, "gpt-oss-120b")
+    model = load_model(str(Path(__file__).parent / "data" / "hf_configs" / "gpt-oss-120b.json"))
     text = emit_launch("megatron", model, Layout(pp=4, dp=16, ep=8, micro_batch=1, global_batch=1024))
     assert _flag(text, "--window-size") == "127,0"
     assert layer_pattern("window_attn_skip_freq", _flag(text, "--window-attn-skip-freq"), 36) == [1, 0] * 18

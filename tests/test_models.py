@@ -592,13 +592,7 @@ def test_llama4_maverick_400_7b_total_17_2b_active() -> None:
 
 # openai/gpt-oss-120b config.json keys that change the math (transformers GptOssConfig defaults
 # agree: 36 layers, 128 experts, top-4, h = f = 2880, 64 heads x 64, 8 KV heads, V 201088, window 128).
-GPT_OSS_120B: dict[str, Any] = {
-    "model_type": "gpt_oss", "hidden_size": 2880, "num_hidden_layers": 36, "num_attention_heads": 64,
-    "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 2880, "num_local_experts": 128,
-    "num_experts_per_tok": 4, "vocab_size": 201088, "max_position_embeddings": 131072, "sliding_window": 128,
-    "layer_types": ["sliding_attention", "full_attention"] * 18, "attention_bias": True,
-    "tie_word_embeddings": False, "hidden_act": "silu", "swiglu_limit": 7.0,
-}  # fmt: skip
+GPT_OSS_120B: dict[str, Any] = json.loads((HF_CONFIGS / "gpt-oss-120b.json").read_text())
 
 
 def test_gpt_oss_120b_116_83b_total_5_13b_active() -> None:
