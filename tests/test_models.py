@@ -662,7 +662,7 @@ def test_every_real_config_is_covered() -> None:
     assert names == {
         "deepseek-v3", "deepseek-v2", "qwen1.5-moe-a2.7b", "mixtral-8x7b", "llama-3.1-405b",
         "gemma-2-2b", "gemma-2-9b", "opt-125m", "falcon-7b", "mamba-codestral-7b", "llama-4-scout-17b-16e",
-        "nemotron-h-8b-base-8k", "nemotron-h-56b-base-8k", "nemotron-3-nano-30b-a3b",
+        "nemotron-h-8b-base-8k", "nemotron-h-56b-base-8k", "nemotron-3-nano-30b-a3b", "gpt-oss-120b",
     }  # fmt: skip
 
 
