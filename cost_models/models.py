@@ -198,6 +198,13 @@ class ModelSpec(BaseModel):
     # usual one: SiLU gated, GELU plain). It moves no FLOP or byte the model counts; a launch config
     # must write it.
     mlp_act: str | None = None
+    # Rotary settings, which move nothing the model counts (the rotary kernel's bytes are counted
+    # over whole heads) but which a launch config must write: the base (rope_theta; None: not
+    # stated, the framework's default), the rotated share of each head (partial_rotary_factor,
+    # rotary_pct) and the config's RoPE scaling in words (rope_scaling; None: none).
+    rope_theta: float | None = Field(default=None, gt=0)
+    rotary_fraction: float = Field(default=1.0, gt=0, le=1)
+    rope_scaling: str | None = None
     final_norm: bool = True
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
     embed_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)  # OPT word_embed_proj_dim
@@ -1717,6 +1724,33 @@ def _mlp_act(r: _Reader, family_name: str) -> str | None:
     return str(found[1]) if found is not None else _ACT_DEFAULTS.get(family_name)
 
 
+# Config classes whose rope_theta default is not LlamaConfig's 10000 (transformers MixtralConfig
+# 1e6, GptOssConfig 150000), for a config that leaves the key out.
+_THETA_DEFAULTS: dict[str, float] = {"mixtral": 1e6, "gpt_oss": 150000.0}
+
+
+def _rotary(r: _Reader, family_name: str, head_dim: int) -> dict[str, Any]:
+    """The rotary settings a launch config writes (`ModelSpec.rope_theta`, `rotary_fraction`,
+    `rope_scaling`), read as the config classes read them: rope_theta (GPT-NeoX rotary_emb_base;
+    transformers 5's rope_parameters dict holds it and the scaling), partial_rotary_factor or
+    rotary_pct (GPT-J's rotary_dim in dimensions of a head) and rope_scaling."""
+    params = r.raw.get("rope_parameters")
+    params = params if isinstance(params, dict) else {}
+    found = r.find(("rope_theta", "rotary_emb_base"))
+    theta = found[1] if found is not None else params.get("rope_theta", _THETA_DEFAULTS.get(family_name))
+    share = r.find(("partial_rotary_factor", "rotary_pct"))
+    dims = r.find(("rotary_dim",))
+    fraction = share[1] if share is not None else (dims[1] / head_dim if dims is not None else 1.0)
+    scaling = r.raw.get("rope_scaling")
+    scaling = scaling if isinstance(scaling, dict) else params
+    kind = scaling.get("rope_type", scaling.get("type"))
+    words = None
+    if kind not in (None, "default"):
+        factor = scaling.get("factor")
+        words = str(kind) if factor is None else f"{kind}, factor {_short(factor)}"
+    return {"rope_theta": theta, "rotary_fraction": fraction, "rope_scaling": words}
+
+
 def _typed_layers(layer_types: object, layers: int, local: str, only: str) -> list[int]:
     """The layers a config's `layer_types` (one entry per layer: "full_attention" or `local`)
     marks `local`; `only` ends the error for any other entry."""
@@ -1961,6 +1995,7 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             # GptOssConfig.swiglu_limit (default 7.0; transformers GptOssExperts clamps with it)
             glu_clamp=config.get("swiglu_limit", 7.0) if family_name == "gpt_oss" else None,
             mlp_act=_mlp_act(r, family_name),
+            **_rotary(r, family_name, fields.get("head_dim", head_dim)),
             embed_dim=embed_dim,
             dropout=dropout,
             warnings=tuple(r.warnings),

@@ -900,6 +900,30 @@ def test_mlp_activations_megatron_writes_and_refuses() -> None:
         emit_launch("megatron", relu, Layout(seq_len=2048))
 
 
+def test_rotary_settings_are_written_and_read_back() -> None:
+    """Megatron-LM's --rotary-base (default 10000) and --rotary-percent (default 1.0) carry a config's
+    rope_theta and partial rotary share (its HF mapping, training/arguments.py: rotary_base =
+    rope_theta); RoPE scaling is named in a comment, not written. The importer names a launch that
+    trains another base: Megatron-LM's own Llama 3 8B example uses 1,000,000 where Llama 3 has
+    500,000 (Dubey et al. 2024, Table 3)."""
+    llama3 = load_model("llama3-8b")
+    text = emit_launch("megatron", llama3, Layout(dp=8, global_batch=64))
+    assert _flag(text, "--rotary-base") == "500000" and "--rotary-percent" not in text
+    bare = text.replace("--rotary-base 500000", "")
+    assert any("--rotary-base (default) 10000 (llama3-8b: 500000" in n for n in imported("megatron", bare, llama3)[3])
+    partial = llama3.model_copy(update={"rotary_fraction": 0.5, "name": "half"})
+    assert _flag(emit_launch("megatron", partial, Layout(dp=8, global_batch=64)), "--rotary-percent") == "0.5"
+    odd = llama3.model_copy(update={"rope_theta": 10000.5, "name": "odd"})
+    with pytest.raises(InputError, match=r"model -- odd's rope_theta 10000\.5 is not a whole number"):
+        emit_launch("megatron", odd, Layout(dp=8, global_batch=64))
+    scaled = load_model(str(Path(__file__).parent / "data" / "hf_configs" / "llama-3.1-405b.json"))
+    text = emit_launch("megatron", scaled, Layout(tp=8, pp=14, dp=8, global_batch=1024))
+    assert "# llama-3.1-405b's config scales RoPE (llama3, factor 8.0); not written" in text
+    assert "--use-rope-scaling" not in text
+    notes = paraplan.validate("llama3-8b", None, "h100-sxm", from_launch=LLAMA3).launch_notes
+    assert any("--rotary-base 1000000 (llama3-8b: 500000)" in n for n in notes)
+
+
 def test_megatron_mtp_round_trip_and_refusals() -> None:
     """Stack.mtp is Megatron-LM's --mtp-num-layers with the config's num_nextn_predict_layers (1 for
     DeepSeek-V3; the flag is in megatron_lm_d98e8a64.json); the importer reads it back, names

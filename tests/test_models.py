@@ -645,6 +645,24 @@ def test_mlp_activation_is_read_as_the_config_class_reads_it() -> None:
     assert model_from_config({**nemotron, "hidden_act": "gelu"}, "m").mlp_act == "gelu"
 
 
+def test_rotary_settings_are_read_as_the_config_classes_read_them() -> None:
+    # Llama 3.1's published config: rope_theta 500000 and the "llama3" scaling by 8; Mixtral's
+    # class default rope_theta is 1e6 (MixtralConfig), GPT-NeoX rotates rotary_pct of each head,
+    # Nemotron partial_rotary_factor, GPT-J rotary_dim of its 256-wide heads
+    llama = _real("llama-3.1-405b")
+    assert (llama.rope_theta, llama.rotary_fraction, llama.rope_scaling) == (500000.0, 1.0, "llama3, factor 8.0")
+    assert load_model("llama3-8b").rope_theta == 500000.0  # the preset, Dubey et al. 2024 Table 3
+    mixtral = {k: v for k, v in json.loads((HF_CONFIGS / "mixtral-8x7b.json").read_text()).items() if k != "rope_theta"}
+    assert model_from_config(mixtral, "m").rope_theta == 1e6
+    neox = {"model_type": "gpt_neox", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+            "intermediate_size": 2048, "vocab_size": 1000, "rotary_pct": 0.25, "rotary_emb_base": 10000}  # fmt: skip
+    assert (model_from_config(neox, "m").rotary_fraction, model_from_config(neox, "m").rope_theta) == (0.25, 10000)
+    gptj = {"model_type": "gptj", "n_embd": 4096, "n_layer": 2, "n_head": 16, "vocab_size": 1000, "rotary_dim": 64}
+    assert model_from_config(gptj, "m").rotary_fraction == 64 / 256
+    with pytest.raises(InputError, match="rotary_fraction"):
+        model_from_config({**neox, "rotary_pct": 1.5}, "m")
+
+
 def test_mamba_codestral_7b_is_counted() -> None:
     # mistralai/Mamba-Codestral-7B-v0.1 (model_type mamba2; model card: 7,285,403,648 parameters,
     # "7.3B"), read as 64 Mamba-2 layers (it was once read as a 128-head transformer). By hand, h 4096,

@@ -378,6 +378,7 @@ def megatron_model_flags(
             ("--position-embedding-type", "rope"),
             ("--max-position-embeddings", str(max(m.max_seq_len, lay.seq_len))),
         ]
+        flags += _megatron_rotary(m, no)
     if not m.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights", None))
     biases = (m.has_qkv_bias, m.has_out_bias, m.has_mlp_bias)
@@ -453,6 +454,30 @@ def megatron_model_flags(
             ("--mamba-num-groups", str(m.mamba_groups)),
         ]
     return flags
+
+
+def _megatron_rotary(m: ModelSpec, no: Callable[[str], NoReturn]) -> list[Flag]:
+    """The rotary base and the rotated share of a head in Megatron-LM d98e8a64's flags (--rotary-base,
+    an int, default 10000; --rotary-percent, default 1.0), as its own HF mapping writes them
+    (training/arguments.py: rotary_base = rope_theta)."""
+    flags: list[Flag] = []
+    if m.rope_theta is not None:
+        if m.rope_theta != int(m.rope_theta):
+            no(f"{m.name}'s rope_theta {m.rope_theta:g} is not a whole number; Megatron-LM's --rotary-base is an int")
+        flags.append(("--rotary-base", str(int(m.rope_theta))))
+    if m.rotary_fraction != 1.0:
+        flags.append(("--rotary-percent", f"{m.rotary_fraction:g}"))
+    return flags
+
+
+def rope_scaling_notes(m: ModelSpec) -> list[str]:
+    """A launch config does not write a config's RoPE scaling: it describes the context extension
+    the published model ended with (Llama 3.1's, DeepSeek-V3's YaRN), which pretraining may not run,
+    and it costs nothing; the comment names it."""
+    if m.rope_scaling is None or not m.rotary:
+        return []
+    return [f"# {m.name}'s config scales RoPE ({m.rope_scaling}); not written: add the framework's flags for it "
+            "where the run trains with the scaling"]  # fmt: skip
 
 
 def _megatron_activation(m: ModelSpec, no: Callable[[str], NoReturn]) -> list[Flag]:
@@ -636,7 +661,7 @@ def _megatron_recompute(lay: Layout, modules: frozenset[str] = DEFAULT_RECOMPUTE
 
 def _megatron_flags(ctx: _Ctx) -> tuple[list[Flag], list[str]]:
     lay, stack, fw = ctx.lay, ctx.stack, Framework.MEGATRON
-    notes: list[str] = []
+    notes: list[str] = rope_scaling_notes(ctx.model)
     if lay.virtual_stages > 1 and lay.pp == 1:
         _refuse(ctx, "virtual_stages", f"{lay.virtual_stages} virtual stages need pipeline parallelism (PP > 1)")
     if not stack.tp_overlap:
@@ -859,6 +884,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
                          "the integration's --deepspeed --deepspeed_config")  # fmt: skip
     lines.append(f"# DeepSpeed's JSON has no tensor or pipeline degree: the script takes them; data parallelism "
                  f"= {lay.gpus} GPUs / (TP {lay.tp} x PP {lay.pp}) = {lay.dp}")  # fmt: skip
+    lines += rope_scaling_notes(ctx.model)
     lines.append("# add the data, tokenizer, optimizer and logging flags; several nodes need a hostfile (--hostfile)")
     lines = _comments(lines)
     lines.append(f"cat > {DEEPSPEED_CONFIG_NAME} <<'EOF'")

@@ -302,7 +302,7 @@ _MEGATRON_MODEL_DESTS = frozenset({
     "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_router_enable_expert_bias",
     "moe_layer_freq", "window_attn_skip_freq", "softmax_type", "quick_geglu", "openai_gelu", "glu_linear_offset",
-    "activation_func_clamp_value", "padded_vocab_size", "moe_router_num_groups", "moe_router_group_topk",
+    "activation_func_clamp_value", "rotary_base", "rotary_percent", "padded_vocab_size", "moe_router_num_groups", "moe_router_group_topk",
     "squared_relu", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups",
 })  # fmt: skip
 
@@ -917,7 +917,8 @@ def _megatron_model_check(meg: _Megatron) -> None:
     defaults_apply = {"normalization", "position_embedding_type", "swiglu", "quick_geglu", "squared_relu",
                       "untie_embeddings_and_output_weights", "group_query_attention", "add_bias_linear",
                       "add_qkv_bias", "attention_dropout", "hidden_dropout", "softmax_type", "glu_linear_offset",
-                      "activation_func_clamp_value", "window_attn_skip_freq", "moe_layer_freq"}  # fmt: skip
+                      "activation_func_clamp_value", "window_attn_skip_freq", "moe_layer_freq", "rotary_base",
+                      "rotary_percent"}  # fmt: skip
     mismatches = []
     for dest, value in want.items():
         if dest == "moe_token_dispatcher_type":  # a stack setting: _megatron_dispatcher reads it
