@@ -924,6 +924,16 @@ def test_rotary_settings_are_written_and_read_back() -> None:
     assert any("--rotary-base 1000000 (llama3-8b: 500000)" in n for n in notes)
 
 
+def test_torchtitan_registry_config_needs_its_rope_base() -> None:
+    # torchtitan 0.3.0's llama3 registry models all use theta 500000 (llama3/__init__.py): the Llama 3
+    # preset takes llama3_8b; the same dims on LlamaConfig's default base 10000 get a config to register
+    lay = Layout(framework="torchtitan", dp=8, global_batch=64, zero=3)
+    assert "--config llama3_8b " in emit_launch("torchtitan", load_model("llama3-8b"), lay)
+    other = load_model("llama3-8b").model_copy(update={"rope_theta": None, "name": "base10k"})
+    text = emit_launch("torchtitan", other, lay)
+    assert "--config paraplan_base10k" in text and "RoPE theta 10000" in text.replace("\n#  ", "")
+
+
 def test_megatron_mtp_round_trip_and_refusals() -> None:
     """Stack.mtp is Megatron-LM's --mtp-num-layers with the config's num_nextn_predict_layers (1 for
     DeepSeek-V3; the flag is in megatron_lm_d98e8a64.json); the importer reads it back, names

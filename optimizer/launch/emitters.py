@@ -159,12 +159,19 @@ def _slug(name: str) -> str:
     return out or "model"
 
 
+# The RoPE of every torchtitan 0.3.0 llama3 registry model: theta 500,000 with Llama 3.1's scaling
+# (torchtitan/models/llama3/__init__.py: ComplexRoPE.Config(theta=500000, scaling="llama"))
+TITAN_ROPE_THETA = 500000.0
+ROPE_THETA_DEFAULT = 10000.0  # LlamaConfig's, where a config states none (and Megatron-LM's --rotary-base)
+
+
 def titan_config_for(model: ModelSpec, precision: Precision) -> tuple[str, TitanConfig | None]:
     """The ``--config`` name for a model in a precision: the torchtitan 0.3.0 registry config when
-    one builds exactly this model in this precision, else ``paraplan_<model>[_float8]`` (a config
-    the user registers; the emitted comment says what it must hold)."""
+    one builds exactly this model (dims and RoPE base) in this precision, else
+    ``paraplan_<model>[_float8]`` (a config the user registers; the emitted comment says what it
+    must hold)."""
     for cfg in TITAN_REGISTRY.values():
-        if cfg.dims == _dims(model) and cfg.precision == precision:
+        if cfg.dims == _dims(model) and cfg.precision == precision and model.rope_theta == TITAN_ROPE_THETA:
             return cfg.name, cfg
     suffix = "_float8" if precision == Precision.FP8 else ""
     return f"paraplan_{_slug(model.name)}{suffix}", None
@@ -927,9 +934,15 @@ def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
             if cfg.precision == Precision.FP8
             else ""
         )
-        return name, cfg, [f"# --config {name}: torchtitan {TORCHTITAN_VERSION}'s registry config of this model{extra}"]
+        scaled = (
+            "" if m.rope_scaling else "; its RoPE also scales as Llama 3.1's (by 8), which this model's config does not"
+        )
+        return name, cfg, [f"# --config {name}: torchtitan {TORCHTITAN_VERSION}'s registry config of this model{extra}"
+                           f"{scaled}"]  # fmt: skip
+    theta = m.rope_theta if m.rope_theta is not None else ROPE_THETA_DEFAULT
     dims = (f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, {m.num_kv_heads} KV heads, "
-            f"SwiGLU width {m.ffn_hidden_size}, vocabulary {m.vocab_size}")  # fmt: skip
+            f"SwiGLU width {m.ffn_hidden_size}, vocabulary {m.vocab_size}, RoPE theta {theta:g}"
+            f"{'' if m.rotary_fraction == 1.0 else f' on {m.rotary_fraction:g} of each head'}")  # fmt: skip
     comments = [
         f"# --config {name}: torchtitan {TORCHTITAN_VERSION} has no registry config for {m.name}; register one in "
         "torchtitan/models/llama3/config_registry.py (the model belongs to the config, not to the flags):",
@@ -942,7 +955,7 @@ def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
         )
     else:
         comments.append("#   without float8 converters (bf16 training)")
-    return name, None, comments
+    return name, None, comments + rope_scaling_notes(m)
 
 
 def _titan_split(ctx: _Ctx) -> list[Flag]:
