@@ -203,6 +203,10 @@ class ModelSpec(BaseModel):
     # stated, the framework's default), the rotated share of each head (partial_rotary_factor,
     # rotary_pct) and the config's RoPE scaling in words (rope_scaling; None: none).
     rope_theta: float | None = Field(default=None, gt=0)
+    # The norms' epsilon (None: not stated) and Nemotron's zero-centred LayerNorm (LayerNorm1P: the
+    # weight stored as w - 1); like the rotary settings they move no count, a launch config writes them
+    norm_eps: float | None = Field(default=None, gt=0, lt=1)
+    norm_zero_centered: bool = False
     rotary_fraction: float = Field(default=1.0, gt=0, le=1)
     rope_scaling: str | None = None
     final_norm: bool = True
@@ -1751,6 +1755,13 @@ def _rotary(r: _Reader, family_name: str, head_dim: int) -> dict[str, Any]:
     return {"rope_theta": theta, "rotary_fraction": fraction, "rope_scaling": words}
 
 
+def _norm_eps(r: _Reader) -> float | None:
+    """The norms' epsilon as the config names it (`ModelSpec.norm_eps`)."""
+    found = r.find(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon",
+                    "layernorm_epsilon"))  # fmt: skip
+    return None if found is None else found[1]
+
+
 def _typed_layers(layer_types: object, layers: int, local: str, only: str) -> list[int]:
     """The layers a config's `layer_types` (one entry per layer: "full_attention" or `local`)
     marks `local`; `only` ends the error for any other entry."""
@@ -1996,6 +2007,8 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             glu_clamp=config.get("swiglu_limit", 7.0) if family_name == "gpt_oss" else None,
             mlp_act=_mlp_act(r, family_name),
             **_rotary(r, family_name, fields.get("head_dim", head_dim)),
+            norm_eps=_norm_eps(r),
+            norm_zero_centered=family_name == "nemotron",  # transformers NemotronLayerNorm1P
             embed_dim=embed_dim,
             dropout=dropout,
             warnings=tuple(r.warnings),

@@ -922,6 +922,18 @@ def test_rotary_settings_are_written_and_read_back() -> None:
     assert "--use-rope-scaling" not in text
     notes = paraplan.validate("llama3-8b", None, "h100-sxm", from_launch=LLAMA3).launch_notes
     assert any("--rotary-base 1000000 (llama3-8b: 500000)" in n for n in notes)
+    assert any("--apply-layernorm-1p given (llama3-8b differs)" in n for n in notes)  # the example's own choice
+
+
+def test_norm_settings_are_written() -> None:
+    # DeepSeek-V3's rms_norm_eps 1e-6 (Megatron's default is 1e-5); Nemotron's LayerNorm1P stores
+    # the weight zero-centred, Megatron-LM's --apply-layernorm-1p (layernorm_zero_centered_gamma)
+    v3 = load_model(str(Path(__file__).parent / "data" / "hf_configs" / "deepseek-v3.json"))
+    lay = Layout(tp=1, pp=16, dp=16, ep=8, micro_batch=1, global_batch=2048, first_stage_layers=4, last_stage_layers=1)
+    text = emit_launch("megatron", v3, lay, Stack(main_grads="bf16"))
+    assert float(_flag(text, "--norm-epsilon")) == 1e-6 and "--apply-layernorm-1p" not in text
+    nemotron = load_model("gpt3-175b").model_copy(update={"norm_zero_centered": True, "name": "n1p"})
+    assert "--apply-layernorm-1p" in emit_launch("megatron", nemotron, Layout(seq_len=2048))
 
 
 def test_torchtitan_registry_config_needs_its_rope_base() -> None:

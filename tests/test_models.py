@@ -663,6 +663,16 @@ def test_rotary_settings_are_read_as_the_config_classes_read_them() -> None:
         model_from_config({**neox, "rotary_pct": 1.5}, "m")
 
 
+def test_norm_settings_are_read() -> None:
+    # DeepSeek-V3 states rms_norm_eps 1e-6; NemotronConfig's norms are LayerNorm1P (zero-centred)
+    assert _real("deepseek-v3").norm_eps == 1e-6
+    assert load_model("llama3-8b").norm_eps is None and not load_model("llama3-8b").norm_zero_centered
+    nemotron = {"model_type": "nemotron", "hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+                "num_key_value_heads": 8, "intermediate_size": 4096, "vocab_size": 1000, "norm_eps": 1e-5}  # fmt: skip
+    model = model_from_config(nemotron, "m")
+    assert model.norm_zero_centered and model.norm_eps == 1e-5
+
+
 def test_mamba_codestral_7b_is_counted() -> None:
     # mistralai/Mamba-Codestral-7B-v0.1 (model_type mamba2; model card: 7,285,403,648 parameters,
     # "7.3B"), read as 64 Mamba-2 layers (it was once read as a 128-head transformer). By hand, h 4096,

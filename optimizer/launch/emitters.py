@@ -370,6 +370,10 @@ def megatron_model_flags(
     flags.append(("--ffn-hidden-size", str(dense_ffn if m.is_moe else m.ffn_hidden_size)))
     flags += _megatron_activation(m, no)
     flags.append(("--normalization", "LayerNorm" if m.layernorm else "RMSNorm"))
+    if m.norm_eps is not None:
+        flags.append(("--norm-epsilon", f"{m.norm_eps:g}"))
+    if m.norm_zero_centered:
+        flags.append(("--apply-layernorm-1p", None))
     if m.learned_positions:
         if m.positions_exceeded(lay.seq_len):
             no(f"sequence length {lay.seq_len} exceeds {m.name}'s {m.max_seq_len} learned positions "

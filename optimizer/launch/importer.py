@@ -302,7 +302,8 @@ _MEGATRON_MODEL_DESTS = frozenset({
     "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_router_enable_expert_bias",
     "moe_layer_freq", "window_attn_skip_freq", "softmax_type", "quick_geglu", "openai_gelu", "glu_linear_offset",
-    "activation_func_clamp_value", "rotary_base", "rotary_percent", "padded_vocab_size", "moe_router_num_groups", "moe_router_group_topk",
+    "activation_func_clamp_value", "rotary_base", "rotary_percent", "layernorm_epsilon",
+    "layernorm_zero_centered_gamma", "padded_vocab_size", "moe_router_num_groups", "moe_router_group_topk",
     "squared_relu", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups",
 })  # fmt: skip
 
@@ -910,7 +911,8 @@ def _megatron_model_check(meg: _Megatron) -> None:
     for flag, value in expected:
         arg = table[flag]
         want[arg.dest] = arg.flag_value(flag) if value is None else value
-    absent = {"swiglu": False, "quick_geglu": False, "squared_relu": False, "untie_embeddings_and_output_weights": False,
+    absent = {"swiglu": False, "quick_geglu": False, "squared_relu": False, "layernorm_zero_centered_gamma": False,
+              "untie_embeddings_and_output_weights": False,
               "group_query_attention": False, "add_bias_linear": True, "add_qkv_bias": False}  # fmt: skip
     for dest, default in absent.items():
         want.setdefault(dest, default)
@@ -918,7 +920,7 @@ def _megatron_model_check(meg: _Megatron) -> None:
                       "untie_embeddings_and_output_weights", "group_query_attention", "add_bias_linear",
                       "add_qkv_bias", "attention_dropout", "hidden_dropout", "softmax_type", "glu_linear_offset",
                       "activation_func_clamp_value", "window_attn_skip_freq", "moe_layer_freq", "rotary_base",
-                      "rotary_percent"}  # fmt: skip
+                      "rotary_percent", "layernorm_epsilon", "layernorm_zero_centered_gamma"}  # fmt: skip
     mismatches = []
     for dest, value in want.items():
         if dest == "moe_token_dispatcher_type":  # a stack setting: _megatron_dispatcher reads it
