@@ -49,12 +49,20 @@ class Case:
 
 
 # Small questions with diverse knobs: MoE + EP + expert TP + FP8 (Mixtral), learned positions,
-# biases and dropout in fp16 (GPT-3), GQA, CP, VPP, uneven splits, offload, every ZeRO stage.
+# biases and dropout in fp16 (GPT-3), GQA, CP, VPP, uneven splits, offload, every ZeRO stage, and
+# GPT-OSS's architecture.
 CASES: dict[str, tuple[Case, ...]] = {
     "megatron": (
         Case("llama2-13b", "a100-80g", 16),
         Case("mixtral-8x7b", "h100-sxm", 8, (("precision", "fp8"),)),
         Case("gpt3-175b", "a100-80g", 32, (("precision", "fp16"), ("seq_len", 2048))),
+        # sliding layers, attention sinks, the clamped quick-GELU gate, expert biases, RoPE base
+        Case(
+            str(Path(__file__).parent / "data" / "hf_configs" / "gpt-oss-120b.json"),
+            "h100-sxm",
+            64,
+            (("micro_batch", 1), ("global_batch", 256)),
+        ),
     ),
     "deepspeed": (
         Case("llama2-7b", "a100-80g", 16, (("precision", "fp16"),)),
