@@ -1292,6 +1292,16 @@ def _checked_int(key: str, value: Any, minimum: int = 1) -> int:
     return int(value)
 
 
+def _checked_float(key: str, value: Any, low: float, high: float) -> float:
+    """A config number in (low, high], named by its key when it is not one."""
+    shown = _short(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"model config '{key}' = {shown} must be a number")
+    if not low < value <= high:
+        raise InputError(f"model config '{key}' = {shown} must be above {low:g} and at most {high:g}")
+    return float(value)
+
+
 def _bounded_layers(layers: int, key: str | None) -> int:
     """A layer count within the model's own range (`ModelSpec.num_layers`), checked as it is read:
     the per-layer patterns (dense and MoE layers, a hybrid's symbols) are built layer by layer."""
@@ -1741,10 +1751,17 @@ def _rotary(r: _Reader, family_name: str, head_dim: int) -> dict[str, Any]:
     params = r.raw.get("rope_parameters")
     params = params if isinstance(params, dict) else {}
     found = r.find(("rope_theta", "rotary_emb_base"))
-    theta = found[1] if found is not None else params.get("rope_theta", _THETA_DEFAULTS.get(family_name))
+    if found is None and params.get("rope_theta") is not None:
+        found = ("rope_parameters.rope_theta", params["rope_theta"])
+    theta = _checked_float(*found, 0.0, 1e30) if found is not None else _THETA_DEFAULTS.get(family_name)
     share = r.find(("partial_rotary_factor", "rotary_pct"))
     dims = r.find(("rotary_dim",))
-    fraction = share[1] if share is not None else (dims[1] / head_dim if dims is not None else 1.0)
+    if share is not None:
+        fraction = _checked_float(*share, 0.0, 1.0)
+    else:
+        fraction = 1.0 if dims is None else _checked_int(*dims) / head_dim
+        if fraction > 1.0:
+            raise InputError(f"model config 'rotary_dim' = {_short(dims[1])} exceeds the head dimension {head_dim}")
     scaling = r.raw.get("rope_scaling")
     scaling = scaling if isinstance(scaling, dict) else params
     kind = scaling.get("rope_type", scaling.get("type"))
@@ -1759,7 +1776,7 @@ def _norm_eps(r: _Reader) -> float | None:
     """The norms' epsilon as the config names it (`ModelSpec.norm_eps`)."""
     found = r.find(("rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon", "norm_eps", "norm_epsilon",
                     "layernorm_epsilon"))  # fmt: skip
-    return None if found is None else found[1]
+    return None if found is None else _checked_float(*found, 0.0, 0.5)
 
 
 def _typed_layers(layer_types: object, layers: int, local: str, only: str) -> list[int]:

@@ -659,8 +659,12 @@ def test_rotary_settings_are_read_as_the_config_classes_read_them() -> None:
     assert (model_from_config(neox, "m").rotary_fraction, model_from_config(neox, "m").rope_theta) == (0.25, 10000)
     gptj = {"model_type": "gptj", "n_embd": 4096, "n_layer": 2, "n_head": 16, "vocab_size": 1000, "rotary_dim": 64}
     assert model_from_config(gptj, "m").rotary_fraction == 64 / 256
-    with pytest.raises(InputError, match="rotary_fraction"):
+    with pytest.raises(InputError, match=r"'rotary_pct' = 1\.5 must be above 0 and at most 1"):
         model_from_config({**neox, "rotary_pct": 1.5}, "m")
+    with pytest.raises(InputError, match="'rotary_dim' = 512 exceeds the head dimension 256"):
+        model_from_config({**gptj, "rotary_dim": 512}, "m")
+    with pytest.raises(InputError, match="'rope_theta' = 'big' must be a number"):
+        model_from_config({**neox, "rope_theta": "big"}, "m")
 
 
 def test_norm_settings_are_read() -> None:
@@ -671,6 +675,8 @@ def test_norm_settings_are_read() -> None:
                 "num_key_value_heads": 8, "intermediate_size": 4096, "vocab_size": 1000, "norm_eps": 1e-5}  # fmt: skip
     model = model_from_config(nemotron, "m")
     assert model.norm_zero_centered and model.norm_eps == 1e-5
+    with pytest.raises(InputError, match=r"'norm_eps' = 2 must be above 0 and at most 0\.5"):
+        model_from_config({**nemotron, "norm_eps": 2}, "m")
 
 
 def test_mamba_codestral_7b_is_counted() -> None:
