@@ -1756,10 +1756,11 @@ def _rotary(r: _Reader, family_name: str, head_dim: int) -> dict[str, Any]:
     theta = _checked_float(*found, 0.0, 1e30) if found is not None else _THETA_DEFAULTS.get(family_name)
     share = r.find(("partial_rotary_factor", "rotary_pct"))
     dims = r.find(("rotary_dim",))
+    fraction = 1.0
     if share is not None:
         fraction = _checked_float(*share, 0.0, 1.0)
-    else:
-        fraction = 1.0 if dims is None else _checked_int(*dims) / head_dim
+    elif dims is not None:
+        fraction = _checked_int(*dims) / head_dim
         if fraction > 1.0:
             raise InputError(f"model config 'rotary_dim' = {_short(dims[1])} exceeds the head dimension {head_dim}")
     scaling = r.raw.get("rope_scaling")
