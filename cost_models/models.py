@@ -219,6 +219,12 @@ class ModelSpec(BaseModel):
     shared_expert_ffn: int | None = Field(default=None, ge=1, le=10 * MAX_WIDTH)  # width of each
     shared_expert_gate: bool = False  # Qwen-MoE: sigmoid gate Linear(h, 1) on the shared expert
     router_bias: bool = False  # E per MoE layer: DeepSeek-V3 e_score_correction_bias, GPT-OSS router bias
+    # How the router turns scores into the routed tokens' weights: its score function, whether the
+    # top-k weights are renormalised to sum to one (norm_topk_prob), and routed_scaling_factor. They
+    # move nothing the model counts; a launch config writes them.
+    router_score: Literal["softmax", "sigmoid"] = "softmax"
+    router_renorm: bool = True
+    router_scale: float = Field(default=1.0, gt=0, le=1000)
     dense_layer_ids: tuple[int, ...] = ()  # layers of an MoE model that use the dense MLP
     dense_ffn_hidden_size: int | None = Field(default=None, ge=1, le=10 * MAX_WIDTH)
 
@@ -1523,9 +1529,44 @@ def _moe(r: _Reader, fam: _Family, layers: int, hidden: int, dense_ffn: int) -> 
         router_bias=fam.cls.startswith(("DeepseekV3", "GptOss")) or r.raw.get("topk_method") == "noaux_tc",
         dense_layer_ids=tuple(dense_ids),
         dense_ffn_hidden_size=dense_width if dense_ids else None,
+        **_router(r, fam),
     )
     r.used.update(("topk_method",))
     return out
+
+
+# Each MoE config class's router, where a config leaves the keys out (transformers): DeepseekV3Config
+# sigmoid scores, norm_topk_prob True, routed_scaling_factor 2.5; DeepseekV2Config scoring_func
+# "softmax", False, 1.0; Qwen2MoeConfig and Qwen3MoeConfig norm_topk_prob False; Llama 4's router a
+# sigmoid of its top-1 logit; Mixtral and GPT-OSS renormalise their top-k (a softmax over the top-k
+# logits). (score, renormalised, scale)
+_ROUTER_DEFAULTS: dict[str, tuple[str, bool, float]] = {
+    "DeepseekV3": ("sigmoid", True, 2.5),
+    "DeepseekV2": ("softmax", False, 1.0),
+    "Qwen2Moe": ("softmax", False, 1.0),
+    "Qwen3Moe": ("softmax", False, 1.0),
+    "Llama4": ("sigmoid", True, 1.0),
+}
+
+
+def _router(r: _Reader, fam: _Family) -> dict[str, Any]:
+    """The router's score function, top-k renormalisation and scale (`ModelSpec.router_score`,
+    `router_renorm`, `router_scale`), as the config states them or its class defaults them."""
+    score, renorm, scale = next(
+        (v for prefix, v in _ROUTER_DEFAULTS.items() if fam.cls.startswith(prefix)), ("softmax", True, 1.0)
+    )
+    if not fam.cls.startswith(("DeepseekV3", "Llama4", "Mixtral", "GptOss")):  # those classes fix the score
+        found = r.find(("scoring_func",))
+        if found is not None:
+            if found[1] not in ("softmax", "sigmoid"):
+                raise InputError(f"model config 'scoring_func' = {_short(found[1])}: only softmax and sigmoid routers "
+                                 "are modelled")  # fmt: skip
+            score = found[1]
+    found = r.find(("norm_topk_prob",))
+    renorm = renorm if found is None or fam.cls.startswith(("Mixtral", "GptOss")) else bool(found[1])
+    found = r.find(("routed_scaling_factor",))
+    scale = scale if found is None else _checked_float(*found, 0.0, 1000.0)
+    return {"router_score": score, "router_renorm": renorm, "router_scale": scale}
 
 
 def _expert_groups(r: _Reader, fam: _Family, experts: int, top_k: int) -> dict[str, int]:
@@ -2207,6 +2248,7 @@ def _hybrid_from_config(config: dict[str, Any], name: str, model_type: str) -> M
                           shared_expert_ffn=shared_width if shared and shared_width else None,
                           dense_ffn_hidden_size=ffn if "-" in pattern else None)  # fmt: skip
             fields.update(_expert_groups(r, FAMILIES["deepseek_v3"], experts, top_k))
+            fields.update(_router(r, FAMILIES["deepseek_v3"]))  # its router is DeepSeek-V3's (sigmoid, bias)
         else:
             r.used.update(("n_routed_experts", "num_experts_per_tok", "n_shared_experts", "moe_intermediate_size",
                            "moe_shared_expert_intermediate_size", "n_group", "topk_group"))  # fmt: skip

@@ -954,6 +954,32 @@ def test_torchtitan_registry_config_needs_its_rope_base() -> None:
     assert "--config paraplan_base10k" in text and "RoPE theta 10000" in text.replace("\n#  ", "")
 
 
+def test_router_semantics_are_written_and_read_back() -> None:
+    """Megatron-LM's routing (moe/moe_utils.py topk_routing_with_score_function): DeepSeek-V3's
+    sigmoid scores x2.5, DeepSeek-V2's softmax over all experts (--moe-router-pre-softmax, no
+    renormalisation) x16; Mixtral's default (a softmax over its top-2 logits) writes nothing."""
+    hf = Path(__file__).parent / "data" / "hf_configs"
+    v3 = load_model(str(hf / "deepseek-v3.json"))
+    lay = Layout(tp=1, pp=16, dp=16, ep=8, micro_batch=1, global_batch=2048, first_stage_layers=4, last_stage_layers=1)
+    text = emit_launch("megatron", v3, lay, Stack(main_grads="bf16"))
+    assert _flag(text, "--moe-router-score-function") == "sigmoid"
+    assert float(_flag(text, "--moe-router-topk-scaling-factor")) == 2.5 and "--moe-router-pre-softmax" not in text
+    assert not any("architecture differs" in n for n in imported("megatron", text, v3)[3])
+    softmax = text.replace("--moe-router-score-function sigmoid", "")
+    assert any("--moe-router-score-function (default) softmax" in n for n in imported("megatron", softmax, v3)[3])
+    v2 = load_model(str(hf / "deepseek-v2.json"))
+    lay2 = Layout(
+        tp=1, pp=4, dp=16, ep=8, micro_batch=1, global_batch=1024, first_stage_layers=15, last_stage_layers=15
+    )
+    text2 = emit_launch("megatron", v2, lay2)
+    assert "--moe-router-pre-softmax" in text2 and float(_flag(text2, "--moe-router-topk-scaling-factor")) == 16.0
+    plain = emit_launch("megatron", load_model("mixtral-8x7b"), Layout(dp=8, ep=8, global_batch=64))
+    assert "--moe-router-pre-softmax" not in plain and "--moe-router-score-function" not in plain
+    unnormalised = v3.model_copy(update={"router_renorm": False, "name": "raw-sigmoid"})
+    with pytest.raises(InputError, match="model -- raw-sigmoid's router keeps its top-8 sigmoid scores unnormalised"):
+        emit_launch("megatron", unnormalised, lay, Stack(main_grads="bf16"))
+
+
 def test_megatron_mtp_round_trip_and_refusals() -> None:
     """Stack.mtp is Megatron-LM's --mtp-num-layers with the config's num_nextn_predict_layers (1 for
     DeepSeek-V3; the flag is in megatron_lm_d98e8a64.json); the importer reads it back, names

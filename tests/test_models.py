@@ -679,6 +679,29 @@ def test_norm_settings_are_read() -> None:
         model_from_config({**nemotron, "norm_eps": 2}, "m")
 
 
+def test_router_semantics_follow_each_config_class() -> None:
+    # DeepSeek-V3: sigmoid scores, renormalised, x2.5 (DeepseekV3Config defaults, stated in its
+    # config); DeepSeek-V2: softmax over all experts, not renormalised, x16 (its config);
+    # Qwen1.5-MoE: norm_topk_prob false; Mixtral renormalises its top-2; Nemotron-3-Nano's router is
+    # DeepSeek-V3's with its stated scale 2.5
+    cases = {"deepseek-v3": ("sigmoid", True, 2.5), "deepseek-v2": ("softmax", False, 16.0),
+             "qwen1.5-moe-a2.7b": ("softmax", False, 1.0), "mixtral-8x7b": ("softmax", True, 1.0),
+             "nemotron-3-nano-30b-a3b": ("sigmoid", True, 2.5)}  # fmt: skip
+    for name, expected in cases.items():
+        m = _real(name)
+        assert (m.router_score, m.router_renorm, m.router_scale) == expected, name
+    # Qwen3MoeConfig's norm_topk_prob defaults to false; Mixtral's router renormalises whatever it says
+    qwen3 = {"model_type": "qwen3_moe", "hidden_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8,
+             "num_key_value_heads": 4, "head_dim": 64, "num_experts": 8, "num_experts_per_tok": 2,
+             "moe_intermediate_size": 256, "vocab_size": 1000}  # fmt: skip
+    assert not model_from_config(qwen3, "m").router_renorm
+    assert model_from_config({**qwen3, "norm_topk_prob": True}, "m").router_renorm
+    mixtral = json.loads((HF_CONFIGS / "mixtral-8x7b.json").read_text())
+    assert model_from_config({**mixtral, "norm_topk_prob": False}, "m").router_renorm
+    with pytest.raises(InputError, match="'scoring_func' = 'relu': only softmax and sigmoid routers"):
+        model_from_config({**qwen3, "scoring_func": "relu"}, "m")
+
+
 def test_mamba_codestral_7b_is_counted() -> None:
     # mistralai/Mamba-Codestral-7B-v0.1 (model_type mamba2; model card: 7,285,403,648 parameters,
     # "7.3B"), read as 64 Mamba-2 layers (it was once read as a 128-head transformer). By hand, h 4096,

@@ -442,6 +442,7 @@ def megatron_model_flags(
             flags.append(("--moe-shared-expert-intermediate-size", str(width)))
             if m.shared_expert_gate:
                 flags.append(("--moe-shared-expert-gate", None))
+        flags += _megatron_router(m, no)
         if m.router_bias and not m.has_mlp_bias:
             # DeepSeek-V3's score-correction bias; a learned router bias (GPT-OSS) comes with the linear
             # biases instead (d98e8a64 moe/router.py: the router's bias exists iff add_bias_linear)
@@ -489,6 +490,25 @@ def rope_scaling_notes(m: ModelSpec) -> list[str]:
         return []
     return [f"# {m.name}'s config scales RoPE ({m.rope_scaling}); not written: add the framework's flags for it "
             "where the run trains with the scaling"]  # fmt: skip
+
+
+def _megatron_router(m: ModelSpec, no: Callable[[str], NoReturn]) -> list[Flag]:
+    """The router's scores, renormalisation and scale in Megatron-LM d98e8a64's flags (moe/moe_utils.py
+    topk_routing_with_score_function): a softmax over the top-k logits by default (renormalised
+    weights), over all logits before the top-k with --moe-router-pre-softmax (no renormalisation);
+    sigmoid scores (--moe-router-score-function) are always renormalised when top-k > 1; the
+    weights are then multiplied by --moe-router-topk-scaling-factor."""
+    flags: list[Flag] = []
+    if m.router_score == "sigmoid":
+        if m.experts_top_k > 1 and not m.router_renorm:
+            no(f"{m.name}'s router keeps its top-{m.experts_top_k} sigmoid scores unnormalised; Megatron-LM "
+               "renormalises sigmoid scores")  # fmt: skip
+        flags.append(("--moe-router-score-function", "sigmoid"))
+    elif not m.router_renorm:
+        flags.append(("--moe-router-pre-softmax", None))
+    if m.router_scale != 1.0:
+        flags.append(("--moe-router-topk-scaling-factor", f"{m.router_scale:g}"))
+    return flags
 
 
 def _megatron_activation(m: ModelSpec, no: Callable[[str], NoReturn]) -> list[Flag]:

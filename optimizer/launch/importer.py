@@ -303,7 +303,8 @@ _MEGATRON_MODEL_DESTS = frozenset({
     "moe_shared_expert_intermediate_size", "moe_shared_expert_gate", "moe_router_enable_expert_bias",
     "moe_layer_freq", "window_attn_skip_freq", "softmax_type", "quick_geglu", "openai_gelu", "glu_linear_offset",
     "activation_func_clamp_value", "rotary_base", "rotary_percent", "layernorm_epsilon",
-    "layernorm_zero_centered_gamma", "padded_vocab_size", "moe_router_num_groups", "moe_router_group_topk",
+    "layernorm_zero_centered_gamma", "moe_router_score_function", "moe_router_pre_softmax",
+    "moe_router_topk_scaling_factor", "padded_vocab_size", "moe_router_num_groups", "moe_router_group_topk",
     "squared_relu", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups",
 })  # fmt: skip
 
@@ -912,6 +913,7 @@ def _megatron_model_check(meg: _Megatron) -> None:
         arg = table[flag]
         want[arg.dest] = arg.flag_value(flag) if value is None else value
     absent = {"swiglu": False, "quick_geglu": False, "squared_relu": False, "layernorm_zero_centered_gamma": False,
+              "moe_router_pre_softmax": False,
               "untie_embeddings_and_output_weights": False,
               "group_query_attention": False, "add_bias_linear": True, "add_qkv_bias": False}  # fmt: skip
     for dest, default in absent.items():
@@ -920,11 +922,15 @@ def _megatron_model_check(meg: _Megatron) -> None:
                       "untie_embeddings_and_output_weights", "group_query_attention", "add_bias_linear",
                       "add_qkv_bias", "attention_dropout", "hidden_dropout", "softmax_type", "glu_linear_offset",
                       "activation_func_clamp_value", "window_attn_skip_freq", "moe_layer_freq", "rotary_base",
-                      "rotary_percent", "layernorm_epsilon", "layernorm_zero_centered_gamma"}  # fmt: skip
+                      "rotary_percent", "layernorm_epsilon", "layernorm_zero_centered_gamma",
+                      "moe_router_score_function", "moe_router_pre_softmax",
+                      "moe_router_topk_scaling_factor"}  # fmt: skip
     mismatches = []
     for dest, value in want.items():
         if dest == "moe_token_dispatcher_type":  # a stack setting: _megatron_dispatcher reads it
             continue
+        if dest == "moe_router_pre_softmax" and want.get("moe_router_score_function") == "sigmoid":
+            continue  # only the softmax router reads it (moe_utils.py); Megatron-Bridge sets it for DeepSeek-V3
         if dest == "max_position_embeddings" and not st.model.learned_positions:
             continue
         spec = next((a for a in table.values() if a.dest == dest), None)
