@@ -889,6 +889,8 @@ def test_gpt_oss_is_written_as_megatron_bridge_builds_it() -> None:
     for change in (("--softmax-type learnable", "--softmax-type vanilla"), ("--quick-geglu", "--swiglu")):
         notes = imported("megatron", text.replace(*change), model)[3]
         assert any("architecture differs" in n for n in notes), change
+    yarn = text.replace("--position-embedding-type rope", "--position-embedding-type yarn")  # the bridge's
+    assert not any("architecture differs" in n for n in imported("megatron", yarn, model)[3])
     every = text.replace(f"--window-attn-skip-freq '{_flag(text, '--window-attn-skip-freq')}'", "")
     assert "--window-attn-skip-freq" not in every  # Megatron's default: every layer slides
     assert any("--window-attn-skip-freq (default)" in n for n in imported("megatron", every, model)[3])

@@ -942,6 +942,8 @@ def _megatron_model_check(meg: _Megatron) -> None:
             continue
         if str(got) == str(value) or _same_number(got, value):
             continue
+        if dest == "position_embedding_type" and got == "yarn" and (st.model.rope_scaling or "").startswith("yarn"):
+            continue  # the config's own YaRN scaling, which the launch configs leave to the user (README)
         if dest in LAYER_PATTERN_DESTS and layer_pattern(dest, got, st.model.num_layers) == layer_pattern(
             dest, value, st.model.num_layers
         ):
