@@ -198,8 +198,9 @@ class ModelSpec(BaseModel):
     # usual one: SiLU gated, GELU plain). It moves no FLOP or byte the model counts; a launch config
     # must write it.
     mlp_act: str | None = None
-    # Rotary settings, which move nothing the model counts (the rotary kernel's bytes are counted
-    # over whole heads) but which a launch config must write: the base (rope_theta; None: not
+    # Rotary settings, which move nothing the model counts (a partial rotary kernel still reads and
+    # writes whole heads: Transformer Engine d0067d0d common/fused_rope/fused_rope.cu rotates d2 of
+    # d and "copies the rest") but which a launch config must write: the base (rope_theta; None: not
     # stated, the framework's default), the rotated share of each head (partial_rotary_factor,
     # rotary_pct) and the config's RoPE scaling in words (rope_scaling; None: none).
     rope_theta: float | None = Field(default=None, gt=0)
