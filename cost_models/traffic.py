@@ -168,8 +168,10 @@ def linear_blocks(model: ModelSpec, dispatcher: bool) -> tuple[tuple[float, floa
     mixers = [attention, (mamba, mamba_in / total, mamba_out / total)]
     if not dispatcher:
         # MLP blocks per layer: 1 in a transformer decoder, whose per-block widths are the mean's
+        # (none in a pure Mamba-2 model)
         mlp_blocks = mlp_share + share if model.is_hybrid else 1.0
-        blocks = [*mixers, (mlp_blocks, up * mlp_down / mlp_blocks / total, mlp_down / mlp_blocks / total)]
+        blocks = mixers if mlp_blocks == 0.0 else [*mixers, (mlp_blocks, up * mlp_down / mlp_blocks / total,
+                                                             mlp_down / mlp_blocks / total)]  # fmt: skip
         return tuple(block for block in blocks if block[0] > 0.0)
     blocks = [*mixers, (mlp_share, up * dense / total, dense / total)]
     if model.num_shared_experts:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import paraplan
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.flops import forward_flops_per_token
@@ -17,6 +18,7 @@ from paraplan.cost_models.layout import Framework, Layout
 from paraplan.cost_models.limits import Target, limit_checks
 from paraplan.cost_models.memory import mamba_saved_bytes
 from paraplan.cost_models.models import ModelSpec, load_hf_config, model_from_config
+from paraplan.cost_models.traffic import linear_blocks
 from paraplan.hardware_specs.loader import load_cluster
 from paraplan.launch.emitters import check_emitted, emit_launch
 from paraplan.launch.importer import layout_from_launch, read_launch_text
@@ -210,3 +212,18 @@ def test_transformer_shares_stay_exact() -> None:
     assert (m.attention_share, m.mamba_share, m.blocks_per_layer) == (1.0, 0.0, 2)
     assert m.dense_mlp_share == 1.0 - m.moe_share
     assert math.isclose(m.total_params, 46.7e9, rel_tol=0.01)
+
+
+def test_a_pure_mamba_model_is_priced_at_every_tp() -> None:
+    # Mamba-Codestral-7B has no attention and no MLP: its layer is one Mamba-2 block, whose in_proj
+    # (column-parallel) and out_proj (row-parallel) carry all of the layer's linear FLOPs. validate
+    # and optimize of it died with ZeroDivisionError on the absent MLP block.
+    model = _real("mamba-codestral-7b")
+    blocks = linear_blocks(model, dispatcher=False)
+    assert [count for count, _, _ in blocks] == [1.0]
+    assert math.isclose(sum(column + row for _, column, row in blocks), 1.0)
+    tp1 = paraplan.validate(model, 8, "h100-sxm", plan="TP1/PP1/DP8")
+    tp2 = paraplan.validate(model, 8, "h100-sxm", plan="TP2/PP1/DP4", sequence_parallel=True)
+    assert tp1.feasible and tp2.feasible
+    assert tp1.time_s.tp_comm == 0.0 < tp2.time_s.tp_comm
+    assert paraplan.optimize(model, "h100-sxm", 64, top=1).results[0].layouts
