@@ -977,6 +977,10 @@ def test_router_semantics_are_written_and_read_back() -> None:
     assert "--moe-router-pre-softmax" in text2 and float(_flag(text2, "--moe-router-topk-scaling-factor")) == 16.0
     plain = emit_launch("megatron", load_model("mixtral-8x7b"), Layout(dp=8, ep=8, global_batch=64))
     assert "--moe-router-pre-softmax" not in plain and "--moe-router-score-function" not in plain
+    # before, the expert bias went out without sigmoid scores: Megatron's TransformerConfig raises on that
+    softmax_bias = v3.model_copy(update={"router_score": "softmax", "name": "softmax-bias"})
+    with pytest.raises(InputError, match="model -- softmax-bias corrects its softmax router scores with a per-expert"):
+        emit_launch("megatron", softmax_bias, lay, Stack(main_grads="bf16"))
     unnormalised = v3.model_copy(update={"router_renorm": False, "name": "raw-sigmoid"})
     with pytest.raises(InputError, match="model -- raw-sigmoid's router keeps its top-8 sigmoid scores unnormalised"):
         emit_launch("megatron", unnormalised, lay, Stack(main_grads="bf16"))

@@ -445,7 +445,12 @@ def megatron_model_flags(
         flags += _megatron_router(m, no)
         if m.router_bias and not m.has_mlp_bias:
             # DeepSeek-V3's score-correction bias; a learned router bias (GPT-OSS) comes with the linear
-            # biases instead (d98e8a64 moe/router.py: the router's bias exists iff add_bias_linear)
+            # biases instead (d98e8a64 moe/router.py: the router's bias exists iff add_bias_linear).
+            # TransformerConfig raises on it with softmax scores ("Expert bias for aux-loss-free routing
+            # only supports 'sigmoid' and 'sqrtsoftplus'")
+            if m.router_score != "sigmoid":
+                no(f"{m.name} corrects its {m.router_score} router scores with a per-expert bias; Megatron-LM's "
+                   "expert bias needs sigmoid scores")  # fmt: skip
             flags.append(("--moe-router-enable-expert-bias", None))
         if m.expert_groups > 1:
             if m.experts_top_k % m.group_top_k:
