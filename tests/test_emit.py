@@ -954,6 +954,13 @@ def test_torchtitan_registry_config_needs_its_rope_base() -> None:
     other = load_model("llama3-8b").model_copy(update={"rope_theta": None, "name": "base10k"})
     text = emit_launch("torchtitan", other, lay)
     assert "--config paraplan_base10k" in text and "RoPE theta 10000" in text.replace("\n#  ", "")
+    # what the llama3 module cannot build is refused, not registered as a SwiGLU model
+    for update, words in (({"mlp_act": "gelu"}, "an MLP or norm other than SwiGLU"),
+                          ({"norm_zero_centered": True}, "an MLP or norm other than SwiGLU"),
+                          ({"rotary_fraction": 0.5}, "partial rotary embeddings")):  # fmt: skip
+        odd = load_model("llama3-8b").model_copy(update={**update, "name": "odd"})
+        with pytest.raises(InputError, match=f"model -- odd has {words}"):
+            emit_launch("torchtitan", odd, lay)
 
 
 def test_router_semantics_are_written_and_read_back() -> None:

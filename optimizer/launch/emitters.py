@@ -943,8 +943,11 @@ def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
         why.append("mixture-of-experts or latent attention (torchtitan's llama3 module is dense, with GQA)")
     if m.is_hybrid:
         why.append("Mamba-2 layers (torchtitan has no Mamba model; frameworks.HYBRID)")
-    if m.mlp != "gated" or m.layernorm or not m.norm_affine or m.norms_per_layer != 2:
+    swiglu = m.mlp == "gated" and m.mlp_act in (None, "silu", "swish")
+    if not swiglu or m.layernorm or not m.norm_affine or m.norm_zero_centered or m.norms_per_layer != 2:
         why.append("an MLP or norm other than SwiGLU with two RMSNorms per layer")
+    if m.rotary_fraction != 1.0 or m.attention_sinks:
+        why.append("partial rotary embeddings or attention sinks")
     if m.learned_positions or m.linear_bias or m.has_qkv_bias or m.has_out_bias or m.has_mlp_bias:
         why.append("learned positions or linear biases")
     if m.qk_norm != "none" or m.sliding_window is not None or m.tied_embeddings or m.dropout:
@@ -970,8 +973,7 @@ def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
                            f"{scaled}"]  # fmt: skip
     theta = m.rope_theta if m.rope_theta is not None else ROPE_THETA_DEFAULT
     dims = (f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, {m.num_kv_heads} KV heads, "
-            f"SwiGLU width {m.ffn_hidden_size}, vocabulary {m.vocab_size}, RoPE theta {theta:g}"
-            f"{'' if m.rotary_fraction == 1.0 else f' on {m.rotary_fraction:g} of each head'}")  # fmt: skip
+            f"SwiGLU width {m.ffn_hidden_size}, vocabulary {m.vocab_size}, RoPE theta {theta:g}")  # fmt: skip
     comments = [
         f"# --config {name}: torchtitan {TORCHTITAN_VERSION} has no registry config for {m.name}; register one in "
         "torchtitan/models/llama3/config_registry.py (the model belongs to the config, not to the flags):",
