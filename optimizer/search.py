@@ -38,7 +38,7 @@ from paraplan.cost_models.evaluate import Evaluation
 from paraplan.cost_models.layout import DEGREES, KNOBS, SETTINGS, Layout, layout_words
 from paraplan.cost_models.limits import BY_NAME, Target, host_message, memory_message
 from paraplan.cost_models.units import SECONDS_PER_DAY
-from paraplan.space import TRADING, Bounds
+from paraplan.space import TRADING, Bounds, SpaceTooLarge
 
 if TYPE_CHECKING:
     from paraplan.question import Question
@@ -284,13 +284,59 @@ def expansion_needed(base: Evaluation, cons: Constraints, top: int, usd_per_gpu_
     return need
 
 
+def _variants(question: Question, base: Evaluation, chosen: np.ndarray) -> Layouts:
+    """The trading variants of the cores `chosen` (rows of `base`), per GPU count."""
+    gpus = base.layouts.gpus[chosen]
+    return Layouts.concat([question.expansion(base.layouts.take(chosen[gpus == n]), int(n)) for n in np.unique(gpus)])
+
+
+# Cores expanded together where expanding every needed core at once would pass the space cap: a
+# core has at most recompute x recompute_layers x offload variants, a few dozen
+EXPANSION_CHUNK = 16_384
+
+
+def complete_ranked(question: Question, base: Evaluation, need: BoolArray, cons: Constraints, top: int,
+                    usd_per_gpu_hour: float | None) -> Evaluation:  # fmt: skip
+    """`complete`, or, where expanding every core in `need` at once would pass the space cap
+    (`space.MAX_ROWS`; DeepSeek-V3 on 64 H100, whose cores all need recompute or offload to fit),
+    the same top k by bound: a variant is never better than its core (`expansion_needed`), so the
+    cores are expanded best first, a chunk at a time, until the k-th best found beats the next
+    core. Only the variants that could matter are priced; the answer is that of the whole space."""
+    try:
+        return complete(question, base, need)
+    except SpaceTooLarge:
+        pass
+    objective = objective_values(base, usd_per_gpu_hour)
+    chosen = np.nonzero(need)[0]
+    chosen = chosen[np.argsort(objective[chosen], kind="stable")]
+    parts = [base]
+    found = rank(base, cons, top, usd_per_gpu_hour)
+    bound = np.inf
+    start, size = 0, EXPANSION_CHUNK
+    while start < len(chosen) and objective[chosen[start]] <= bound * (1 + TIE):
+        chunk = chosen[start : start + size]
+        chunk = chunk[objective[chunk] <= bound * (1 + TIE)]
+        try:
+            variants = _variants(question, base, chunk)
+        except SpaceTooLarge:
+            if size == 1:
+                raise
+            size = max(1, size // 2)
+            continue
+        start += size
+        if len(variants):
+            parts.append(question.evaluate(variants))
+            found = rank(Evaluation.concat(parts), cons, top, usd_per_gpu_hour)
+        if len(found.groups) == top:
+            ranked = Evaluation.concat(parts)
+            bound = float(objective_values(ranked, usd_per_gpu_hour, found.groups[-1][:1])[0])
+    return Evaluation.concat(parts)
+
+
 def complete(question: Question, base: Evaluation, need: BoolArray, known: Evaluation | None = None) -> Evaluation:
     """`base` joined with the trading variants of the cores in `need`, each evaluated once; those
     already in `known` (one plan's candidates, priced before) are taken from it."""
-    chosen = np.nonzero(need)[0]
-    gpus = base.layouts.gpus[chosen]
-    parts = [question.expansion(base.layouts.take(chosen[gpus == n]), int(n)) for n in np.unique(gpus)]
-    variants = Layouts.concat(parts)
+    variants = _variants(question, base, np.nonzero(need)[0])
     if len(variants) == 0:
         return base
     if known is None:
@@ -354,7 +400,9 @@ def _rank_space(question: Question, counts: Sequence[int], cons: Constraints, to
         if per_count:
             for n in counts:
                 need |= expansion_needed(base, cons, 1, usd_per_gpu_hour, subset=base.gpus == n)
-        combined = complete(question, base, need)
+            combined = complete(question, base, need)  # the best of every count: no single bound
+        else:
+            combined = complete_ranked(question, base, need, cons, top, usd_per_gpu_hour)
         return rank(combined, cons, top, usd_per_gpu_hour)
     floor = step_floor_s(question)
     done: list[Evaluation] = []
@@ -364,7 +412,7 @@ def _rank_space(question: Question, counts: Sequence[int], cons: Constraints, to
         if floor / n > bound * (1 + TIE):
             continue  # no layout of n GPUs can enter the top k
         base = question.evaluate(question.space(n, trading=False))
-        done.append(complete(question, base, expansion_needed(base, cons, top, None)))
+        done.append(complete_ranked(question, base, expansion_needed(base, cons, top, None), cons, top, None))
         mine = rank(done[-1], cons, top)
         best = sorted(best + [float(done[-1].step_time_s[g[0]]) for g in mine.groups])[:top]
         if len(best) == top:

@@ -15,7 +15,7 @@ objective (step time, or dollars per step) within 1e-9, and for top-k the k smal
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -519,3 +519,24 @@ def test_another_framework_is_suggested_only_with_the_settings_the_user_changed(
     loss = Question.of(mixtral, cluster, {"global_batch": 64}, {"dp_overlap": False}, 0.0)
     kept = _in_framework(loss, {"global_batch": 64}, Framework.TORCHTITAN)
     assert kept is not None and kept.stack.dp_overlap is False
+
+
+@pytest.mark.parametrize(("gpus", "objective"), [("32", "time"), ("16..64", "time"), ("32", "cost")])
+def test_an_expansion_past_the_cap_is_bounded_and_exact(monkeypatch: pytest.MonkeyPatch, gpus: str,
+                                                        objective: Literal["time", "cost"]) -> None:  # fmt: skip
+    # Llama 3 70B on A100-40GB: every core needs recompute or offload to fit (32 GPUs: 11,190
+    # cores, 93,885 variants). With the cap below the expansion, the variants are priced best
+    # core first, in chunks, until the k-th best beats the next core: the same top 5, fewer priced.
+    tokens = 1e11 if objective == "cost" else None
+    want = paraplan.optimize("llama3-70b", "a100-40g", gpus, top=5, objective=objective, tokens=tokens).results[0]
+    monkeypatch.setattr(paraplan.space, "MAX_ROWS", 40_000)
+    monkeypatch.setattr(paraplan.search, "EXPANSION_CHUNK", 200)
+    question = Question.of(load_model("llama3-70b"), load_cluster("a100-40g"), {"framework": "megatron"})
+    base = question.evaluate(question.space(32, trading=False))
+    with pytest.raises(SpaceTooLarge):  # the whole expansion at once passes the cap
+        paraplan.search.complete(question, base, np.ones(len(base), dtype=bool))
+    got = paraplan.optimize("llama3-70b", "a100-40g", gpus, top=5, objective=objective, tokens=tokens).results[0]
+    assert [(lay.layout, lay.step_time_s) for lay in got.layouts] == [
+        (lay.layout, lay.step_time_s) for lay in want.layouts
+    ]
+    assert got.solver.candidates < want.solver.candidates
