@@ -312,6 +312,8 @@ def complete_ranked(question: Question, base: Evaluation, need: BoolArray, cons:
     parts = [base]
     found = rank(base, cons, top, usd_per_gpu_hour)
     bound = np.inf
+    if len(found.groups) == top:
+        bound = float(objective_values(base, usd_per_gpu_hour, found.groups[-1][:1])[0])
     start, size = 0, EXPANSION_CHUNK
     while start < len(chosen) and objective[chosen[start]] <= bound * (1 + TIE):
         chunk = chosen[start : start + size]
