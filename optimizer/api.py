@@ -54,6 +54,7 @@ from paraplan.search import (
     best_per_count,
     closest,
     complete,
+    complete_bounded,
     expansion_needed,
     rank,
     rank_space,
@@ -157,8 +158,12 @@ def validate(
     )
     try:
         free_ev = complete(free, free_base, need, known=plan_ev)
-    except SpaceTooLarge as exc:
-        free_ev, not_searched = plan_ev.take(np.arange(0)), str(exc)
+    except SpaceTooLarge:
+        try:  # the optimum and the best single change by bound, each exact (`search.complete_bounded`)
+            free_ev = complete_bounded(free, free_base, need, Constraints(), 1, None,
+                                       subsets=(None, lambda ev: single_change_mask(ev, parsed)))  # fmt: skip
+        except SpaceTooLarge as exc:
+            free_ev, not_searched = plan_ev.take(np.arange(0)), str(exc)
     price = usd_per_gpu_hour(cluster)
     plan_rank = rank(plan_ev, Constraints(), 1)
     free_rank = rank(free_ev, Constraints(), 1)

@@ -299,27 +299,47 @@ def complete_ranked(question: Question, base: Evaluation, need: BoolArray, cons:
                     usd_per_gpu_hour: float | None) -> Evaluation:  # fmt: skip
     """`complete`, or, where expanding every core in `need` at once would pass the space cap
     (`space.MAX_ROWS`; DeepSeek-V3 on 64 H100, whose cores all need recompute or offload to fit),
-    the same top k by bound: a variant is never better than its core (`expansion_needed`), so the
-    cores are expanded best first, a chunk at a time, until the k-th best found beats the next
-    core. Only the variants that could matter are priced; the answer is that of the whole space."""
+    the same top k by bound (`complete_bounded`)."""
     try:
         return complete(question, base, need)
     except SpaceTooLarge:
-        pass
+        return complete_bounded(question, base, need, cons, top, usd_per_gpu_hour)
+
+
+RowsOf = Callable[[Evaluation], BoolArray]  # the rows of an evaluation that a criterion ranks
+
+
+def complete_bounded(question: Question, base: Evaluation, need: BoolArray, cons: Constraints, top: int,
+                     usd_per_gpu_hour: float | None, subsets: Sequence[RowsOf | None] = (None,)) -> Evaluation:  # fmt: skip
+    """`base` with the trading variants that can enter the top k of the whole space, or of each of
+    `subsets` (rows of an evaluation: validate's single changes), priced a chunk of cores at a
+    time. A variant is never better than its core (`expansion_needed`), so the cores are expanded
+    best first, each while it is at least as good as the k-th best found so far within a subset
+    it belongs to, and the rest is skipped: the answers are those of the whole space."""
     objective = objective_values(base, usd_per_gpu_hour)
     chosen = np.nonzero(need)[0]
     chosen = chosen[np.argsort(objective[chosen], kind="stable")]
+    members = [np.ones(len(base), dtype=bool) if s is None else s(base) for s in subsets]
     parts = [base]
-    found = rank(base, cons, top, usd_per_gpu_hour)
-    bound = np.inf
-    if len(found.groups) == top:
-        bound = float(objective_values(base, usd_per_gpu_hour, found.groups[-1][:1])[0])
+
+    def bounds() -> list[float]:
+        ev = Evaluation.concat(parts) if len(parts) > 1 else base
+        out = []
+        for s in subsets:
+            found = rank(ev, cons, top, usd_per_gpu_hour, subset=None if s is None else s(ev))
+            full = len(found.groups) == top
+            out.append(float(objective_values(ev, usd_per_gpu_hour, found.groups[-1][:1])[0]) if full else np.inf)
+        return out
+
+    limit = bounds()
     start, size = 0, EXPANSION_CHUNK
-    while start < len(chosen) and objective[chosen[start]] <= bound * (1 + TIE):
+    while start < len(chosen) and objective[chosen[start]] <= max(limit) * (1 + TIE):
         chunk = chosen[start : start + size]
-        chunk = chunk[objective[chunk] <= bound * (1 + TIE)]
+        wanted = np.zeros(len(chunk), dtype=bool)
+        for member, bound in zip(members, limit, strict=True):
+            wanted |= member[chunk] & (objective[chunk] <= bound * (1 + TIE))
         try:
-            variants = _variants(question, base, chunk)
+            variants = _variants(question, base, chunk[wanted])
         except SpaceTooLarge:
             if size == 1:
                 raise
@@ -328,10 +348,7 @@ def complete_ranked(question: Question, base: Evaluation, need: BoolArray, cons:
         start += size
         if len(variants):
             parts.append(question.evaluate(variants))
-            found = rank(Evaluation.concat(parts), cons, top, usd_per_gpu_hour)
-        if len(found.groups) == top:
-            ranked = Evaluation.concat(parts)
-            bound = float(objective_values(ranked, usd_per_gpu_hour, found.groups[-1][:1])[0])
+            limit = bounds()
     return Evaluation.concat(parts)
 
 

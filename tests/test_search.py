@@ -540,3 +540,19 @@ def test_an_expansion_past_the_cap_is_bounded_and_exact(monkeypatch: pytest.Monk
         (lay.layout, lay.step_time_s) for lay in want.layouts
     ]
     assert got.solver.candidates < want.solver.candidates
+
+
+@pytest.mark.parametrize("plan", ["TP8/PP4/DP1", "TP4/PP4/DP2", "TP2/PP8/DP2"])
+def test_validates_optimum_and_best_change_past_the_cap_are_exact(monkeypatch: pytest.MonkeyPatch, plan: str) -> None:
+    # validate's search has two goals, the optimum and the best single change: both are bounded
+    # separately once pricing every needed variant would pass the cap (as in the test above)
+    def answer(result: paraplan.ValidateResult) -> tuple[object, ...]:
+        opt, change = result.optimum, result.best_change
+        return (result.step_time_s, opt and (opt.layout, opt.step_time_s),
+                change and (change.change, change.layout, change.step_time_s), result.optimum_not_searched)  # fmt: skip
+
+    want = answer(paraplan.validate("llama3-70b", 32, "a100-40g", plan=plan))
+    monkeypatch.setattr(paraplan.space, "MAX_ROWS", 40_000)
+    monkeypatch.setattr(paraplan.search, "EXPANSION_CHUNK", 200)
+    assert answer(paraplan.validate("llama3-70b", 32, "a100-40g", plan=plan)) == want
+    assert want[1] is not None and want[2] is not None and want[3] is None
