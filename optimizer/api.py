@@ -53,8 +53,7 @@ from paraplan.search import (
     Ranking,
     best_per_count,
     closest,
-    complete,
-    complete_bounded,
+    complete_ranked,
     expansion_needed,
     rank,
     rank_space,
@@ -156,14 +155,11 @@ def validate(
     need = expansion_needed(free_base, Constraints(), 1, None) | expansion_needed(
         free_base, Constraints(), 1, None, subset=neighbours
     )
-    try:
-        free_ev = complete(free, free_base, need, known=plan_ev)
-    except SpaceTooLarge:
-        try:  # the optimum and the best single change by bound, each exact (`search.complete_bounded`)
-            free_ev = complete_bounded(free, free_base, need, Constraints(), 1, None,
-                                       subsets=(None, lambda ev: single_change_mask(ev, parsed)))  # fmt: skip
-        except SpaceTooLarge as exc:
-            free_ev, not_searched = plan_ev.take(np.arange(0)), str(exc)
+    try:  # past the cap, the optimum and the best single change each by bound (`search.complete_bounded`)
+        free_ev = complete_ranked(free, free_base, need, Constraints(), 1, None,
+                                  subsets=(None, lambda ev: single_change_mask(ev, parsed)), known=plan_ev)  # fmt: skip
+    except SpaceTooLarge as exc:
+        free_ev, not_searched = plan_ev.take(np.arange(0)), str(exc)
     price = usd_per_gpu_hour(cluster)
     plan_rank = rank(plan_ev, Constraints(), 1)
     free_rank = rank(free_ev, Constraints(), 1)

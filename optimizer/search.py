@@ -258,6 +258,15 @@ def violations(ev: Evaluation, i: int) -> list[str]:
 Subset = Callable[[Layouts], BoolArray]
 
 
+def kth_objective(ev: Evaluation, cons: Constraints, top: int, usd_per_gpu_hour: float | None,
+                  subset: BoolArray | None = None) -> float:  # fmt: skip
+    """The objective of the k-th best admitted answer of `ev` (within `subset`); inf with fewer."""
+    found = rank(ev, cons, top, usd_per_gpu_hour, subset=subset)
+    if len(found.groups) < top:
+        return float(np.inf)
+    return float(objective_values(ev, usd_per_gpu_hour, found.groups[-1][:1])[0])
+
+
 def expansion_needed(base: Evaluation, cons: Constraints, top: int, usd_per_gpu_hour: float | None,
                      subset: BoolArray | None = None) -> BoolArray:  # fmt: skip
     """The cores (rows of `base`, within `subset`) whose trading variants could enter the top k.
@@ -270,10 +279,7 @@ def expansion_needed(base: Evaluation, cons: Constraints, top: int, usd_per_gpu_
     variants.
     """
     inside = np.ones(len(base), dtype=bool) if subset is None else subset
-    first = rank(base, cons, top, usd_per_gpu_hour, subset=inside)
-    bound = np.inf
-    if len(first.groups) == top:
-        bound = float(objective_values(base, usd_per_gpu_hour, first.groups[-1][:1])[0])
+    bound = kth_objective(base, cons, top, usd_per_gpu_hour, inside)
     need = inside.copy()
     for name, mask in base.checks.items():
         if name != "memory" and not (name in BY_NAME and set(BY_NAME[name].knobs) & set(TRADING)):
@@ -290,23 +296,22 @@ def _variants(question: Question, base: Evaluation, chosen: np.ndarray) -> Layou
     return Layouts.concat([question.expansion(base.layouts.take(chosen[gpus == n]), int(n)) for n in np.unique(gpus)])
 
 
+RowsOf = Callable[[Evaluation], BoolArray]  # the rows of an evaluation that a criterion ranks
 # Cores expanded together where expanding every needed core at once would pass the space cap: a
 # core has at most recompute x recompute_layers x offload variants, a few dozen
 EXPANSION_CHUNK = 16_384
 
 
 def complete_ranked(question: Question, base: Evaluation, need: BoolArray, cons: Constraints, top: int,
-                    usd_per_gpu_hour: float | None) -> Evaluation:  # fmt: skip
+                    usd_per_gpu_hour: float | None, subsets: Sequence[RowsOf | None] = (None,),
+                    known: Evaluation | None = None) -> Evaluation:  # fmt: skip
     """`complete`, or, where expanding every core in `need` at once would pass the space cap
     (`space.MAX_ROWS`; DeepSeek-V3 on 64 H100, whose cores all need recompute or offload to fit),
-    the same top k by bound (`complete_bounded`)."""
+    the same top k of the whole space and of each of `subsets` by bound (`complete_bounded`)."""
     try:
-        return complete(question, base, need)
+        return complete(question, base, need, known)
     except SpaceTooLarge:
-        return complete_bounded(question, base, need, cons, top, usd_per_gpu_hour)
-
-
-RowsOf = Callable[[Evaluation], BoolArray]  # the rows of an evaluation that a criterion ranks
+        return complete_bounded(question, base, need, cons, top, usd_per_gpu_hour, subsets)
 
 
 def complete_bounded(question: Question, base: Evaluation, need: BoolArray, cons: Constraints, top: int,
@@ -324,12 +329,7 @@ def complete_bounded(question: Question, base: Evaluation, need: BoolArray, cons
 
     def bounds() -> list[float]:
         ev = Evaluation.concat(parts) if len(parts) > 1 else base
-        out = []
-        for s in subsets:
-            found = rank(ev, cons, top, usd_per_gpu_hour, subset=None if s is None else s(ev))
-            full = len(found.groups) == top
-            out.append(float(objective_values(ev, usd_per_gpu_hour, found.groups[-1][:1])[0]) if full else np.inf)
-        return out
+        return [kth_objective(ev, cons, top, usd_per_gpu_hour, None if s is None else s(ev)) for s in subsets]
 
     limit = bounds()
     start, size = 0, EXPANSION_CHUNK

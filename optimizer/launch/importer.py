@@ -912,19 +912,39 @@ def _megatron_model_check(meg: _Megatron) -> None:
     for flag, value in expected:
         arg = table[flag]
         want[arg.dest] = arg.flag_value(flag) if value is None else value
-    absent = {"swiglu": False, "quick_geglu": False, "squared_relu": False, "layernorm_zero_centered_gamma": False,
-              "moe_router_pre_softmax": False,
-              "untie_embeddings_and_output_weights": False,
-              "group_query_attention": False, "add_bias_linear": True, "add_qkv_bias": False}  # fmt: skip
-    for dest, default in absent.items():
-        want.setdefault(dest, default)
-    defaults_apply = {"normalization", "position_embedding_type", "swiglu", "quick_geglu", "squared_relu",
-                      "untie_embeddings_and_output_weights", "group_query_attention", "add_bias_linear",
-                      "add_qkv_bias", "attention_dropout", "hidden_dropout", "softmax_type", "glu_linear_offset",
-                      "activation_func_clamp_value", "window_attn_skip_freq", "moe_layer_freq", "rotary_base",
-                      "rotary_percent", "layernorm_epsilon", "layernorm_zero_centered_gamma",
-                      "moe_router_score_function", "moe_router_pre_softmax",
-                      "moe_router_topk_scaling_factor"}  # fmt: skip
+    # Flags whose absence from the file means Megatron-LM's default: compared even when not given. A
+    # value-less one the model does not need is expected at that default (e.g. no --swiglu).
+    defaults_apply = (
+        "normalization",
+        "position_embedding_type",
+        "swiglu",
+        "quick_geglu",
+        "squared_relu",
+        "untie_embeddings_and_output_weights",
+        "group_query_attention",
+        "add_bias_linear",
+        "add_qkv_bias",
+        "attention_dropout",
+        "hidden_dropout",
+        "softmax_type",
+        "glu_linear_offset",
+        "activation_func_clamp_value",
+        "window_attn_skip_freq",
+        "moe_layer_freq",
+        "rotary_base",
+        "rotary_percent",
+        "layernorm_epsilon",
+        "layernorm_zero_centered_gamma",
+        "moe_router_score_function",
+        "moe_router_pre_softmax",
+        "moe_router_topk_scaling_factor",
+    )
+    by_dest: dict[str, MegatronArg] = {}
+    for arg in table.values():
+        by_dest.setdefault(arg.dest, arg)
+    for dest in defaults_apply:
+        if not by_dest[dest].takes_value:
+            want.setdefault(dest, by_dest[dest].default)
     mismatches = []
     for dest, value in want.items():
         if dest == "moe_token_dispatcher_type":  # a stack setting: _megatron_dispatcher reads it
@@ -933,7 +953,7 @@ def _megatron_model_check(meg: _Megatron) -> None:
             continue  # only the softmax router reads it (moe_utils.py); Megatron-Bridge sets it for DeepSeek-V3
         if dest == "max_position_embeddings" and not st.model.learned_positions:
             continue
-        spec = next((a for a in table.values() if a.dest == dest), None)
+        spec = by_dest.get(dest)
         if dest in defaults_apply:
             got = meg.dests.get(dest, spec.default if spec is not None else None)
         elif meg.has(dest):
