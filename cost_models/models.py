@@ -120,7 +120,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -204,12 +204,12 @@ class ModelSpec(BaseModel):
     # stated, the framework's default), the rotated share of each head (partial_rotary_factor,
     # rotary_pct) and the config's RoPE scaling in words (rope_scaling; None: none).
     rope_theta: float | None = Field(default=None, gt=0)
+    rotary_fraction: float = Field(default=1.0, gt=0, le=1)
+    rope_scaling: str | None = None
     # The norms' epsilon (None: not stated) and Nemotron's zero-centred LayerNorm (LayerNorm1P: the
     # weight stored as w - 1); like the rotary settings they move no count, a launch config writes them
     norm_eps: float | None = Field(default=None, gt=0, lt=1)
     norm_zero_centered: bool = False
-    rotary_fraction: float = Field(default=1.0, gt=0, le=1)
-    rope_scaling: str | None = None
     final_norm: bool = True
     embedding_norm: bool = False  # BLOOM's word_embeddings_layernorm
     embed_dim: int | None = Field(default=None, ge=1, le=MAX_WIDTH)  # OPT word_embed_proj_dim
@@ -978,6 +978,29 @@ _NO_BIAS: BiasSpec = (None, False)
 _BIAS: BiasSpec = (None, True)
 
 
+# GPT-OSS's experts gate with their own GLU whatever hidden_act says (transformers gpt_oss
+# GptOssExperts._apply_gate: gate * sigmoid(1.702 gate) * (up + 1), both halves clamped at
+# swiglu_limit)
+GPT_OSS_GLU = "gpt_oss_glu"
+
+
+class _Router(NamedTuple):
+    """A config class's MoE router where a config leaves its keys out, and the keys the class reads
+    (`ModelSpec.router_score`, `router_renorm`, `router_scale`; transformers' config classes)."""
+
+    score: Literal["softmax", "sigmoid"] = "softmax"
+    renorm: bool = True  # norm_topk_prob
+    scale: float = 1.0  # routed_scaling_factor
+    reads: tuple[str, ...] = ("scoring_func", "norm_topk_prob", "routed_scaling_factor")
+
+
+_ROUTER = _Router()  # LlamaConfig-style: softmax, renormalised, unscaled, every key read
+# Classes whose router fixes the score function (DeepSeek-V3's and Llama 4's sigmoid), and also the
+# renormalisation (Mixtral's and GPT-OSS's softmax over the top-k logits)
+_FIXED_SCORE = ("norm_topk_prob", "routed_scaling_factor")
+_FIXED_SCORE_AND_RENORM = ("routed_scaling_factor",)
+
+
 @dataclass(frozen=True)
 class _Family:
     """One model_type, as its transformers config class defaults it and its modeling code builds it."""
@@ -1011,6 +1034,12 @@ class _Family:
     sliding_default: int | None = None
     layer_types: bool = False  # whether the config class reads an explicit `layer_types` list
     chunked: bool = False  # Llama 4: chunked (RoPE) and full (NoPE) attention layers
+    # what a launch config writes of the model, where a config leaves its keys out
+    act_default: str | None = None  # the MLP activation (None: the MLP kind's usual one)
+    reads_act: bool = True  # False: the class runs its own activation whatever hidden_act says
+    rope_theta_default: float | None = None  # None: LlamaConfig's 10000, the frameworks' default
+    zero_centered_norm: bool = False  # NemotronLayerNorm1P
+    router: _Router = _ROUTER
 
 
 _MLP_BIAS_KEY: BiasSpec = ("mlp_bias", False)
@@ -1027,19 +1056,20 @@ FAMILIES: dict[str, _Family] = {
                        qkv_bias=_NO_BIAS, out_bias=_NO_BIAS, sliding="all", sliding_default=4096),
     "mixtral": _Family("MixtralConfig", "gated", "rms", tie=False, kv_default=8, ffn_default=14336,
                        qkv_bias=_NO_BIAS, out_bias=_NO_BIAS, moe="mixtral",
-                       moe_defaults={"experts": 8, "top_k": 2}, sliding="all"),
+                       moe_defaults={"experts": 8, "top_k": 2}, sliding="all", rope_theta_default=1e6,
+                       router=_Router(reads=_FIXED_SCORE_AND_RENORM)),
     # Qwen2: q/k/v biases hard-wired on, o_proj without
     "qwen2": _Family("Qwen2Config", "gated", "rms", tie=False, kv_default=32, ffn_default=22016,
                      qkv_bias=_BIAS, out_bias=_NO_BIAS, sliding="qwen2", layer_types=True),
     "qwen2_moe": _Family("Qwen2MoeConfig", "gated", "rms", tie=False, kv_default=16, ffn_default=5632,
                          qkv_bias=("qkv_bias", True), out_bias=_NO_BIAS, moe="qwen2_moe",
                          moe_defaults={"experts": 60, "top_k": 4, "width": 1408, "shared_width": 5632},
-                         sliding="qwen2_moe", layer_types=True),
+                         sliding="qwen2_moe", layer_types=True, router=_Router(renorm=False)),
     "qwen3": _Family("Qwen3Config", "gated", "rms", tie=False, kv_default=32, ffn_default=22016,
                      head_dim_default=128, qk_norm="head", sliding="qwen2", layer_types=True),
     "qwen3_moe": _Family("Qwen3MoeConfig", "gated", "rms", tie=False, kv_default=4, ffn_default=6144,
                          qk_norm="head", moe="qwen3_moe", moe_defaults={"experts": 128, "top_k": 8, "width": 768},
-                         sliding="qwen3_moe"),
+                         sliding="qwen3_moe", router=_Router(renorm=False)),
     # Gemma: tied, head_dim 256; Gemma 2/3: four norms a layer, local/global sliding layers
     "gemma": _Family("GemmaConfig", "gated", "rms", tie=True, kv_default=16, ffn_default=24576, head_dim_default=256,
                      out_bias=_ATTN_BIAS),
@@ -1053,10 +1083,10 @@ FAMILIES: dict[str, _Family] = {
     # DeepSeek: MLA + DeepSeekMoE (shared experts, leading dense layers)
     "deepseek_v2": _Family("DeepseekV2Config", "gated", "rms", tie=False, ffn_default=11008, moe="deepseek",
                            moe_defaults={"experts": 64, "width": 1407, "shared": 2, "first_dense": 0},
-                           mla="deepseek"),
+                           mla="deepseek", router=_Router(renorm=False)),
     "deepseek_v3": _Family("DeepseekV3Config", "gated", "rms", tie=False, ffn_default=18432, moe="deepseek",
                            moe_defaults={"experts": 256, "top_k": 8, "width": 2048, "shared": 1, "first_dense": 3},
-                           mla="deepseek"),
+                           mla="deepseek", router=_Router("sigmoid", True, 2.5, _FIXED_SCORE)),
     # GPT-2 family keys; tied; learned positions; biases everywhere
     "gpt2": _Family("GPT2Config", "plain", "layernorm", tie=True, kv=(), ffn=("n_inner",), ffn_default="4h",
                     head_dim_key=False, max_pos=("n_positions", "max_position_embeddings", "n_ctx"),
@@ -1081,7 +1111,7 @@ FAMILIES: dict[str, _Family] = {
                     out_bias=_NO_BIAS, mlp_bias=_BIAS, lm_head_bias=True, norms_per_layer=1,
                     hidden=_GPT2_HIDDEN, layers=_GPT2_LAYERS, heads=_GPT2_HEADS),
     "nemotron": _Family("NemotronConfig", "plain", "layernorm", tie=False, ffn_default=24576,
-                        mlp_bias=("mlp_bias", False)),
+                        mlp_bias=("mlp_bias", False), act_default="relu2", zero_centered_norm=True),
     "starcoder2": _Family("Starcoder2Config", "plain", "layernorm", tie=True, kv_default=2, ffn_default=12288,
                           qkv_bias=("use_bias", True), out_bias=("use_bias", True), mlp_bias=("use_bias", True),
                           sliding="all"),
@@ -1095,13 +1125,15 @@ FAMILIES: dict[str, _Family] = {
                        head_dim_default=64, max_pos_default=131072, qkv_bias=("attention_bias", True),
                        out_bias=("attention_bias", True), mlp_bias=_BIAS, moe="mixtral",
                        moe_defaults={"experts": 128, "top_k": 4}, sliding="gemma2", sliding_default=128,
-                       layer_types=True),
+                       layer_types=True, act_default=GPT_OSS_GLU, reads_act=False, rope_theta_default=150000.0,
+                       router=_Router(reads=_FIXED_SCORE_AND_RENORM)),
     # Llama4TextConfig: routed + one shared expert of width intermediate_size on the MoE layers, a
     # dense MLP of width intermediate_size_mlp elsewhere; chunked attention on the RoPE layers;
     # its q/k norm is an L2 norm without weights (no parameters); attention_bias on q, k, v and o
     "llama4_text": _Family("Llama4TextConfig", "gated", "rms", tie=False, kv_default=8, ffn_default=8192,
                            head_dim_default=128, max_pos_default=4096 * 32, moe="llama4",
-                           moe_defaults={"experts": 16, "top_k": 1}, chunked=True),
+                           moe_defaults={"experts": 16, "top_k": 1}, chunked=True,
+                           router=_Router("sigmoid", reads=_FIXED_SCORE)),
 }  # fmt: skip
 
 # Unknown model_type with llama-style keys: LlamaConfig rules plus every math key paraplan models.
@@ -1536,35 +1568,21 @@ def _moe(r: _Reader, fam: _Family, layers: int, hidden: int, dense_ffn: int) -> 
     return out
 
 
-# Each MoE config class's router, where a config leaves the keys out (transformers): DeepseekV3Config
-# sigmoid scores, norm_topk_prob True, routed_scaling_factor 2.5; DeepseekV2Config scoring_func
-# "softmax", False, 1.0; Qwen2MoeConfig and Qwen3MoeConfig norm_topk_prob False; Llama 4's router a
-# sigmoid of its top-1 logit; Mixtral and GPT-OSS renormalise their top-k (a softmax over the top-k
-# logits). (score, renormalised, scale)
-_ROUTER_DEFAULTS: dict[str, tuple[str, bool, float]] = {
-    "DeepseekV3": ("sigmoid", True, 2.5),
-    "DeepseekV2": ("softmax", False, 1.0),
-    "Qwen2Moe": ("softmax", False, 1.0),
-    "Qwen3Moe": ("softmax", False, 1.0),
-    "Llama4": ("sigmoid", True, 1.0),
-}
-
-
 def _router(r: _Reader, fam: _Family) -> dict[str, Any]:
     """The router's score function, top-k renormalisation and scale (`ModelSpec.router_score`,
-    `router_renorm`, `router_scale`), as the config states them or its class defaults them."""
-    score, renorm, scale = next(
-        (v for prefix, v in _ROUTER_DEFAULTS.items() if fam.cls.startswith(prefix)), ("softmax", True, 1.0)
-    )
-    if not fam.cls.startswith(("DeepseekV3", "Llama4", "Mixtral", "GptOss")):  # those classes fix the score
-        found = r.find(("scoring_func",))
-        if found is not None:
-            if found[1] not in ("softmax", "sigmoid"):
-                raise InputError(f"model config 'scoring_func' = {_short(found[1])}: only softmax and sigmoid routers "
-                                 "are modelled")  # fmt: skip
-            score = found[1]
+    `router_renorm`, `router_scale`), as the config states the keys its class reads (`_Router`:
+    transformers' DeepseekV3Config defaults sigmoid, norm_topk_prob True, routed_scaling_factor 2.5;
+    DeepseekV2Config scoring_func "softmax", False, 1.0; Qwen2MoeConfig and Qwen3MoeConfig
+    norm_topk_prob False; Llama 4's router a sigmoid of its top-1 logit)."""
+    score, renorm, scale, reads = fam.router
+    found = r.find(("scoring_func",)) if "scoring_func" in reads else None
+    if found is not None:
+        if found[1] not in ("softmax", "sigmoid"):
+            raise InputError(f"model config 'scoring_func' = {_short(found[1])}: only softmax and sigmoid routers "
+                             "are modelled")  # fmt: skip
+        score = found[1]
     found = r.find(("norm_topk_prob",))
-    renorm = renorm if found is None or fam.cls.startswith(("Mixtral", "GptOss")) else bool(found[1])
+    renorm = renorm if found is None or "norm_topk_prob" not in reads else bool(found[1])
     found = r.find(("routed_scaling_factor",))
     scale = scale if found is None else _checked_float(*found, 0.0, 1000.0)
     return {"router_score": score, "router_renorm": renorm, "router_scale": scale}
@@ -1764,28 +1782,13 @@ def _sliding(r: _Reader, fam: _Family, layers: int) -> dict[str, Any]:
     return {"sliding_window": window, "sliding_layer_ids": tuple(ids)} if ids else {}
 
 
-# GPT-OSS's experts gate with their own GLU whatever hidden_act says (transformers gpt_oss
-# GptOssExperts._apply_gate: gate * sigmoid(1.702 gate) * (up + 1), both halves clamped at
-# swiglu_limit); the config classes whose default activation is not their MLP kind's usual one
-# (NemotronConfig hidden_act "relu2").
-GPT_OSS_GLU = "gpt_oss_glu"
-_ACT_DEFAULTS: dict[str, str] = {"nemotron": "relu2"}
-
-
-def _mlp_act(r: _Reader, family_name: str) -> str | None:
-    """The MLP activation the config names (`ModelSpec.mlp_act`)."""
+def _mlp_act(r: _Reader, fam: _Family) -> str | None:
+    """The MLP activation the config names, or its class's (`ModelSpec.mlp_act`)."""
     found = r.find(("hidden_act", "hidden_activation", "activation_function"))
-    if family_name == "gpt_oss":
-        return GPT_OSS_GLU
-    return str(found[1]) if found is not None else _ACT_DEFAULTS.get(family_name)
+    return str(found[1]) if found is not None and fam.reads_act else fam.act_default
 
 
-# Config classes whose rope_theta default is not LlamaConfig's 10000 (transformers MixtralConfig
-# 1e6, GptOssConfig 150000), for a config that leaves the key out.
-_THETA_DEFAULTS: dict[str, float] = {"mixtral": 1e6, "gpt_oss": 150000.0}
-
-
-def _rotary(r: _Reader, family_name: str, head_dim: int) -> dict[str, Any]:
+def _rotary(r: _Reader, fam: _Family, head_dim: int) -> dict[str, Any]:
     """The rotary settings a launch config writes (`ModelSpec.rope_theta`, `rotary_fraction`,
     `rope_scaling`), read as the config classes read them: rope_theta (GPT-NeoX rotary_emb_base;
     transformers 5's rope_parameters dict holds it and the scaling), partial_rotary_factor or
@@ -1795,7 +1798,7 @@ def _rotary(r: _Reader, family_name: str, head_dim: int) -> dict[str, Any]:
     found = r.find(("rope_theta", "rotary_emb_base"))
     if found is None and params.get("rope_theta") is not None:
         found = ("rope_parameters.rope_theta", params["rope_theta"])
-    theta = _checked_float(*found, 0.0, 1e30) if found is not None else _THETA_DEFAULTS.get(family_name)
+    theta = _checked_float(*found, 0.0, 1e30) if found is not None else fam.rope_theta_default
     share = r.find(("partial_rotary_factor", "rotary_pct"))
     dims = r.find(("rotary_dim",))
     fraction = 1.0
@@ -2065,10 +2068,10 @@ def model_from_config(config: dict[str, Any], name: str) -> ModelSpec:
             attention_sinks=family_name == "gpt_oss",
             # GptOssConfig.swiglu_limit (default 7.0; transformers GptOssExperts clamps with it)
             glu_clamp=config.get("swiglu_limit", 7.0) if family_name == "gpt_oss" else None,
-            mlp_act=_mlp_act(r, family_name),
-            **_rotary(r, family_name, fields.get("head_dim", head_dim)),
+            mlp_act=_mlp_act(r, fam),
+            **_rotary(r, fam, fields.get("head_dim", head_dim)),
             norm_eps=_norm_eps(r),
-            norm_zero_centered=family_name == "nemotron",  # transformers NemotronLayerNorm1P
+            norm_zero_centered=fam.zero_centered_norm,
             embed_dim=embed_dim,
             dropout=dropout,
             warnings=tuple(r.warnings),
