@@ -773,9 +773,11 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
         layer_bwd = layer_bwd + model.mamba_share * mixer_bwd
     op_level = 0.5 * gemms + elementwise + (0.0 if stack.attention_saved else attention)
     modules = selective_recompute_fwd_s(model, lay, cluster, stack, tokens, attention, permute_fwd)
-    # DeepSpeed's selective is the attention core (frameworks `selective`), Megatron's its modules
+    # DeepSpeed's selective is the unfused attention core, nothing under flash attention (frameworks
+    # `selective`), Megatron's its modules
+    unfused_core = np.zeros_like(attention) if stack.flash_attention else attention
     selective = np.where(lay.framework == Framework.TORCHTITAN, op_level,
-                         np.where(lay.framework == Framework.MEGATRON, modules, attention))  # fmt: skip
+                         np.where(lay.framework == Framework.MEGATRON, modules, unfused_core))  # fmt: skip
     layer_recompute = np.where(
         lay.recompute == Recompute.FULL,
         lay.full_recompute_share(model.num_layers) * layer_fwd,

@@ -32,6 +32,17 @@ DeepSpeed 0.19.8 (PyPI), `deepspeed/runtime/pipe/engine.py` and `runtime/zero/co
   * ZeRO-Offload (offload_optimizer, stages 1-3) and ZeRO-Infinity parameter offload
     (offload_param, stage 3 only).
   * Gradients in the training dtype (bf16) by default.
+  The model runs in Megatron-DeepSpeed's pretrain_gpt.py (deepspeedai/Megatron-DeepSpeed at 6acc370a,
+  the script paraplan's DeepSpeed launch writes; `megatron/`):
+  * Under --deepspeed the asynchronous TP all-reduce is off (arguments.py: "DeepSpeed seems to be
+    incompatible with async_tensor_model_parallel_allreduce"): without sequence parallelism the
+    backward's TP all-reduces wait (`tp_allreduce_overlap`); the sequence-parallel backward still
+    reduce-scatters under the weight-gradient GEMM (core/tensor_parallel/layers.py).
+  * Selective recompute checkpoints the attention core of its unfused CoreAttention only
+    (model/transformer.py ParallelAttention sets checkpoint_core_attention without flash
+    attention): with flash attention it recomputes nothing (`selective` "unfused_core_attention").
+  * Grouped-query attention repeats K and V to every query head before attention
+    (ParallelAttention.repeat_kv), flash or not: `Stack.kv_repeated` on by default.
 torchtitan 0.3.0 (PyPI), `torchtitan/config/job_config.py` and `distributed/`:
   * FSDP2 shards the fp32 parameters (they are the optimizer's master weights), reduces
     gradients in fp32 and keeps Adam's two moments (8 bytes/param): ZeRO-3, or ZeRO-2 when the
@@ -111,10 +122,11 @@ class FrameworkSpec:
     pp_defers_grad_sync: bool  # with PP > 1, unsharded gradients accumulate; one reduce-scatter per step
     pp_recv_buffers: bool  # with PP > 1, receive buffers for every micro-batch persist (see module docstring)
     sp_regathers_input: bool  # sequence parallel: column-parallel inputs all-gathered again in the backward
+    tp_allreduce_overlap: bool  # without SP, the backward TP all-reduce runs under the weight-gradient GEMM
     cp_sdpa_merge: bool  # CP runs one SDPA call per step and merges the outputs in fp32 (PyTorch's CP)
     block_recompute: bool  # Megatron's block method: full recompute of N layers per chunk
     even_split_divides: bool  # an even pipeline split needs PP x VPP to divide the layers
-    selective: str  # what "selective" recomputes: "core_attention" or "op" (see module docstring)
+    selective: str  # what "selective" recomputes: "core_attention", "unfused_core_attention" or "op" (docstring)
     param_bytes: int  # bytes per parameter of the parameters as stored (bf16 2, FSDP2 fp32 4)
     optimizer_bytes: int  # bytes per parameter of the optimizer states on top of them
     params_sharded_from: int  # ZeRO stage from which the parameters themselves are sharded
@@ -430,8 +442,8 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         Stack(main_grads="fp32"), zero_stages=frozenset({0, 1, 2, 3}), zero_with_pp=3, interleaved=True,
         cp_comms=frozenset(CpComm), offloads=frozenset({Offload.NONE, Offload.OPTIMIZER}),
         optimizer_offload_zero=frozenset({1}),
-        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True, cp_sdpa_merge=False,
-        block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
+        precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True, tp_allreduce_overlap=True,
+        cp_sdpa_merge=False, block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
@@ -443,11 +455,12 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
     ),
     Framework.DEEPSPEED: FrameworkSpec(
         Framework.DEEPSPEED, "DeepSpeed", "0.19.8",
-        Stack(main_grads="bf16", tp_overlap=True, p2p_overlap=False), zero_stages=frozenset({0, 1, 2, 3}),
+        Stack(main_grads="bf16", tp_overlap=True, p2p_overlap=False, kv_repeated=True), zero_stages=frozenset({0, 1, 2, 3}),
         zero_with_pp=1, interleaved=False, cp_comms=frozenset(), offloads=frozenset(Offload),
         optimizer_offload_zero=frozenset({1, 2, 3}),
         precisions=frozenset({Precision.BF16, Precision.FP16}), uneven_split=False, cp_shards=False,
-        pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True, cp_sdpa_merge=False, block_recompute=False, even_split_divides=False, selective="core_attention", param_bytes=2,
+        pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True, tp_allreduce_overlap=False,
+        cp_sdpa_merge=False, block_recompute=False, even_split_divides=False, selective="unfused_core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
         loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
@@ -464,7 +477,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         zero_stages=frozenset({0, 2, 3}),
         zero_with_pp=3, interleaved=True, cp_comms=frozenset({CpComm.ALLGATHER}),
         offloads=frozenset({Offload.NONE, Offload.ALL}), optimizer_offload_zero=frozenset(), precisions=frozenset({Precision.BF16, Precision.FP8}),
-        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, pp_recv_buffers=True, sp_regathers_input=False, cp_sdpa_merge=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
+        uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, pp_recv_buffers=True, sp_regathers_input=False, tp_allreduce_overlap=True, cp_sdpa_merge=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
         loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
         tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
@@ -575,6 +588,12 @@ def offload_unsupported(lay: Layouts) -> BoolArray:
 def deferred_grad_sync(lay: Layouts) -> BoolArray:
     """Gradients kept whole across a pipelined step and reduced once (`pp_defers_grad_sync`)."""
     return per_framework(lay, lambda fs, x: (x.pp > 1) & fs.pp_defers_grad_sync)
+
+
+def tp_allreduce_overlap(lay: Layouts) -> FloatArray:
+    """1 where the backward TP all-reduce of a layout without sequence parallelism runs under the
+    weight-gradient GEMM (`FrameworkSpec.tp_allreduce_overlap`), else 0."""
+    return per_framework_value(lay, lambda fs: 1.0 if fs.tp_allreduce_overlap else 0.0)
 
 
 def sp_regathers_input(lay: Layouts) -> FloatArray:
@@ -744,7 +763,11 @@ def a2a_overlap_unsupported(lay: Layouts, is_moe: bool, modules: frozenset[str])
 
 
 # What `selective` recompute means in each framework's own words (FrameworkSpec.selective).
-SELECTIVE_WORDS = {"core_attention": "core attention", "op": "its per-op policy"}
+SELECTIVE_WORDS = {
+    "core_attention": "core attention",
+    "unfused_core_attention": "core attention, unless it is flash attention",
+    "op": "its per-op policy",
+}
 # Where a setting a FrameworkSpec field of the same name allows (mtp, token_drop, cpu_checkpointing)
 # can run: the flags of the framework that has it.
 _RUNS_IT: dict[str, str] = {

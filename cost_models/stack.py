@@ -55,7 +55,8 @@ the last stage holds those of its earlier micro-batches (`memory.stage_output_by
 torchtitan/models/llama/model.py `Attention.forward`: `keys = repeat_kv(xk, self.n_rep)` before
 `F.scaled_dot_product_attention`), so the attention saves, and context parallelism all-gathers,
 K/V of a heads, not g (`memory.cp_gathered_kv_bytes`, `traffic.cp_per_layer_s`). torchtitan passes
-enable_gqa instead from ff0829c10 (2026-01-27, "GQA without kv repeats").
+enable_gqa instead from ff0829c10 (2026-01-27, "GQA without kv repeats"). Megatron-DeepSpeed repeats
+them too (megatron/model/transformer.py `ParallelAttention.repeat_kv` at 6acc370a): DeepSpeed's default.
 `layer_sac`: torchtitan's "selective layer" activation checkpointing of its releases before
 0.3.0: activation_checkpoint.mode "selective" with selective_ac_option N wraps every Nth
 TransformerBlock in a full checkpoint (torchtitan/distributed/activation_checkpoint.py
@@ -298,7 +299,10 @@ class Stack:
         metadata={"help": "The last pipeline stage keeps every micro-batch's logits to the step's end (old torch)."},
     )
     kv_repeated: bool = field(
-        default=False, metadata={"help": "K/V repeated to every query head before attention (torchtitan of 2024)."}
+        default=False,
+        metadata={
+            "help": "K/V repeated to every query head before attention (torchtitan of 2024, Megatron-DeepSpeed)."
+        },
     )
     layer_sac: bool = field(
         default=False,

@@ -9,7 +9,12 @@ Per micro-batch of T = b*s/CP tokens on a stage of l layers (Megatron-LM's sched
       collectives sit on the critical path. In the backward, the input-gradient collective of
       each column-parallel linear (QKV and the MLP's first projection) runs while that linear's
       weight-gradient GEMM computes (Megatron's `LinearWithGradAccumulationAndAsyncCommunication`,
-      on by default; `Stack.tp_overlap`): only what outlasts those GEMMs is exposed. With
+      on by default; `Stack.tp_overlap`): only what outlasts those GEMMs is exposed.
+      Megatron-DeepSpeed turns that asynchronous all-reduce off under --deepspeed
+      (megatron/arguments.py at 6acc370a: "DeepSpeed seems to be incompatible with
+      async_tensor_model_parallel_allreduce"), so without sequence parallelism its backward
+      all-reduces wait (`FrameworkSpec.tp_allreduce_overlap`); its sequence-parallel backward
+      still reduce-scatters under the weight-gradient GEMM (core/tensor_parallel/layers.py). With
       sequence parallelism Megatron saves only the local shard of a column-parallel linear's
       input and all-gathers it again in the backward for the weight gradient, under the
       input-gradient GEMM (megatron/core/tensor_parallel/layers.py `backward` at core_v0.6.0 and
@@ -103,6 +108,7 @@ from paraplan.cost_models.frameworks import (
     pp_partition_gathers,
     pp_serial_transfers,
     sp_regathers_input,
+    tp_allreduce_overlap,
     zero3_live_limited,
 )
 from paraplan.cost_models.layout import CpComm, Framework
@@ -223,15 +229,15 @@ def tp_per_layer_s(
     # long as its forward GEMM: its block's window.
     gemm = layer_gemm_fwd_s if stack.tp_overlap else np.zeros_like(layer_gemm_fwd_s)
 
-    def exposed(comm: FloatArray) -> FloatArray:
+    def exposed(comm: FloatArray, window: FloatArray = gemm) -> FloatArray:
         """A collective per block, each hidden only under its own block's window."""
 
         def over(kind: bool) -> FloatArray:
-            return np.asarray(sum(n * np.maximum(comm - part * gemm, 0.0) for n, part in by_kind[kind]))
+            return np.asarray(sum(n * np.maximum(comm - part * window, 0.0) for n, part in by_kind[kind]))
 
         return _by_dispatcher(model, dispatcher, over)
 
-    plain_bwd = exposed(all_reduce)
+    plain_bwd = exposed(all_reduce, gemm * tp_allreduce_overlap(lay))
     # Sequence parallel backward, Megatron-style (`FrameworkSpec.sp_regathers_input`): the
     # row-parallel linears' output gradients are all-gathered before their GEMMs can start
     # (exposed); each column-parallel linear all-gathers its input again (only the local shard

@@ -211,6 +211,21 @@ def test_tp_backward_hides_under_the_weight_gradient_gemms(dgx: Cluster, models:
     assert _f(tp_per_layer_s(model, one(tp=1), dgx, Stack(), _a(1.0))) == 0.0
 
 
+def test_megatron_deepspeed_hides_only_the_sequence_parallel_backward(
+    dgx: Cluster, models: dict[str, ModelSpec]
+) -> None:
+    # Megatron-DeepSpeed 6acc370a sets async_tensor_model_parallel_allreduce = False under
+    # --deepspeed (megatron/arguments.py), so without SP the backward's two all-reduces wait
+    # whatever the GEMMs: the 4 all-reduces of test_tp_without_overlap, even with a 1 s window
+    model = models["llama2-70b"]
+    got = _tp(model, dgx, Stack(tp_overlap=True), 1.0, framework="deepspeed")
+    assert got == pytest.approx(4 * TP_ALL_REDUCE, rel=1e-12)
+    # its sequence-parallel backward still reduce-scatters and re-gathers under the GEMMs
+    # (core/tensor_parallel/layers.py, async_op=True): Megatron's 8 TP_HALF - 10/33 ms above
+    got = _tp(model, dgx, Stack(tp_overlap=True), 17 / 11 * 1e-3, framework="deepspeed", sequence_parallel=True)
+    assert got == pytest.approx(8 * TP_HALF - 10 / 33 * 1e-3, rel=1e-9)
+
+
 def test_userbuffers_layer_by_hand(dgx: Cluster, models: dict[str, ModelSpec]) -> None:
     # Transformer Engine's userbuffers (Stack.tp_comm_overlap), Llama 2 70B, TP8, SP, T = 4096:
     # every collective C = TP_HALF. Per 2048 of the 104,448 GEMM columns a share of 1/51: QKV

@@ -155,6 +155,30 @@ def test_torchtitans_selective_recompute_redoes_half_the_gemms(dgx: Cluster) -> 
     assert selective / full == pytest.approx(expected, rel=1e-9)
 
 
+def test_megatron_deepspeeds_selective_recompute_is_the_unfused_attention_core(dgx: Cluster) -> None:
+    # Megatron-DeepSpeed 6acc370a checkpoints the attention core only on its unfused CoreAttention
+    # path (megatron/model/transformer.py, ParallelAttention sets checkpoint_core_attention there
+    # alone): with flash attention "selective" recomputes nothing and keeps what "none" keeps
+    flash = Stack(tp_overlap=False, p2p_overlap=False)
+    selective = _gpt(dgx, flash, recompute="selective", framework="deepspeed")
+    none = _gpt(dgx, flash, recompute="none", framework="deepspeed")
+    assert _f(selective.times["recompute"]) == 0.0
+    assert _f(selective.step_time_s) == _f(none.step_time_s)
+    assert _f(selective.memory.activations) == _f(none.memory.activations)
+    # unfused, it is the attention core again, as Megatron's default (core_attn): the same share of
+    # full recompute (each framework's kernel factor cancels in the ratio), and the scores are dropped
+    unfused = Stack(flash_attention=False, tp_overlap=False, p2p_overlap=False)
+
+    def share(framework: str) -> float:
+        sel = _gpt(dgx, unfused, recompute="selective", framework=framework).times["recompute"]
+        return _f(sel) / _f(_gpt(dgx, unfused, recompute="full", framework=framework).times["recompute"])
+
+    assert share("deepspeed") == pytest.approx(share("megatron"), rel=1e-12)
+    assert share("deepspeed") > 0.0
+    dropped = _gpt(dgx, unfused, recompute="selective", framework="deepspeed").memory.activations
+    assert _f(dropped) < _f(_gpt(dgx, unfused, recompute="none", framework="deepspeed").memory.activations)
+
+
 def test_op_level_recompute_redoes_attention_when_not_saved(dgx: Cluster) -> None:
     # torchtitan with cuDNN attention outside its save list (Stack.attention_saved false): the
     # attention forward runs again too: (GEMMs/2 + elementwise + attention) / the whole forward

@@ -27,14 +27,14 @@ from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.frameworks import default_stack
 from paraplan.cost_models.layout import CpComm, Framework, Layout, parse_knob
-from paraplan.cost_models.models import ModelSpec, load_model
+from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
 from paraplan.cost_models.stack import Stack
 from paraplan.emit import EMITTERS, check_emitted, emit_launch, megatron_args
 from paraplan.hardware_specs.loader import load_cluster
 from paraplan.launch import parse_launch_text
 from paraplan.launch.importer import layout_from_launch, load_launch, read_launch_text
 from paraplan.launch.schema import layer_pattern
-from paraplan.question import Question, stack_from
+from paraplan.question import Question
 
 DATA = Path(__file__).parent / "data" / "launch"
 PER_FRAMEWORK = 200
@@ -242,12 +242,12 @@ def _moe_setting_round_trips(setting: str, flag: str) -> str:
     return text
 
 
-@pytest.mark.parametrize("framework", ["megatron", "deepspeed"])
-def test_moe_kernel_flags_are_emitted_and_read_back(framework: str, tmp_path: Path) -> None:
+def test_moe_kernel_flags_are_emitted_and_read_back(tmp_path: Path) -> None:
     # what the cost model prices for MoE experts (compute.moe_layer_ops): TE's grouped GEMM and
-    # fused permutation, both off by default at Megatron-LM d98e8a64, so both are written, for the
-    # Megatron-DeepSpeed script too; read back they are what is priced (no note names them), and
-    # a launch without them is named as not modelled
+    # fused permutation, both off by default at Megatron-LM d98e8a64, so both are written; read
+    # back they are what is priced (no note names them), and a launch without them is named as
+    # not modelled
+    framework = "megatron"
     result = paraplan.validate("mixtral-8x7b", 64, "h100-sxm", "TP2/PP1/DP32/EP8", framework=framework,
                                emit=framework)  # fmt: skip
     assert result.launch is not None
@@ -582,7 +582,8 @@ def _deepspeed(**settings: object) -> Stack:
         ("megatron", "llama2-7b", {"pp": 2}, Stack(pp_outputs_kept=True), "pp_outputs_kept"),
         ("megatron", "mixtral-8x7b", {"tp": 8}, Stack(moe_gather_scatter=True), "moe_gather_scatter"),
         ("megatron", "llama3-8b", {}, Stack(kv_repeated=True), "kv_repeated"),
-        ("deepspeed", "llama3-8b", {}, _deepspeed(kv_repeated=True), "kv_repeated"),
+        # Megatron-DeepSpeed repeats K/V to every query head (ParallelAttention.repeat_kv): always
+        ("deepspeed", "llama3-8b", {}, _deepspeed(kv_repeated=False), "kv_repeated"),
         # bf16 Adam moments: Megatron's precision-aware optimizer, with its distributed optimizer only
         ("megatron", "llama2-7b", {"zero": 0}, Stack(adam_moments="bf16"), "adam_moments"),
         ("megatron", "llama2-7b", {"zero": 2}, Stack(adam_moments="bf16"), "adam_moments"),
@@ -1017,6 +1018,60 @@ def test_megatron_mtp_round_trip_and_refusals() -> None:
         emit_launch("torchtitan", model, tt, replace(default_stack(Framework.TORCHTITAN), mtp=True))
 
 
+def test_deepspeed_launch_runs_megatron_deepspeeds_script_in_its_own_flags() -> None:
+    # Llama 3 70B, TP8/PP2: Megatron-DeepSpeed 6acc370a's names (megatron/arguments.py), not
+    # Megatron-LM's; PP > 1 runs DeepSpeed's pipeline engine (no --no-pipeline-parallel)
+    result = paraplan.validate("llama3-70b", 64, "h100-sxm", "TP8/PP2/DP4", framework="deepspeed", emit="deepspeed",
+                               global_batch=256, seq_len=4096, recompute="none", zero=1)  # fmt: skip
+    assert result.launch is not None
+    text = result.launch["deepspeed"]
+    assert check_emitted("deepspeed", text) == []
+    words = text.split()
+    for flag in ("--num-key-value-heads 8", "--normalization rmsnorm", "--use-rotary-position-embeddings",
+                 "--rotary-position-embeddings-theta 500000", "--use-flash-attn-v2", "--zero-stage 1", "--deepspeed"):  # fmt: skip
+        assert flag in text, flag
+    for flag in ("--group-query-attention", "--attention-backend", "--rotary-base", "--position-embedding-type",
+                 "--no-pipeline-parallel", "--expert-model-parallel-size"):  # fmt: skip
+        assert flag not in words, flag
+    lay, _, world, notes = imported("deepspeed", text, load_model("llama3-70b"))
+    assert lay == result.layout and world == 64
+    assert not any("differs from --model" in n for n in notes)
+    # PP 1: --no-pipeline-parallel (the pipeline engine asserts ZeRO < 2 at any PP degree), and
+    # --zero-stage the JSON's stage, raised by the offload (pretrain_gpt.py's zero.Init needs 3)
+    model = load_model("llama2-7b")
+    flat = Layout(framework="deepspeed", dp=8, micro_batch=1, global_batch=64, zero=1, offload="all")
+    text = emit_launch("deepspeed", model, flat)
+    assert "--no-pipeline-parallel" in text.split() and "--zero-stage 3" in text and '"stage": 3' in text
+    assert check_emitted("deepspeed", text) == []
+    # what the fork cannot build is refused, naming the fork
+    centred = model.model_copy(update={"norm_zero_centered": True})
+    with pytest.raises(InputError, match="zero-centred RMSNorm weights; Megatron-DeepSpeed 6acc370a"):
+        emit_launch("deepspeed", centred, flat)
+    windowed = model.model_copy(update={"sliding_window": 4096})
+    with pytest.raises(InputError, match="Megatron-DeepSpeed 6acc370a has no counterpart of Megatron-LM's --window"):
+        emit_launch("deepspeed", windowed, flat)
+
+
+def test_megatron_deepspeeds_example_validates_from_launch() -> None:
+    # examples_deepspeed/pretrain_llama2_distributed.sh at 6acc370a (its JSON is written under
+    # ./tmp at run time, so the ZeRO stage and precision come from the script's --zero-stage and
+    # --bf16), with the config its comments describe: h 2048, 24 layers, 16 heads, 4 K/V heads
+    config = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 5504, "num_hidden_layers": 24,
+              "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000,
+              "max_position_embeddings": 2048, "tie_word_embeddings": False}  # fmt: skip
+    model = model_from_config(config, "llama2-like")
+    result = paraplan.validate(
+        model, None, "a100-80g", from_launch=DATA / "megatron_deepspeed_pretrain_llama2_distributed.sh"
+    )
+    lay = result.layout
+    assert (lay.tp, lay.pp, lay.dp, lay.micro_batch, lay.global_batch, lay.seq_len) == (2, 2, 2, 4, 32, 2048)
+    assert (lay.zero, str(lay.precision), str(lay.recompute), str(lay.framework)) == (0, "bf16", "none", "deepspeed")
+    assert result.stack["flash_attention"] is False  # no --use-flash-attn* flag: the fork's unfused attention
+    notes = " | ".join(result.launch_notes)
+    assert "differs from --model" not in notes and "would not launch" not in notes
+    assert "ZeRO stage 0 from the script's --zero-stage" in notes
+
+
 def test_cpu_checkpointing_round_trips_through_megatron_deepspeed_flags() -> None:
     # DeepSpeed's CPU checkpointing: the JSON key and Megatron-DeepSpeed's three flags (its
     # --checkpoint-in-cpu overrides the key), checked and read back; other stacks and other
@@ -1059,11 +1114,10 @@ def test_zero3_live_limit_round_trips_through_the_deepspeed_json() -> None:
     assert "stage3_max_live_parameters" not in zero1
 
 
-def test_the_dispatcher_is_read_whatever_the_architecture_check_and_framework() -> None:
+def test_the_dispatcher_is_read_whatever_the_architecture_check() -> None:
     """The flex dispatcher flags are a stack setting read on their own: a Megatron-LM script is read
     back with them where the model's architecture flags cannot be checked (the model has a feature
-    Megatron-LM's flags cannot express), and a Megatron-DeepSpeed script's flex flags, which
-    DeepSpeed is not priced with, are a note (priced as the all-to-all), not a refused question."""
+    Megatron-LM's flags cannot express)."""
     mixtral = load_model("mixtral-8x7b")
     lay = Layout(tp=1, pp=1, dp=8, ep=8, micro_batch=1, global_batch=64)
     text = emit_launch("megatron", mixtral, lay, Stack(ep_dispatcher="hybridep"))
@@ -1071,12 +1125,18 @@ def test_the_dispatcher_is_read_whatever_the_architecture_check_and_framework() 
     _, stack, _, notes = imported("megatron", text, unexpressed)
     assert any("architecture is not checked" in n for n in notes)
     assert stack.ep_dispatcher == "hybridep"
+
+
+def test_megatron_deepspeed_moe_is_refused_and_read_as_unmodelled() -> None:
+    """Megatron-DeepSpeed's MoE layers are DeepSpeed-MoE's (capacity-factor token dropping, an
+    einsum dispatch, MoE every --expert-interval layers), not the dropless layer paraplan prices:
+    the launch is refused, and a script that has them is read with them named as not modelled."""
+    mixtral = load_model("mixtral-8x7b")
     ds_lay = Layout(tp=1, pp=1, dp=8, micro_batch=1, global_batch=64, framework="deepspeed")
-    ds = emit_launch("deepspeed", mixtral, ds_lay)
-    flex = ds.replace("--moe-token-dispatcher-type alltoall", "--moe-token-dispatcher-type flex "
-                      "--moe-flex-dispatcher-backend deepep")  # fmt: skip
-    assert flex != ds
-    _, stack, _, notes = imported("deepspeed", flex, mixtral)
-    assert stack.ep_dispatcher == "alltoall"
-    assert any("flex --moe-flex-dispatcher-backend deepep: expert traffic modelled as all-to-all" in n for n in notes)
-    stack_from(Framework.DEEPSPEED, stack.settings())  # the question takes what was read
+    with pytest.raises(InputError, match="model -- mixtral-8x7b is a mixture of experts; Megatron-DeepSpeed"):
+        emit_launch("deepspeed", mixtral, ds_lay)
+    dense = emit_launch("deepspeed", load_model("llama3-8b"), ds_lay)
+    moe = dense.replace("--bf16", "--bf16 --num-experts 8 --topk 2 --moe-expert-parallel-size 8")
+    _, _, _, notes = imported("deepspeed", moe, mixtral)
+    unmodelled = next(n for n in notes if n.startswith("read but not modelled"))
+    assert "--num-experts (DeepSpeed-MoE layers" in unmodelled

@@ -1,5 +1,5 @@
-"""Pinned launch schemas (Megatron-LM d98e8a64, torchtitan 0.3.0 / v0.2.2, DeepSpeed 0.19.8), the
-checks against them, the static shell reader and the launch-file readers.
+"""Pinned launch schemas (Megatron-LM d98e8a64, torchtitan 0.3.0 / v0.2.2, DeepSpeed 0.19.8,
+Megatron-DeepSpeed 6acc370a), the checks against them, the static shell reader and the launch-file readers.
 
 The example inputs under tests/data/launch/ are real files from the frameworks' repositories (see
 tests/data/launch/PROVENANCE.md); bad variants are made from them here."""
@@ -24,6 +24,7 @@ from paraplan.launch import (
     MAX_BYTES,
     check_deepspeed,
     check_megatron,
+    check_megatron_deepspeed,
     check_torchtitan,
     check_torchtitan_toml,
     detect_framework,
@@ -58,6 +59,7 @@ ZF_SH = DATA / "deepspeed_zenflow_finetune_llama.sh"
 HF_AUTO = DATA / "deepspeed_autotuning_ds_config_fp16_z3.json"
 COMPRESSION = DATA / "deepspeed_compression_gpt2_W8A8_Qgroup64_fp16.json"
 DOMINO = DATA / "deepspeed_domino_pretrain_gpt3_6.7b.sh"
+MDS_LLAMA2 = DATA / "megatron_deepspeed_pretrain_llama2_distributed.sh"
 
 
 def has(problems: list[str], *words: str) -> bool:
@@ -76,6 +78,9 @@ def test_schemas_are_pinned_and_compact() -> None:
     assert load_schema("torchtitan")["header"]["version"] == "0.3.0"
     assert load_schema("torchtitan-0.2.2")["header"]["ref"] == "v0.2.2"
     assert load_schema("deepspeed")["header"]["version"] == "0.19.8"
+    mds = load_schema("megatron-deepspeed")
+    assert mds["header"]["commit"] == "6acc370a41440098031227e881bd9f1f23aa369e"
+    assert mds["header"]["count"] == len(mds["args"]) == 315  # 311 of its own + DeepSpeed's 4
     folder = Path(__file__).parent.parent / "optimizer" / "launch" / "schemas"
     for f in folder.glob("*.json"):
         assert f.stat().st_size < 128 * 1024, f
@@ -169,6 +174,35 @@ def test_check_megatron_accepts_a_valid_list() -> None:
 def test_check_megatron_rejects(args: list[str], words: list[str]) -> None:
     problems = check_megatron(args)
     assert has(problems, *words), problems
+
+
+def test_check_megatron_deepspeed_takes_the_forks_flags_and_deepspeeds() -> None:
+    # the fork's names (megatron/arguments.py at 6acc370a) and DeepSpeed's own two flags
+    # (deepspeed.add_config_arguments)
+    good = ["--num-key-value-heads", "8", "--use-rotary-position-embeddings", "--rotary-position-embeddings-theta",
+            "500000", "--normalization", "rmsnorm", "--layernorm-epsilon", "1e-5", "--use-flash-attn-v2",
+            "--zero-stage", "1", "--no-pipeline-parallel", "--deepspeed", "--deepspeed_config", "ds_config.json",
+            "--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]  # fmt: skip
+    assert check_megatron_deepspeed(good) == []
+    # Megatron-LM's later names are not the fork's, and the other way round
+    for flag in ("--group-query-attention", "--attention-backend", "--rotary-base", "--norm-epsilon"):
+        (problem,) = check_megatron_deepspeed([flag])
+        assert problem.startswith(f"{flag}: not an argument of Megatron-DeepSpeed 6acc370a"), problem
+    assert check_megatron(["--num-key-value-heads", "8"])[0].startswith("--num-key-value-heads: not an argument")
+    # types as its argparse declares them: --rotary-position-embeddings-theta is an int there
+    assert check_megatron_deepspeed(["--rotary-position-embeddings-theta", "5e5"]) == [
+        "--rotary-position-embeddings-theta: '5e5' is not an integer"
+    ]
+
+
+def test_read_megatron_deepspeeds_own_example() -> None:
+    # examples_deepspeed/pretrain_llama2_distributed.sh at 6acc370a: torchrun with --deepspeed, its
+    # JSON written by a here-document to a path under ./tmp (not read); every flag is the fork's
+    s = read_launch(MDS_LLAMA2)
+    assert s.framework == "deepspeed" and s.runs_megatron_deepspeed and s.world_size == 8
+    assert s.values["--num-key-value-heads"] == 4 and s.values["--zero-stage"] == 0
+    assert s.problems() == []
+    assert any("./tmp/deepspeed.json: not found" in n for n in s.notes)
 
 
 def test_check_megatron_pattern_is_not_evaluated() -> None:

@@ -154,12 +154,13 @@ def _single_changes(framework: Framework) -> list[tuple[str, object]]:
 # A plan per framework that its emitter writes with the framework's own stack, and that meets what
 # the settings need of a layout (limits, not stack rules): TP 2 with SP (tp_comm_overlap), EP 2 at
 # PP 1 under selective recompute (the combined 1F1B), ZeRO-1 (bf16 moments), full recompute on
-# DeepSpeed (cpu_checkpointing); a MoE model with an MTP module where the framework's emitter takes one.
+# DeepSpeed (cpu_checkpointing); a MoE model with an MTP module where the framework's emitter takes one
+# (the DeepSpeed launch writes no MoE model: Megatron-DeepSpeed's are DeepSpeed-MoE layers).
 _MTP_MIXTRAL = load_model("mixtral-8x7b").model_copy(update={"mtp_layers": 1, "name": "mixtral-mtp"})
 PLANS = {
     Framework.MEGATRON: (_MTP_MIXTRAL, Layout(tp=2, dp=4, ep=2, zero=1, sequence_parallel=True, recompute="selective",
                                      global_batch=64)),
-    Framework.DEEPSPEED: (load_model("mixtral-8x7b"), Layout(framework="deepspeed", tp=2, dp=4, zero=1,
+    Framework.DEEPSPEED: (load_model("llama3-8b"), Layout(framework="deepspeed", tp=2, dp=4, zero=1,
                                                             recompute="full", global_batch=64)),
     Framework.TORCHTITAN: (load_model("llama3-8b"), Layout(framework="torchtitan", tp=2, dp=4, zero=3,
                                                           global_batch=64)),

@@ -1,8 +1,9 @@
 """Launch configurations of Megatron-LM, torchtitan and DeepSpeed: pinned schemas, checks, readers.
 
 * :mod:`paraplan.launch.schema` -- the vendored schemas (Megatron-LM d98e8a64, torchtitan 0.3.0
-  and v0.2.2, DeepSpeed 0.19.8) and ``check_megatron`` / ``check_torchtitan`` /
-  ``check_torchtitan_toml`` / ``check_deepspeed``;
+  and v0.2.2, DeepSpeed 0.19.8, Megatron-DeepSpeed 6acc370a) and ``check_megatron`` /
+  ``check_torchtitan`` / ``check_torchtitan_toml`` / ``check_deepspeed`` /
+  ``check_megatron_deepspeed``;
 * :mod:`paraplan.launch.readers` -- ``read_launch`` and friends: a user's existing launch file
   (bash script, argument list, torchtitan command line or TOML, DeepSpeed JSON) to
   :class:`LaunchSettings`;
@@ -25,10 +26,12 @@ from .readers import (
 from .schema import (
     DEEPSPEED_VERSION,
     MEGATRON_COMMIT,
+    MEGATRON_DEEPSPEED_COMMIT,
     TORCHTITAN_TOML_VERSION,
     TORCHTITAN_VERSION,
     check_deepspeed,
     check_megatron,
+    check_megatron_deepspeed,
     check_torchtitan,
     check_torchtitan_toml,
     load_schema,
@@ -38,6 +41,7 @@ __all__ = [
     "DEEPSPEED_VERSION",
     "MAX_BYTES",
     "MEGATRON_COMMIT",
+    "MEGATRON_DEEPSPEED_COMMIT",
     "TORCHTITAN_TOML_VERSION",
     "TORCHTITAN_VERSION",
     "Framework",
@@ -45,6 +49,7 @@ __all__ = [
     "TitanConversion",
     "check_deepspeed",
     "check_megatron",
+    "check_megatron_deepspeed",
     "check_torchtitan",
     "check_torchtitan_toml",
     "detect_framework",

@@ -7,6 +7,7 @@ the checks in :mod:`paraplan.launch.schema` do not read, resolves the few Megatr
 that the extractor left as source text, and writes compact JSON.  Run it by hand::
 
     python -m paraplan.launch._vendor --megatron megatron_lm_arguments.json \\
+        --megatron-deepspeed megatron_deepspeed_arguments.json \\
         --torchtitan torchtitan_0.3.0_config.json --torchtitan-toml torchtitan_v0.2.2_job_config.json \\
         --deepspeed deepspeed_0.19.8_config.json --out optimizer/launch/schemas
 """
@@ -31,6 +32,16 @@ _MEGATRON_CHOICE_FIXES: dict[str, list[str]] = {
 }
 _MEGATRON_KEEP = ("flags", "dest", "type", "choices", "action", "nargs", "default", "conditional")
 
+# Megatron-DeepSpeed's parser also takes DeepSpeed's own flags: megatron/arguments.py calls
+# `deepspeed.add_config_arguments(parser)`, which adds these four (deepspeed/__init__.py
+# `_add_core_arguments` at deepspeedai/DeepSpeed edaa7221, version 0.19.6; the same four since 0.3).
+_DEEPSPEED_PARSER_ARGS: list[dict[str, Any]] = [
+    {"flags": ["--deepspeed"], "dest": "deepspeed", "action": "store_true", "default": False},
+    {"flags": ["--deepspeed_config"], "dest": "deepspeed_config", "type": "str", "default": None},
+    {"flags": ["--deepscale"], "dest": "deepscale", "action": "store_true", "default": False},
+    {"flags": ["--deepscale_config"], "dest": "deepscale_config", "type": "str", "default": None},
+]
+
 # Keys DeepSpeed reads outside DeepSpeedConfig (deepspeed.initialize / engine, with
 # torch.distributed up), so the key-recording dump cannot see them (reference README).
 _DEEPSPEED_EXTRA_TOP_LEVEL: dict[str, dict[str, Any]] = {
@@ -40,10 +51,10 @@ _DEEPSPEED_EXTRA_TOP_LEVEL: dict[str, dict[str, Any]] = {
 _DEEPSPEED_FIELD_KEEP = ("json_key", "type", "choices", "ge", "gt", "le", "lt", "deprecated", "new_param")
 
 
-def compact_megatron(full: list[dict[str, Any]]) -> dict[str, Any]:
+def compact_megatron(full: list[dict[str, Any]], extra: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     header, *args = full
     out = []
-    for a in args:
+    for a in [*args, *(extra or [])]:
         e = {k: a[k] for k in _MEGATRON_KEEP if k in a}
         fix = _MEGATRON_CHOICE_FIXES.get(a["flags"][0])
         if fix is not None:
@@ -117,6 +128,7 @@ def _dump(obj: Any, path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--megatron", type=Path, required=True)
+    ap.add_argument("--megatron-deepspeed", type=Path, required=True, help="Megatron-DeepSpeed 6acc370a extract")
     ap.add_argument("--torchtitan", type=Path, required=True, help="torchtitan 0.3.0 dump")
     ap.add_argument("--torchtitan-toml", type=Path, required=True, help="torchtitan v0.2.2 job_config extract")
     ap.add_argument("--deepspeed", type=Path, required=True)
@@ -128,6 +140,9 @@ def main(argv: list[str] | None = None) -> None:
 
     a.out.mkdir(parents=True, exist_ok=True)
     _dump(compact_megatron(load(a.megatron)), a.out / "megatron_lm_d98e8a64.json")
+    mds = compact_megatron(load(a.megatron_deepspeed), _DEEPSPEED_PARSER_ARGS)
+    mds["header"]["path"] = "megatron/arguments.py"  # the extractor's header names Megatron-LM's path
+    _dump(mds, a.out / "megatron_deepspeed_6acc370a.json")
     _dump(compact_torchtitan(load(a.torchtitan)), a.out / "torchtitan_0.3.0.json")
     _dump(compact_torchtitan(load(a.torchtitan_toml)), a.out / "torchtitan_0.2.2.json")
     _dump(compact_deepspeed(load(a.deepspeed)), a.out / "deepspeed_0.19.8.json")

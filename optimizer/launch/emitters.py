@@ -5,10 +5,10 @@
 * ``megatron``: a ``torchrun ... pretrain_gpt.py`` command with one Megatron-LM flag per line
   (``\\`` continuations), Megatron-LM at commit d98e8a64;
 * ``deepspeed``: a bash script that writes the DeepSpeed 0.19.8 JSON config (a here-document) and
-  launches the training script with ``deepspeed``: DeepSpeed's JSON has no tensor or pipeline
-  degree, so those (and the model) go to the script as Megatron-style flags, spelled as in
-  Megatron-LM d98e8a64 and checked against it, plus the two flags of the Megatron-DeepSpeed
-  integration itself (``--deepspeed --deepspeed_config FILE``);
+  launches Megatron-DeepSpeed's ``pretrain_gpt.py`` (commit 6acc370a) with ``deepspeed``: DeepSpeed's
+  JSON has no tensor or pipeline degree, so those (and the model) go to the script in its own
+  flags (`megatron_deepspeed.to_megatron_deepspeed`), checked against its argument list, with
+  ``--deepspeed --deepspeed_config FILE``;
 * ``torchtitan``: a ``torchrun ... -m torchtitan.train --module llama3 --config NAME`` command
   with ``--section.field`` flags of torchtitan 0.3.0 and the activation-checkpoint subcommand.
 
@@ -44,14 +44,14 @@ from paraplan.cost_models.stack import CUDA_GRAPH_SCOPES, DEFAULT_RECOMPUTE_MODU
 from paraplan.cost_models.stages import chunk_layers
 from paraplan.cost_models.units import GB
 
-from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION, render_layer_pattern
+from .megatron_deepspeed import MDS, to_megatron_deepspeed
+from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION, Flag, render_layer_pattern
 
 if TYPE_CHECKING:
     from paraplan.results import EvaluatedLayout
 
 __all__ = [
     "DEEPSPEED_CONFIG_NAME",
-    "DEEPSPEED_INTEGRATION_FLAGS",
     "EMITTERS",
     "TITAN_REGISTRY",
     "TitanConfig",
@@ -63,14 +63,6 @@ __all__ = [
 
 EMITTERS: tuple[str, ...] = ("megatron", "deepspeed", "torchtitan")
 DEEPSPEED_CONFIG_NAME = "ds_config.json"
-# The Megatron-DeepSpeed integration's own flags (not Megatron-LM's): the only script flags of the
-# DeepSpeed launch that the pinned Megatron-LM schema cannot check. The last three, for
-# `Stack.cpu_checkpointing` only, are in microsoft/Megatron-DeepSpeed megatron/arguments.py at
-# f4157bea (--checkpoint-activations; `_add_activation_checkpoint_args`: the other two).
-DEEPSPEED_INTEGRATION_FLAGS: frozenset[str] = frozenset({
-    "--deepspeed", "--deepspeed_config", "--checkpoint-activations", "--deepspeed-activation-checkpointing",
-    "--checkpoint-in-cpu",
-})  # fmt: skip
 MEGATRON_SCRIPT = "pretrain_gpt.py"
 # Hybrid Mamba-2 models (`ModelSpec.layer_pattern`): d98e8a64's entry point for them; its
 # pretrain_mamba.py is a deprecated wrapper that runs this file ("pretrain_mamba.py has been
@@ -90,7 +82,6 @@ def megatron_script(model: ModelSpec) -> str:
 MEGATRON_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8")
 TITAN_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("rowwise", "rowwise_with_gw_hp")
 
-Flag = tuple[str, str | None]
 LIST_FLAGS = frozenset({"--recompute-modules"})  # nargs "+": the value's words are separate arguments
 Refuser = Callable[[str, str], NoReturn]  # (knob, why): raise InputError naming the knob
 
@@ -828,13 +819,19 @@ def _emit_megatron(ctx: _Ctx) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# DeepSpeed 0.19.8 (+ a Megatron-style training script)
+# DeepSpeed 0.19.8 (+ Megatron-DeepSpeed 6acc370a's training script)
+
+
+def _deepspeed_zero_stage(lay: Layout) -> int:
+    """The ZeRO stage DeepSpeed runs: the plan's, raised to what its offload needs (ZeRO-Offload of
+    the optimizer from stage 1, of the parameters at stage 3)."""
+    need = 3 if lay.offload == Offload.ALL else 1 if lay.offload == Offload.OPTIMIZER else 0
+    return max(lay.zero, need)
 
 
 def _deepspeed_config(ctx: _Ctx) -> dict[str, object]:
     lay, stack = ctx.lay, ctx.stack
-    need = 3 if lay.offload == Offload.ALL else 1 if lay.offload == Offload.OPTIMIZER else 0
-    zero: dict[str, object] = {"stage": max(lay.zero, need), "overlap_comm": stack.dp_overlap}
+    zero: dict[str, object] = {"stage": _deepspeed_zero_stage(lay), "overlap_comm": stack.dp_overlap}
     if lay.offload != Offload.NONE:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
     if lay.offload == Offload.ALL:
@@ -859,25 +856,36 @@ def _deepspeed_config(ctx: _Ctx) -> dict[str, object]:
 
 
 def _deepspeed_script_flags(ctx: _Ctx) -> list[Flag]:
+    """The plan in Megatron-LM's flags (the one place the architecture is spelled), rewritten into
+    Megatron-DeepSpeed's, then the fork's own: --no-pipeline-parallel at PP 1 (else its pretrain_gpt.py
+    builds GPTModelPipe for DeepSpeed's pipeline engine, which asserts ZeRO stage < 2 at any PP
+    degree), --zero-stage (pretrain_gpt.py builds the model under deepspeed.zero.Init iff it is 3),
+    DeepSpeed's checkpointing for `Stack.cpu_checkpointing`, and --deepspeed --deepspeed_config."""
     lay, stack, fw = ctx.lay, ctx.stack, Framework.MEGATRON
-    flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp)), (_kf("ep", fw), str(lay.ep))]
-    flags += _expert_tp(ctx)
+    flags: list[Flag] = [(_kf("tp", fw), str(lay.tp)), (_kf("pp", fw), str(lay.pp))]
     if lay.sequence_parallel and lay.tp > 1:
         flags.append(("--sequence-parallel", None))
     flags += [(_kf("micro_batch", fw), str(lay.micro_batch)), (_kf("global_batch", fw), str(lay.global_batch)),
               (_kf("seq_len", fw), str(lay.seq_len))]  # fmt: skip
     flags += megatron_model_flags(ctx.model, lay, _bind(ctx))
-    if stack.cpu_checkpointing:
-        # Megatron-DeepSpeed's: layers checkpointed by DeepSpeed's checkpointing, which moves the
-        # checkpoints to the host; --checkpoint-in-cpu overrides the JSON key (`Stack.cpu_checkpointing`)
-        flags += [("--checkpoint-activations", None), ("--deepspeed-activation-checkpointing", None),
-                  ("--checkpoint-in-cpu", None)]  # fmt: skip
-    else:
+    if not stack.cpu_checkpointing:
         flags += _megatron_recompute(lay)
     flags.append(("--fp16", None) if lay.precision == Precision.FP16 else ("--bf16", None))
     flags.append(("--attention-backend", ATTENTION_BACKEND if stack.flash_attention else "unfused"))
-    flags += [("--deepspeed", None), ("--deepspeed_config", DEEPSPEED_CONFIG_NAME)]
-    return flags
+    out = to_megatron_deepspeed(flags, lambda why: _refuse(ctx, "model", why))
+    if stack.cpu_checkpointing:
+        # layers checkpointed by DeepSpeed's checkpointing, which moves the checkpoints to the host;
+        # --checkpoint-in-cpu overrides the JSON key (`Stack.cpu_checkpointing`)
+        out += [("--checkpoint-activations", None), ("--deepspeed-activation-checkpointing", None),
+                ("--checkpoint-in-cpu", None)]  # fmt: skip
+    if lay.pp == 1:
+        out.append(("--no-pipeline-parallel", None))
+    out += [
+        ("--zero-stage", str(_deepspeed_zero_stage(lay))),
+        ("--deepspeed", None),
+        ("--deepspeed_config", DEEPSPEED_CONFIG_NAME),
+    ]
+    return out
 
 
 def _emit_deepspeed(ctx: _Ctx) -> str:
@@ -890,6 +898,13 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
     if lay.cp > 1:
         _refuse(ctx, "cp", f"DeepSpeed {DEEPSPEED_VERSION} has no ring or all-gather context parallelism (its "
                 "sequence parallelism is Ulysses all-to-all, which paraplan does not model)")  # fmt: skip
+    if ctx.model.is_moe:
+        _refuse(ctx, "model", f"{ctx.model.name} is a mixture of experts; {MDS}'s are DeepSpeed-MoE layers (a "
+                "capacity factor that drops tokens by default, experts as wide as --ffn-hidden-size, top-1/2 "
+                "gating), not the dropless Megatron-style layer paraplan prices")  # fmt: skip
+    if ctx.model.norm_zero_centered and not ctx.model.layernorm:
+        _refuse(ctx, "model", f"{ctx.model.name} has zero-centred RMSNorm weights; {MDS}'s --apply-layernorm-1p "
+                "reaches its LayerNorm only (megatron/model/transformer.py builds RMSNorm without it)")  # fmt: skip
     if lay.precision == Precision.FP8:
         _refuse(ctx, "precision", f"DeepSpeed {DEEPSPEED_VERSION} has no FP8 training")
     if lay.recompute == Recompute.FULL and lay.recompute_layers > 0:
@@ -903,21 +918,24 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
         _refuse(ctx, "first_stage_layers/last_stage_layers",
                 f"first {lay.first_stage_layers} / last {lay.last_stage_layers} layers: DeepSpeed's PipelineModule "
                 "partitions the layers itself (partition_method), with no per-stage layer counts")  # fmt: skip
-    if not stack.tp_overlap:
-        _refuse(ctx, "tp_overlap", "the Megatron-style training script always overlaps the backward tensor-parallel "
-                "collectives with the weight-gradient GEMMs; no flag turns that off")  # fmt: skip
+    if not stack.tp_overlap and lay.sequence_parallel and lay.tp > 1:
+        _refuse(ctx, "tp_overlap", f"{MDS}'s sequence-parallel backward always reduce-scatters under the "
+                "weight-gradient GEMM (core/tensor_parallel/layers.py); no flag turns that off")  # fmt: skip
     if stack.p2p_overlap:
         _refuse(ctx, "p2p_overlap", "DeepSpeed's pipeline engine has no interleaved schedule whose sends and "
                 "receives could overlap compute")  # fmt: skip
     if stack.loss != "eager":
         _refuse(ctx, "loss", f"a {stack.loss} loss: the Megatron-style training script computes the whole logits' "
                 "cross entropy in eager mode")  # fmt: skip
-    _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}")
+    _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}", repeats_kv=True)
+    if not stack.kv_repeated and ctx.model.num_kv_heads != ctx.model.num_heads and not ctx.model.is_mla:
+        _refuse(ctx, "kv_repeated", f"{MDS} repeats K and V to every query head before attention "
+                "(ParallelAttention.repeat_kv); no flag keeps the K/V heads as they are")  # fmt: skip
     config = _deepspeed_config(ctx)
     per, nodes = _nodes(lay.gpus, ctx.gpus_per_node)
-    lines = _header(ctx, f"DeepSpeed {DEEPSPEED_VERSION}: the JSON keys are checked against it; the training script's "
-                         f"flags are spelled as in Megatron-LM {MEGATRON_COMMIT[:8]} (checked against it), plus "
-                         "the integration's --deepspeed --deepspeed_config")  # fmt: skip
+    lines = _header(ctx, f"DeepSpeed {DEEPSPEED_VERSION}: the JSON keys are checked against it; the training script "
+                         f"is {MDS}'s pretrain_gpt.py (github.com/deepspeedai/Megatron-DeepSpeed), its flags "
+                         "checked against that commit's arguments")  # fmt: skip
     lines.append(f"# DeepSpeed's JSON has no tensor or pipeline degree: the script takes them; data parallelism "
                  f"= {lay.gpus} GPUs / (TP {lay.tp} x PP {lay.pp}) = {lay.dp}")  # fmt: skip
     lines += rope_scaling_notes(ctx.model)
@@ -1185,10 +1203,10 @@ def check_emitted(kind: str, text: str) -> list[str]:
     """Problems of an emitted launch text, by the pinned checkers: every Megatron-LM flag against
     d98e8a64's argparse, every torchtitan flag against 0.3.0's config tree (with --module and
     --config), every DeepSpeed key against 0.19.8 (with the batch identity at the plan's DP) and
-    the DeepSpeed training script's flags against Megatron-LM d98e8a64 (less the integration's
-    --deepspeed --deepspeed_config). Also reports anything the reader could not resolve."""
+    the DeepSpeed training script's flags against Megatron-DeepSpeed 6acc370a's argparse. Also
+    reports anything the reader could not resolve."""
     from .importer import read_launch_text
-    from .schema import check_deepspeed, check_megatron, check_torchtitan
+    from .schema import check_deepspeed, check_megatron, check_megatron_deepspeed, check_torchtitan
 
     if kind not in EMITTERS:
         return [f"{kind!r} is not one of {', '.join(EMITTERS)}"]
@@ -1207,22 +1225,12 @@ def check_emitted(kind: str, text: str) -> list[str]:
     elif kind == "torchtitan":
         problems += check_torchtitan(args, require_module=True)
     else:
-        script: list[str] = []
-        skip = False
-        for a in args:
-            if skip:
-                skip = False
-                continue
-            if a in DEEPSPEED_INTEGRATION_FLAGS:
-                skip = a == "--deepspeed_config"
-                continue
-            script.append(a)
-        problems += check_megatron(script)
+        problems += check_megatron_deepspeed(args)
         if settings.config is None:
             problems.append(f"no DeepSpeed config ({DEEPSPEED_CONFIG_NAME}) found")
         else:
-            tp = _script_int(script, "--tensor-model-parallel-size")
-            pp = _script_int(script, "--pipeline-model-parallel-size")
+            tp = _script_int(args, "--tensor-model-parallel-size")
+            pp = _script_int(args, "--pipeline-model-parallel-size")
             world = settings.world_size or 0
             dp = world // (tp * pp) if world and world % (tp * pp) == 0 else None
             problems += check_deepspeed(settings.config, dp_world_size=dp)

@@ -39,7 +39,6 @@ from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import module_list, parse_modules, parse_scopes
 
 from .emitters import (
-    DEEPSPEED_INTEGRATION_FLAGS,
     MEGATRON_CP_COMM,
     MEGATRON_CP_COMM_TYPES,
     MOE_KERNEL_FLAGS,
@@ -47,6 +46,7 @@ from .emitters import (
     TitanConfig,
     megatron_model_flags,
 )
+from .megatron_deepspeed import MDS, MDS_UNMODELLED, RENAMED, from_megatron_deepspeed
 from .readers import Framework, LaunchSettings, _label, _read_text, parse_launch_text, read_launch
 from .schema import (
     LAYER_PATTERN_DESTS,
@@ -697,9 +697,15 @@ def _megatron_sharding(meg: _Megatron) -> None:
         meg.get("use_precision_aware_optimizer")
     else:
         st.knobs["offload"] = Offload.NONE
+    _megatron_optimizer(meg)
+
+
+def _megatron_optimizer(meg: _Megatron) -> None:
+    """--optimizer (Megatron-LM's, and Megatron-DeepSpeed's client optimizer where the DeepSpeed
+    JSON names none): paraplan prices Adam."""
     opt = meg.get("optimizer", "adam")
     if opt not in ("adam",):
-        st.note(f"--optimizer {opt}: modelled as Adam (its states and step)")
+        meg.st.note(f"--optimizer {opt}: modelled as Adam (its states and step)")
 
 
 def _megatron_precision(meg: _Megatron) -> None:
@@ -973,15 +979,11 @@ def _megatron_model_check(meg: _Megatron) -> None:
             mismatches.append(f"{flag} not given ({st.model.name} needs it)" if not meg.has(dest)
                               else f"{meg.flag(dest)} given ({st.model.name} differs)")  # fmt: skip
         else:
-            shown = meg.flag(dest) if meg.has(dest) else f"{_flag_of(dest)} (default)"
+            shown = meg.flag(dest) if meg.has(dest) else f"{meg.flag(dest)} (default)"
             mismatches.append(f"{shown} {got} ({st.model.name}: {value})")
     if mismatches:
         st.note(f"the file's architecture differs from --model {st.model.name}: {'; '.join(mismatches)}; the "
                 "prediction uses the model")  # fmt: skip
-
-
-def _flag_of(dest: str) -> str:
-    return "--" + dest.replace("_", "-")
 
 
 def _same_number(a: Any, b: Any) -> bool:
@@ -1033,15 +1035,20 @@ _DS_HARMLESS = (
 def _import_deepspeed(st: _State) -> None:
     s = st.settings
     v = s.values
-    script = {k: val for k, val in v.items() if k.startswith("-")}
+    written = {k: val for k, val in v.items() if k.startswith("-")}
     config = {k: val for k, val in v.items() if not k.startswith("-")}
+    script, origin, spelled = from_megatron_deepspeed(written)
+    st.notes.extend(spelled)
     dests, flags = _megatron_dests(script)
+    flags = {dest: origin.get(flag, flag) for dest, flag in flags.items()}  # notes name the flag as written
+    for ours, theirs in RENAMED.items():  # and the fork's name of a flag left at its default
+        flags.setdefault(megatron_args()[ours].dest, theirs)
     meg = _Megatron(st, dests, flags)
     st.knobs["framework"] = "deepspeed"
     tp = meg.int("tensor_model_parallel_size", 1) or 1
     pp = meg.int("pipeline_model_parallel_size", 1) or 1
     ep = meg.int("expert_model_parallel_size", 1) or 1
-    if "--no-pipeline-parallel" in script and pp > 1:
+    if "--no-pipeline-parallel" in written and pp > 1:
         st.note("--no-pipeline-parallel with PP > 1: Megatron-DeepSpeed runs without its pipeline engine")
     st.knobs.update(tp=tp, pp=pp, cp=1, ep=ep, virtual_stages=1, first_stage_layers=0, last_stage_layers=0)
     _expert_tp(meg, tp)
@@ -1058,12 +1065,18 @@ def _import_deepspeed(st: _State) -> None:
         st.knobs["seq_len"] = seq
     else:
         st.note("the training script states no --seq-length: the sequence length is paraplan's default unless given")
-    stage = _int_value(st, "zero_optimization.stage", config.get("zero_optimization.stage", 0))
+    script_stage = written.get("--zero-stage")
+    if s.config is None and script_stage is not None:
+        # no JSON read: the script's --zero-stage, which the fork's examples set to the JSON's stage
+        stage = _int_value(st, "--zero-stage", script_stage)
+        st.note(f"no DeepSpeed config read: ZeRO stage {stage} from the script's --zero-stage")
+    else:
+        stage = _int_value(st, "zero_optimization.stage", config.get("zero_optimization.stage", 0))
     st.knobs["zero"] = stage if stage is not None else 0
-    script_stage = script.get("--zero-stage")
     if script_stage is not None and str(script_stage) != str(st.knobs["zero"]):
         st.note(f"--zero-stage {script_stage} differs from zero_optimization.stage {st.knobs['zero']}: the JSON is "
-                "what DeepSpeed runs")  # fmt: skip
+                "what DeepSpeed runs (pretrain_gpt.py builds the model under deepspeed.zero.Init iff "
+                "--zero-stage is 3)")  # fmt: skip
     _deepspeed_offload(st, config)
     _deepspeed_precision(st, config, meg)
     _megatron_recompute(meg)
@@ -1071,7 +1084,7 @@ def _import_deepspeed(st: _State) -> None:
     if modules is not None:
         st.note(f"--recompute-modules {' '.join(module_list(parse_modules(modules)))}: Megatron-LM's flag; DeepSpeed's selective "
                 "recompute is modelled as core attention")  # fmt: skip
-    if "--checkpoint-activations" in script:
+    if "--checkpoint-activations" in written:
         st.knobs["recompute"] = Recompute.FULL
         st.knobs["recompute_layers"] = 0
         st.notes[:] = [n for n in st.notes if not n.startswith("--checkpoint-activations")]
@@ -1080,8 +1093,7 @@ def _import_deepspeed(st: _State) -> None:
         st.unmodelled.append("activation_checkpointing.partition_activations")
     _deepspeed_cpu_checkpointing(st, config)
     _deepspeed_stack(st, config, meg)
-    _megatron_dispatcher(meg, FRAMEWORKS[FrameworkId.DEEPSPEED])
-    _megatron_moe_kernels(meg)  # the training script's MoE flags are Megatron-LM's, as the emitter writes them
+    _megatron_optimizer(meg)
     if meg.has("num_layers") or meg.has("hidden_size"):
         _megatron_model_check(meg)
     known = _DS_MAPPED | {
@@ -1094,13 +1106,13 @@ def _import_deepspeed(st: _State) -> None:
         if key.startswith("activation_checkpointing.") and config[key] in (False, None, 0):
             continue
         st.unmodelled.append(key)
-    integration = DEEPSPEED_INTEGRATION_FLAGS | {"--deepspeed-config", "--zero-stage", "--no-pipeline-parallel",
-                                                 "--use-flash-attn-v2", "--use-flash-attn-v1", "--use-flash-attn-triton"}  # fmt: skip
-    table = megatron_args()
-    others = [f for f in script if f not in table and f not in integration and f.startswith("--")]
-    if others:
-        st.note(f"training-script flags that are not Megatron-LM {MEGATRON_COMMIT[:8]}'s (listed, not used): "
-                f"{', '.join(others)}")  # fmt: skip
+    table = megatron_args("megatron-deepspeed")
+    others = [f for f in written if f not in table and f.startswith("--")]
+    if others and not s.runs_megatron_deepspeed:  # the fork's own script: its schema check names them
+        st.note(f"training-script flags that are not {MDS}'s (listed, not used): {', '.join(others)}")
+    for flag, what in MDS_UNMODELLED.items():
+        if written.get(flag) not in (None, False, 1, [1]):
+            st.unmodelled.append(f"{flag} ({what})")
     st.unmodelled.extend(meg.leftover())
 
 
@@ -1159,6 +1171,10 @@ def _deepspeed_offload(st: _State, config: Mapping[str, Any]) -> None:
 
 
 def _deepspeed_precision(st: _State, config: Mapping[str, Any], meg: _Megatron) -> None:
+    if st.settings.config is None and (meg.get("fp16") or meg.get("bf16")):
+        st.knobs["precision"] = Precision.FP16 if meg.get("fp16") else Precision.BF16
+        st.note(f"no DeepSpeed config read: {st.knobs['precision']} from the script's --{st.knobs['precision']}")
+        return
     if config.get("bf16.enabled") is True or config.get("bfloat16.enabled") is True:
         st.knobs["precision"] = Precision.BF16
     elif config.get("fp16.enabled") is True:
@@ -1176,15 +1192,8 @@ def _deepspeed_precision(st: _State, config: Mapping[str, Any], meg: _Megatron) 
 
 
 def _deepspeed_stack(st: _State, config: Mapping[str, Any], meg: _Megatron) -> None:
-    script = {k for k in st.settings.values if k.startswith("-")}
-    if meg.has("attention_backend"):
-        st.stack["flash_attention"] = meg.get("attention_backend") not in ("unfused", "local")
-    elif script & {"--use-flash-attn", "--use-flash-attn-v2", "--use-flash-attn-v1", "--use-flash-attn-triton"}:
-        meg.get("use_flash_attn")
-        st.stack["flash_attention"] = True
-    else:
-        st.stack["flash_attention"] = True
-        st.note("no attention-kernel flag: the training script decides; modelled as flash attention")
+    # the fork's attention kernel, as `from_megatron_deepspeed` spells it (its flash flags or unfused)
+    st.stack["flash_attention"] = meg.get("attention_backend") != "unfused"
     overlap = config.get("zero_optimization.overlap_comm")
     st.stack["dp_overlap"] = bool(overlap) if isinstance(overlap, bool) else st.knobs.get("zero") == 3
     accum = config.get("data_types.grad_accum_dtype")

@@ -119,10 +119,19 @@ class LaunchSettings:
                     TORCHTITAN_TOML_VERSION if self.schema.endswith(TORCHTITAN_TOML_VERSION) else TORCHTITAN_VERSION
                 )
                 out.extend(_check_torchtitan(self.args, version, False, self.unresolved_args))
-        elif self.config is not None:
-            dp = _deepspeed_dp(self)
-            out.extend(_check_deepspeed(self.config, dp, False)[0])
+        else:
+            if self.config is not None:
+                out.extend(_check_deepspeed(self.config, _deepspeed_dp(self), False)[0])
+            if self.runs_megatron_deepspeed:
+                out.extend(_check_megatron(self.args, self.unresolved_args, "megatron-deepspeed"))
         return out
+
+    @property
+    def runs_megatron_deepspeed(self) -> bool:
+        """A DeepSpeed launch of a Megatron-style pretrain_*.py: Megatron-DeepSpeed's training script,
+        whose flags are checked against its pinned argument list (another script's are its own)."""
+        entry = self.entrypoint
+        return self.framework == "deepspeed" and entry is not None and bool(_PRETRAIN.match(_base(entry)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,6 +255,9 @@ _DEEPSPEED_FLAGS = frozenset(
      "--elastic_training", "--bind_cores_to_rank", "-q", "--quiet"}
 )  # fmt: skip
 _PYTHON_VALUE_OPTS = frozenset({"-W", "-X", "-c", "--check-hash-based-pycs"})
+
+
+_PRETRAIN = re.compile(r"pretrain_\w+\.py$")
 
 
 def _base(word: str) -> str:
@@ -596,7 +608,7 @@ def _classify(launch: _Launch, name: str) -> Framework:
     if _has_deepspeed_flag(args):
         return "deepspeed"
     share = _megatron_share(args)
-    if share >= 0.5 or (entry is not None and re.match(r"pretrain_\w+\.py$", _base(entry))):
+    if share >= 0.5 or (entry is not None and _PRETRAIN.match(_base(entry))):
         return "megatron"
     if launch.launcher == "deepspeed":
         return "deepspeed"
@@ -932,9 +944,9 @@ def _build_deepspeed(
         if autos:
             notes.append(f"'auto' values ({', '.join(autos)}) are filled in by the HF Trainer/Accelerate integration")
     if launch is not None:
-        # the training script's own flags (its argparse is unknown): grouped argparse-style,
-        # numbers converted by their looks
-        parsed, _ = _parse_megatron(args, skip)
+        # the training script's flags, grouped as Megatron-DeepSpeed's argparse groups them (another
+        # script's unknown flags take the values that follow), numbers converted by their looks
+        parsed, _ = _parse_megatron(args, skip, "megatron-deepspeed")
         for p in parsed:
             holes = [k for k in p.value_indices if k in skip]
             conv = [v if k in skip else _by_looks(v) for v, k in zip(p.values, p.value_indices, strict=True)]

@@ -8,7 +8,10 @@ Pinned versions (the JSON files in ``schemas/``, see ``schemas/PROVENANCE.md``):
   ``llama3``/``llama3_8b`` registry config) and, for reading old files, torchtitan v0.2.2's
   ``JobConfig`` (TOML tables / ``--job.config_file``);
 * DeepSpeed 0.19.8 (``DeepSpeedConfig`` top-level keys, removed blocks, and the pydantic section
-  models that reject unknown keys).
+  models that reject unknown keys);
+* Megatron-DeepSpeed at commit 6acc370a41440098031227e881bd9f1f23aa369e (``megatron/arguments.py``
+  plus DeepSpeed's own ``--deepspeed --deepspeed_config``): the training script of the DeepSpeed
+  launch, 315 argparse arguments, checked the same way as Megatron-LM's.
 
 Every check returns a list of one-line sentences that name the flag or key and say what is wrong;
 an empty list means the configuration passes.  Nothing here imports the frameworks.
@@ -32,6 +35,7 @@ from pydantic import TypeAdapter, ValidationError
 __all__ = [
     "DEEPSPEED_VERSION",
     "MEGATRON_COMMIT",
+    "MEGATRON_DEEPSPEED_COMMIT",
     "TORCHTITAN_TOML_VERSION",
     "TORCHTITAN_VERSION",
     "MegatronArg",
@@ -39,6 +43,7 @@ __all__ = [
     "TitanField",
     "check_deepspeed",
     "check_megatron",
+    "check_megatron_deepspeed",
     "check_torchtitan",
     "check_torchtitan_toml",
     "deepspeed_unknown_keys",
@@ -54,15 +59,27 @@ MEGATRON_COMMIT = "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
 TORCHTITAN_VERSION = "0.3.0"
 TORCHTITAN_TOML_VERSION = "0.2.2"
 DEEPSPEED_VERSION = "0.19.8"
+# The last commit before 676a482c (2024-12-04, FPDT), which splits the fused QKV output into equal
+# thirds in ParallelAttention.forward (megatron/model/transformer.py) and so breaks grouped-query
+# attention; the later commits (to 4efb479d, 2025-07-16) touch tools, docs and non-CUDA LayerNorm only.
+MEGATRON_DEEPSPEED_COMMIT = "6acc370a41440098031227e881bd9f1f23aa369e"
 
-SchemaName = Literal["megatron", "torchtitan", "torchtitan-0.2.2", "deepspeed"]
+SchemaName = Literal["megatron", "megatron-deepspeed", "torchtitan", "torchtitan-0.2.2", "deepspeed"]
+# The argparse schemas (Megatron-LM's and Megatron-DeepSpeed's), read by one parser
+ArgSchema = Literal["megatron", "megatron-deepspeed"]
 _SCHEMA_FILES: dict[str, str] = {
     "megatron": "megatron_lm_d98e8a64.json",
+    "megatron-deepspeed": "megatron_deepspeed_6acc370a.json",
     "torchtitan": "torchtitan_0.3.0.json",
     "torchtitan-0.2.2": "torchtitan_0.2.2.json",
     "deepspeed": "deepspeed_0.19.8.json",
 }
 _MEGATRON = f"Megatron-LM {MEGATRON_COMMIT[:8]}"
+Flag = tuple[str, str | None]  # a command-line flag and its value (None: a flag that takes none)
+ARG_SCHEMA_NAMES: dict[ArgSchema, str] = {
+    "megatron": _MEGATRON,
+    "megatron-deepspeed": f"Megatron-DeepSpeed {MEGATRON_DEEPSPEED_COMMIT[:8]}",
+}
 
 
 @functools.cache
@@ -128,10 +145,10 @@ class MegatronArg:
 
 
 @functools.cache
-def megatron_args() -> dict[str, MegatronArg]:
-    """Every Megatron-LM flag (all aliases) -> its argument."""
+def megatron_args(schema: ArgSchema = "megatron") -> dict[str, MegatronArg]:
+    """Every flag (all aliases) of Megatron-LM, or of Megatron-DeepSpeed's script -> its argument."""
     out: dict[str, MegatronArg] = {}
-    for a in load_schema("megatron")["args"]:
+    for a in load_schema(schema)["args"]:
         choices = a.get("choices")
         arg = MegatronArg(
             flags=tuple(a["flags"]),
@@ -160,11 +177,11 @@ class ParsedFlag:
     inline: bool  # written --flag=value
 
 
-def parse_megatron_args(args: Sequence[str]) -> tuple[list[ParsedFlag], list[str]]:
-    """Group `args` into flags and values the way Megatron-LM's argparse parser would
-    (``allow_abbrev=False``, no positional arguments).  Returns the flags and the structural
-    problems (stray values, missing values, values given to flags that take none)."""
-    return _parse_megatron(args, frozenset())
+def parse_megatron_args(args: Sequence[str], schema: ArgSchema = "megatron") -> tuple[list[ParsedFlag], list[str]]:
+    """Group `args` into flags and values the way Megatron-LM's (or Megatron-DeepSpeed's) argparse
+    parser would (``allow_abbrev=False``, no positional arguments).  Returns the flags and the
+    structural problems (stray values, missing values, values given to flags that take none)."""
+    return _parse_megatron(args, frozenset(), schema)
 
 
 def _arity(spec: MegatronArg) -> str:
@@ -177,8 +194,11 @@ def _arity(spec: MegatronArg) -> str:
     return "values"
 
 
-def _parse_megatron(args: Sequence[str], skip: Container[int]) -> tuple[list[ParsedFlag], list[str]]:
-    table = megatron_args()
+def _parse_megatron(
+    args: Sequence[str], skip: Container[int], schema: ArgSchema = "megatron"
+) -> tuple[list[ParsedFlag], list[str]]:
+    table = megatron_args(schema)
+    label = ARG_SCHEMA_NAMES[schema]
     parsed: list[ParsedFlag] = []
     problems: list[str] = []
     n = len(args)
@@ -188,7 +208,7 @@ def _parse_megatron(args: Sequence[str], skip: Container[int]) -> tuple[list[Par
         if tok == "--":
             rest = [a for k, a in enumerate(args[i + 1 :], i + 1) if k not in skip]
             if rest:
-                problems.append(f"{' '.join(rest)!r} after '--': {_MEGATRON} takes no positional arguments")
+                problems.append(f"{' '.join(rest)!r} after '--': {label} takes no positional arguments")
             break
         if not _is_option(tok):
             stray: list[str] = []
@@ -207,8 +227,7 @@ def _parse_megatron(args: Sequence[str], skip: Container[int]) -> tuple[list[Par
                     ctx = f"after {_clip(shown, 80)[1:-1]}, which takes {_arity(prev.spec)}"
                 what = "unexpected value" if len(stray) == 1 else "unexpected values"
                 problems.append(
-                    f"{_clip(' '.join(stray), 80)}: {what} {ctx}; {_MEGATRON} would reject "
-                    "it as an unrecognized argument"
+                    f"{_clip(' '.join(stray), 80)}: {what} {ctx}; {label} would reject it as an unrecognized argument"
                 )
             continue
         name, eq, inline = tok.partition("=") if tok.startswith("--") else (tok, "", "")
@@ -381,13 +400,13 @@ def _megatron_value_problem(flag: str, spec: MegatronArg, value: str) -> str | N
     return None
 
 
-def _check_megatron(args: Sequence[str], skip_values: Container[int]) -> list[str]:
-    parsed, problems = _parse_megatron(args, skip_values)
-    table = megatron_args()
+def _check_megatron(args: Sequence[str], skip_values: Container[int], schema: ArgSchema = "megatron") -> list[str]:
+    parsed, problems = _parse_megatron(args, skip_values, schema)
+    table = megatron_args(schema)
     for p in parsed:
         if p.spec is None:
             hint = _suggest(p.flag, table) or _suggest(p.flag.replace("_", "-"), table)
-            problems.append(f"{p.flag}: not an argument of {_MEGATRON}{hint}")
+            problems.append(f"{p.flag}: not an argument of {ARG_SCHEMA_NAMES[schema]}{hint}")
             continue
         for value, at in zip(p.values, p.value_indices, strict=True):
             if at in skip_values:
@@ -404,6 +423,12 @@ def check_megatron(args: list[str]) -> list[str]:
     `choices`, values given to store_true/store_false flags, wrong number of values for `nargs`,
     stray positional values.  Empty list = argparse at the pinned commit accepts it."""
     return _check_megatron(args, frozenset())
+
+
+def check_megatron_deepspeed(args: list[str]) -> list[str]:
+    """`check_megatron` against Megatron-DeepSpeed 6acc370a's parser (its own flags and DeepSpeed's
+    --deepspeed --deepspeed_config): the training script of the DeepSpeed launch."""
+    return _check_megatron(args, frozenset(), "megatron-deepspeed")
 
 
 # ============================================================================================
