@@ -316,8 +316,9 @@ HYBRID: dict[Framework, bool] = {
 
 # Expert parallelism (EP > 1) as paraplan prices it: Megatron-LM carves the expert-parallel ranks
 # out of DP x CP (x TP with expert TP below TP: --expert-model-parallel-size and
-# --expert-tensor-parallel-size, optimizer/launch/schemas/megatron_lm_d98e8a64.json), and paraplan's
-# DeepSpeed launch (Megatron-DeepSpeed) runs them the same way. torchtitan 0.3.0 has
+# --expert-tensor-parallel-size, optimizer/launch/schemas/megatron_lm_d98e8a64.json), and DeepSpeed-MoE
+# carves its expert-parallel groups out of the data-parallel ranks the same way (deepspeed/utils/
+# groups.py `_create_expert_and_data_parallel`; its layer itself is another, `MOE_LAYER`). torchtitan 0.3.0 has
 # parallelism.expert_parallel_degree only (schemas/torchtitan_0.3.0.json; v0.2.2 also had
 # expert_tensor_parallel_degree), its expert-parallel ranks borrowed from the FSDP and TP ranks with
 # the experts not tensor-parallel: a mesh paraplan prices only approximately, as Megatron-style EP
@@ -328,6 +329,20 @@ HYBRID: dict[Framework, bool] = {
 EXPERT_PARALLEL: dict[Framework, bool] = {
     Framework.MEGATRON: True, Framework.DEEPSPEED: True, Framework.TORCHTITAN: False,
 }  # fmt: skip
+
+# Whether the framework's mixture-of-experts layer is the one paraplan prices: dropless top-k routing,
+# the tokens permuted to their experts and run as grouped GEMMs (Megatron-Core's MoELayer at d98e8a64;
+# torchtitan 0.3.0's MoE, dropless with grouped_mm). Megatron-DeepSpeed's is DeepSpeed-MoE
+# (deepspeed/moe/sharded_moe.py, which its ParallelTransformerLayer builds): top-1/top-2 gating with a
+# capacity factor that drops tokens unless told not to (and then pads every expert to the largest
+# load), the tokens dispatched by einsum over a one-hot mask. A DeepSpeed MoE prediction is therefore
+# the Megatron-style layer's, with a warning (`moe_approximation`), and its launch config is refused.
+MOE_LAYER: dict[Framework, bool] = {
+    Framework.MEGATRON: True, Framework.DEEPSPEED: False, Framework.TORCHTITAN: True,
+}  # fmt: skip
+DEEPSPEED_MOE_WORDS = (
+    "DeepSpeed-MoE layers (top-1/2 gating, a capacity factor that drops or pads tokens, an einsum dispatch)"
+)
 
 # Stack.ep_dispatcher per framework: Megatron-LM d98e8a64 has --moe-token-dispatcher-type
 # {allgather,alltoall,flex} and --moe-flex-dispatcher-backend {deepep,hybridep,ncclep}
@@ -695,6 +710,18 @@ def ep_approximation(lay: Layout) -> str | None:
         f"EP {lay.ep} under {fs.title} {fs.version} is priced as Megatron-style expert parallelism over DP x CP; "
         f"{fs.title} borrows its expert-parallel ranks from FSDP and TP (the experts not tensor-parallel), "
         "so the prediction is approximate and no launch config is written for it"
+    )
+
+
+def moe_approximation(lay: Layout, is_moe: bool) -> str | None:
+    """The warning for a mixture of experts under a framework whose MoE layer paraplan does not price
+    (`MOE_LAYER`); None where it does."""
+    if not is_moe or MOE_LAYER[lay.framework]:
+        return None
+    fs = FRAMEWORKS[lay.framework]
+    return (
+        f"the experts under {fs.title} {fs.version} are priced as Megatron-style dropless MoE layers; its training "
+        f"script's are {DEEPSPEED_MOE_WORDS}, so the prediction is approximate and no launch config is written for it"
     )
 
 

@@ -446,6 +446,7 @@ def layout_warnings(spec: ModelSpec, layouts: list[Layout]) -> list[str]:
     """What is priced only approximately in the layouts of an answer, each warning once (the search
     proposes no such layout; a plan or knob the user gives may hold one)."""
     found = [frameworks.ep_approximation(lay) for lay in layouts]
+    found += [frameworks.moe_approximation(lay, spec.is_moe) for lay in layouts]
     found += [
         f"sequence length {lay.seq_len} exceeds {spec.name}'s {spec.max_seq_len} learned positions: as configured "
         f"it embeds no position past {spec.max_seq_len}; priced at {lay.seq_len} tokens with its "

@@ -1140,3 +1140,9 @@ def test_megatron_deepspeed_moe_is_refused_and_read_as_unmodelled() -> None:
     _, _, _, notes = imported("deepspeed", moe, mixtral)
     unmodelled = next(n for n in notes if n.startswith("read but not modelled"))
     assert "--num-experts (DeepSpeed-MoE layers" in unmodelled
+    # a DeepSpeed MoE question is answered as the Megatron-style layer, with a warning that says so
+    for framework, warned in (("deepspeed", True), ("megatron", False)):
+        result = paraplan.validate("mixtral-8x7b", 64, "h100-sxm", "TP1/PP1/DP64/EP8", framework=framework)
+        assert any("DeepSpeed-MoE layers" in w for w in result.warnings) is warned, result.warnings
+    plain = paraplan.validate("llama3-8b", 8, "h100-sxm", "TP1/PP1/DP8", framework="deepspeed")
+    assert not any("DeepSpeed-MoE" in w for w in plain.warnings)

@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, NoReturn
 
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.frameworks import (
+    DEEPSPEED_MOE_WORDS,
     FRAMEWORKS,
+    MOE_LAYER,
     a2a_overlap_reasons,
     default_stack,
     model_stack_unsupported,
@@ -898,10 +900,9 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
     if lay.cp > 1:
         _refuse(ctx, "cp", f"DeepSpeed {DEEPSPEED_VERSION} has no ring or all-gather context parallelism (its "
                 "sequence parallelism is Ulysses all-to-all, which paraplan does not model)")  # fmt: skip
-    if ctx.model.is_moe:
-        _refuse(ctx, "model", f"{ctx.model.name} is a mixture of experts; {MDS}'s are DeepSpeed-MoE layers (a "
-                "capacity factor that drops tokens by default, experts as wide as --ffn-hidden-size, top-1/2 "
-                "gating), not the dropless Megatron-style layer paraplan prices")  # fmt: skip
+    if ctx.model.is_moe and not MOE_LAYER[Framework.DEEPSPEED]:
+        _refuse(ctx, "model", f"{ctx.model.name} is a mixture of experts; {MDS}'s are {DEEPSPEED_MOE_WORDS}, not "
+                "the dropless Megatron-style layer paraplan prices")  # fmt: skip
     if ctx.model.norm_zero_centered and not ctx.model.layernorm:
         _refuse(ctx, "model", f"{ctx.model.name} has zero-centred RMSNorm weights; {MDS}'s --apply-layernorm-1p "
                 "reaches its LayerNorm only (megatron/model/transformer.py builds RMSNorm without it)")  # fmt: skip

@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
+from paraplan.cost_models.frameworks import DEEPSPEED_MOE_WORDS
+
 from .schema import MEGATRON_DEEPSPEED_COMMIT, Flag, megatron_args
 
 __all__ = ["FLASH_FLAGS", "MDS", "MDS_UNMODELLED", "RENAMED", "from_megatron_deepspeed", "to_megatron_deepspeed"]
@@ -55,10 +57,9 @@ FLASH_FLAGS: frozenset[str] = frozenset(
 _IMPLIED: frozenset[str] = frozenset({"--group-query-attention"})
 # The fork's flags that change what a step costs and that paraplan does not model (the importer names
 # them where they are set): its MoE is DeepSpeed-MoE (megatron/model/transformer.py ParallelTransformerLayer
-# builds deepspeed.moe.layer.MoE: a capacity factor that drops tokens unless --disable-moe-token-dropping,
-# MoE on every --expert-interval-th layer, default 2)
+# builds deepspeed.moe.layer.MoE, on every --expert-interval-th layer, default 2; frameworks.MOE_LAYER)
 MDS_UNMODELLED: dict[str, str] = {
-    "--num-experts": "DeepSpeed-MoE layers, with token dropping at a capacity factor",
+    "--num-experts": DEEPSPEED_MOE_WORDS,
     "--ds-sequence-parallel-size": "DeepSpeed-Ulysses sequence parallelism",
     "--partition-activations": "checkpointed activations partitioned over TP",
     "--fp8-hybrid": "FP8 through Transformer Engine",
