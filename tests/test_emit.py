@@ -900,9 +900,23 @@ def test_gpt_oss_is_written_as_megatron_bridge_builds_it() -> None:
 def test_mlp_activations_megatron_writes_and_refuses() -> None:
     # NemotronConfig's relu2 is --squared-relu; a GELU-gated MLP (GeGLU) has no Megatron-LM flag
     plain = load_model("gpt3-175b")
-    relu2 = plain.model_copy(update={"mlp_act": "relu2", "name": "relu2"})
+    unbiased = {"linear_bias": False, "qkv_bias": None, "out_bias": None, "mlp_bias": None}
+    relu2 = plain.model_copy(update={"mlp_act": "relu2", "name": "relu2", **unbiased})
     assert "--squared-relu" in emit_launch("megatron", relu2, Layout(seq_len=2048))
     assert "--squared-relu" not in emit_launch("megatron", plain, Layout(seq_len=2048))
+    # with linear biases the CLI turns on bias_activation_fusion (argument_utils.py at d98e8a64), which
+    # TransformerConfig.__post_init__ rejects with squared ReLU: refused
+    biased = plain.model_copy(update={"mlp_act": "relu2", "name": "biased-relu2"})
+    with pytest.raises(InputError, match="model -- biased-relu2 has MLP biases with squared ReLU"):
+        emit_launch("megatron", biased, Layout(seq_len=2048))
+    # squared-ReLU experts run fused with their router weights (--use-fused-weighted-squared-relu), as
+    # priced and as Megatron-Bridge's Nemotron 3 Nano recipes set it; a launch without it is named
+    nano = load_model(str(Path(__file__).parent / "data" / "hf_configs" / "nemotron-3-nano-30b-a3b.json"))
+    text = emit_launch("megatron", nano, Layout(dp=8, ep=8, global_batch=64, seq_len=8192))
+    assert "--use-fused-weighted-squared-relu" in text.split() and check_emitted("megatron", text) == []
+    notes = imported("megatron", text.replace("--use-fused-weighted-squared-relu", ""), nano)[3]
+    assert any("no --use-fused-weighted-squared-relu: Megatron-LM then runs squared ReLU" in n for n in notes)
+    assert not any("squared" in n for n in imported("megatron", text, nano)[3])
     geglu = load_model("llama2-7b").model_copy(update={"mlp_act": "gelu_pytorch_tanh", "name": "geglu"})
     with pytest.raises(InputError, match="model -- geglu's gated MLP uses gelu_pytorch_tanh"):
         emit_launch("megatron", geglu, Layout())

@@ -202,6 +202,23 @@ MEGATRON_CP_COMM_TYPES = ("p2p", "all_gather", "a2a", "a2a+p2p")
 # Megatron-LM's MoE kernel flags the cost model assumes on (written for every MoE model; the importer
 # names a launch without them)
 MOE_KERNEL_FLAGS: tuple[Flag, ...] = (("--moe-grouped-gemm", None), ("--moe-permute-fusion", None))
+# Squared-ReLU experts: the activation and the router-probability multiply as one kernel, as the cost
+# model prices an MoE layer's activation (`compute._layer_memory_bound_fwd_s`); without it TEGroupedMLP
+# runs squared_relu, then multiplies by the fp32 probabilities and casts back (moe/experts.py
+# `bias_act_func` at d98e8a64). Off by default; Megatron-Bridge's Nemotron 3 Nano recipes set it.
+FUSED_SQUARED_RELU: Flag = ("--use-fused-weighted-squared-relu", None)
+
+
+def squared_relu(m: ModelSpec) -> bool:
+    """Whether Megatron-LM runs the model's MLP with --squared-relu (Nemotron's relu2; a hybrid
+    model's MLP without a stated activation, as Nemotron-H's)."""
+    return m.mlp != "gated" and (m.mlp_act == "relu2" or (m.mlp_act is None and m.is_hybrid))
+
+
+def moe_kernel_flags(m: ModelSpec) -> tuple[Flag, ...]:
+    """The MoE kernel flags the cost model assumes for an MoE model (`MOE_KERNEL_FLAGS`, and the
+    fused weighted squared ReLU for squared-ReLU experts)."""
+    return (*MOE_KERNEL_FLAGS, FUSED_SQUARED_RELU) if squared_relu(m) else MOE_KERNEL_FLAGS
 
 
 def _refuse(ctx: _Ctx, knob: str, why: str) -> NoReturn:
@@ -426,7 +443,7 @@ def megatron_model_flags(
             # which d98e8a64's TE spec builds only with --moe-grouped-gemm (SequentialMLP otherwise:
             # extensions/transformer_engine_spec_provider.py grouped_mlp_modules), and TE's fused
             # permutation (token_dispatcher.py `fused=self.config.moe_permute_fusion`); both default off
-            *MOE_KERNEL_FLAGS,
+            *moe_kernel_flags(m),
         ]
         if ep_dispatcher != "alltoall":
             flags.append(("--moe-flex-dispatcher-backend", ep_dispatcher))
@@ -525,7 +542,12 @@ def _megatron_activation(m: ModelSpec, no: Callable[[str], NoReturn]) -> list[Fl
         no(
             f"{m.name}'s gated MLP uses {act}; Megatron-LM gates with SiLU (--swiglu) or quick GELU (--quick-geglu) only"
         )
-    if act == "relu2" or (act is None and m.is_hybrid):
+    if squared_relu(m):
+        if m.has_mlp_bias:
+            # the CLI turns bias_activation_fusion on with linear biases (argument_utils.py), and
+            # TransformerConfig.__post_init__ raises on it with squared ReLU
+            no(f"{m.name} has MLP biases with squared ReLU; Megatron-LM rejects the bias-activation fusion its "
+               "flags then turn on, and paraplan does not price the unfused bias and activation")  # fmt: skip
         return [("--squared-relu", None)]
     if act is None or act.startswith("gelu"):
         return []

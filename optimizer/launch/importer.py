@@ -41,10 +41,10 @@ from paraplan.cost_models.stack import module_list, parse_modules, parse_scopes
 from .emitters import (
     MEGATRON_CP_COMM,
     MEGATRON_CP_COMM_TYPES,
-    MOE_KERNEL_FLAGS,
     TITAN_REGISTRY,
     TitanConfig,
     megatron_model_flags,
+    moe_kernel_flags,
 )
 from .megatron_deepspeed import MDS, MDS_UNMODELLED, RENAMED, from_megatron_deepspeed
 from .readers import Framework, LaunchSettings, _label, _read_text, parse_launch_text, read_launch
@@ -866,10 +866,11 @@ def _megatron_moe_kernels(meg: _Megatron) -> None:
     (--moe-grouped-gemm; without it Megatron-LM d98e8a64 builds SequentialMLP, a Python loop of
     per-expert linears: more host dispatches and smaller GEMMs) and TE's fused permutation
     (--moe-permute-fusion; without it the unfused index_select / scatter path, more kernels). Both
-    default off; a launch without them is named, priced as with them (`emitters.MOE_KERNEL_FLAGS`)."""
+    default off; a launch without them is named, priced as with them (`emitters.moe_kernel_flags`,
+    with the fused weighted squared ReLU of squared-ReLU experts)."""
     if not meg.st.model.is_moe:
         return
-    for flag, _ in MOE_KERNEL_FLAGS:
+    for flag, _ in moe_kernel_flags(meg.st.model):
         dest = flag[2:].replace("-", "_")
         if not meg.get(dest, False):
             meg.st.note(f"no {flag}: Megatron-LM then runs {_MOE_KERNEL_WORDS[dest]}, which is not modelled "
@@ -879,6 +880,7 @@ def _megatron_moe_kernels(meg: _Megatron) -> None:
 _MOE_KERNEL_WORDS = {
     "moe_grouped_gemm": "SequentialMLP (a loop of per-expert linears)",
     "moe_permute_fusion": "the unfused token permutation",
+    "use_fused_weighted_squared_relu": "squared ReLU, the probability multiply and a cast as three kernels",
 }
 
 
