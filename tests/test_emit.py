@@ -1150,10 +1150,11 @@ def test_megatron_deepspeed_moe_is_refused_and_read_as_unmodelled() -> None:
     with pytest.raises(InputError, match="model -- mixtral-8x7b is a mixture of experts; Megatron-DeepSpeed"):
         emit_launch("deepspeed", mixtral, ds_lay)
     dense = emit_launch("deepspeed", load_model("llama3-8b"), ds_lay)
-    moe = dense.replace("--bf16", "--bf16 --num-experts 8 --topk 2 --moe-expert-parallel-size 8")
+    moe = dense.replace("--bf16", "--bf16 --num-experts 8 --topk 2 --moe-expert-parallel-size 8 --enable-zbh1-pipeline")
     _, _, _, notes = imported("deepspeed", moe, mixtral)
     unmodelled = next(n for n in notes if n.startswith("read but not modelled"))
     assert "--num-experts (DeepSpeed-MoE layers" in unmodelled
+    assert "--enable-zbh1-pipeline (the zero-bubble (ZB-H1) pipeline schedule)" in unmodelled
     # a DeepSpeed MoE question is answered as the Megatron-style layer, with a warning that says so
     for framework, warned in (("deepspeed", True), ("megatron", False)):
         result = paraplan.validate("mixtral-8x7b", 64, "h100-sxm", "TP1/PP1/DP64/EP8", framework=framework)

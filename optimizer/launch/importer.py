@@ -1112,8 +1112,11 @@ def _import_deepspeed(st: _State) -> None:
     others = [f for f in written if f not in table and f.startswith("--")]
     if others and not s.runs_megatron_deepspeed:  # the fork's own script: its schema check names them
         st.note(f"training-script flags that are not {MDS}'s (listed, not used): {', '.join(others)}")
-    for flag, what in MDS_UNMODELLED.items():
-        if written.get(flag) not in (None, False, 1, [1]):
+    for flag, what in MDS_UNMODELLED.items():  # set to other than the fork's default
+        default, value = table[flag].default, written.get(flag)
+        if isinstance(default, list) and not isinstance(value, list):
+            value = [value]  # nargs "+" given one value
+        if flag in written and value != default:
             st.unmodelled.append(f"{flag} ({what})")
     st.unmodelled.extend(meg.leftover())
 

@@ -64,6 +64,12 @@ MDS_UNMODELLED: dict[str, str] = {
     "--partition-activations": "checkpointed activations partitioned over TP",
     "--fp8-hybrid": "FP8 through Transformer Engine",
     "--fp8-e4m3": "FP8 through Transformer Engine",
+    "--checkpoint-num-layers": "layers checkpointed in groups (the pipeline engine's activation_checkpoint_interval)",
+    "--distribute-checkpointed-activations": "checkpointed activations partitioned over TP",
+    "--enable-zbh1-pipeline": "the zero-bubble (ZB-H1) pipeline schedule",
+    "--random-ltd": "random layer-wise token dropping",
+    "--kd": "knowledge distillation (a teacher model's forward)",
+    "--memory-centric-tiled-linear": "tiled linear layers",
 }
 
 
