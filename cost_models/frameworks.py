@@ -605,6 +605,20 @@ def deferred_grad_sync(lay: Layouts) -> BoolArray:
     return per_framework(lay, lambda fs, x: (x.pp > 1) & fs.pp_defers_grad_sync)
 
 
+def zero2_regathers(lay: Layouts) -> BoolArray:
+    """ZeRO-2 layouts whose parameters are gathered again for every micro-batch's forward: where the
+    framework stores them sharded at ZeRO-2 (`params_sharded_from`: torchtitan's FSDP2 with
+    reshard_after_forward False) and does not keep them gathered across the step. FSDP2 frees the
+    gathered parameters after each backward (`reshard_after_backward`, default True; torchtitan 0.3.0
+    turns it off only for the chunked loss's lm_head, components/loss.py, and PyTorch's pipelining for
+    every micro-batch of a stage, `pp_defers_grad_sync`), so the next micro-batch's forward all-gathers
+    them again (torch.distributed.fsdp `FSDPModule.set_reshard_after_backward`: turning it off "trades
+    off higher memory for reduced communication since the unsharded parameters do not need to be
+    re-all-gathered before the next forward")."""
+    deferred = deferred_grad_sync(lay)
+    return per_framework(lay, lambda fs, x: np.full(len(x), fs.params_sharded_from <= 2)) & ~deferred
+
+
 def tp_allreduce_overlap(lay: Layouts) -> FloatArray:
     """1 where the backward TP all-reduce of a layout without sequence parallelism runs under the
     weight-gradient GEMM (`FrameworkSpec.tp_allreduce_overlap`), else 0."""

@@ -109,6 +109,7 @@ from paraplan.cost_models.frameworks import (
     pp_serial_transfers,
     sp_regathers_input,
     tp_allreduce_overlap,
+    zero2_regathers,
     zero3_live_limited,
 )
 from paraplan.cost_models.layout import CpComm, Framework
@@ -683,7 +684,8 @@ def dp_exposed_s(
     reduction under a micro-batch's backward, the weight gather under a forward (ZeRO-3 gathers
     again for the backward, in the backward's window). ZeRO-2 reduce-scatters every
     micro-batch's gradients, except where the framework defers the sync to the last micro-batch
-    (`frameworks.deferred_grad_sync`: once per step). A window is wall time, so a faster GPU
+    (`frameworks.deferred_grad_sync`: once per step); torchtitan's ZeRO-2 also gathers the weights
+    for every micro-batch's forward unless so deferred (`frameworks.zero2_regathers`). A window is wall time, so a faster GPU
     that only shifts time from compute to exposed communication does not shrink it.
     `blocked`: per layer, the parameters whose ZeRO-3 gather waits in line, forward and backward
     (`live_blocked_numel`): those gathers are exposed whole, per micro-batch, and leave the window
@@ -741,7 +743,10 @@ def dp_exposed_s(
     by_stage = (
         exposed(all_reduce, bwd),  # ZeRO-0
         exposed(scatter, bwd) + exposed(gather, fwd),  # ZeRO-1
-        np.where(deferred, 1.0, m) * exposed(scatter, bwd) + exposed(gather, fwd),  # ZeRO-2
+        # ZeRO-2: the weights gathered once after the optimizer step, or per micro-batch where the
+        # framework stores them sharded and frees them after each backward (`zero2_regathers`)
+        np.where(deferred, 1.0, m) * exposed(scatter, bwd)
+        + np.where(zero2_regathers(lay), m, 1.0) * exposed(gather, fwd),
         m * (exposed(layer_gathers - wait_fwd, fwd) + wait_fwd) + backward_3,  # ZeRO-3
     )
     return np.asarray(np.choose(np.minimum(lay.zero, 3), by_stage))

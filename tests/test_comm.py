@@ -633,6 +633,19 @@ def test_dp_traffic_by_hand(dgx: Cluster, zero: int, expected: float) -> None:
     assert got == pytest.approx(expected, rel=1e-12)
 
 
+def test_torchtitans_zero2_gathers_the_weights_for_every_micro_batch(dgx: Cluster) -> None:
+    # FSDP2 with reshard_after_forward False frees the gathered weights after each backward
+    # (reshard_after_backward, default True), so each micro-batch's forward gathers them again:
+    # 2 x (0.20001 + 0.40001) reduce-scatters + 2 x (0.10001 + 0.20001) gathers = 1.80008
+    params = _params(1e9, 2e9, 2)
+    titan = one(zero=2, framework="torchtitan", **DP2)
+    assert _f(dp_exposed_s(params, titan, dgx, Stack(), NOTHING_HIDDEN, NONE_BLOCKED)) == pytest.approx(1.80008)
+    # with PP, PyTorch's pipelining keeps them gathered and the gradients whole to the step's end
+    # (pp_defers_grad_sync): one reduce-scatter and one gather, 0.60002 + 0.30002
+    piped = one(zero=2, framework="torchtitan", pp=2, **DP2)
+    assert _f(dp_exposed_s(params, piped, dgx, Stack(), NOTHING_HIDDEN, NONE_BLOCKED)) == pytest.approx(0.90004)
+
+
 def test_dp_traffic_hides_under_the_backward(dgx: Cluster) -> None:
     # ZeRO-0: 1.20004 s of all-reduce; dp_overlap 0.5 of a 2 s backward hides 1 s of it
     params, lay = _params(1e9, 2e9, 2), one(zero=0, **DP2)
