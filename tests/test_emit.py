@@ -382,6 +382,19 @@ def test_llama3_405b_published_layout_is_a_legal_torchtitan_plan() -> None:
     assert lay == result.layout and world == 16384
 
 
+def test_torchtitan_launches_turn_cuda_graphs_off() -> None:
+    # 0.3.0 captures each forward+backward in a CUDA graph by default and refuses that with pipeline
+    # parallelism at config time (trainer.py Trainer.Config._validate_cuda_graphs); paraplan prices
+    # torchtitan eager: every launch writes --training.disable_cuda_graphs, and one without it is named
+    model = load_model("llama3-8b")
+    piped = Layout(framework="torchtitan", pp=2, dp=4, global_batch=64, first_stage_layers=0, last_stage_layers=0)
+    text = emit_launch("torchtitan", model, piped)
+    assert "--training.disable_cuda_graphs" in text.split() and check_emitted("torchtitan", text) == []
+    notes = imported("torchtitan", text.replace("--training.disable_cuda_graphs", ""), model)[3]
+    assert any("no --training.disable_cuda_graphs: torchtitan 0.3.0 captures" in n for n in notes)
+    assert not any("cuda_graphs" in n for n in imported("torchtitan", text, model)[3])
+
+
 def test_llama3_405b_as_published_fits_with_per_micro_batch_gradient_reduction() -> None:
     # Meta's stack reduce-scatters the gradients every micro-batch, as Megatron's ZeRO-2 does:
     # the published plan, without recompute, fits and emits a Megatron launch that fits.

@@ -84,6 +84,13 @@ def megatron_script(model: ModelSpec) -> str:
 MEGATRON_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("delayed", "tensorwise", "mxfp8")
 TITAN_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("rowwise", "rowwise_with_gw_hp")
 
+# torchtitan 0.3.0 captures each forward+backward in a CUDA graph unless told not to
+# (training.disable_cuda_graphs, default False; trainer.py `wrap_with_cuda_graph` at 4f9e9a47). It
+# refuses them with pipeline parallelism (Trainer.Config._validate_cuda_graphs: "CUDA graphs do not
+# support pipeline parallelism yet"), their capture forbids the host syncs of CPU offload, and
+# paraplan prices torchtitan eager (its kernel efficiency is fitted on releases without them;
+# `Stack.cuda_graph_scope` is Megatron-LM's): every torchtitan launch turns them off.
+TITAN_NO_CUDA_GRAPHS: Flag = ("--training.disable_cuda_graphs", None)
 LIST_FLAGS = frozenset({"--recompute-modules"})  # nargs "+": the value's words are separate arguments
 Refuser = Callable[[str, str], NoReturn]  # (knob, why): raise InputError naming the knob
 
@@ -1015,9 +1022,17 @@ def _titan_model(ctx: _Ctx) -> tuple[str, TitanConfig | None, list[str]]:
     theta = m.rope_theta if m.rope_theta is not None else ROPE_THETA_DEFAULT
     dims = (f"{m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads, {m.num_kv_heads} KV heads, "
             f"SwiGLU width {m.ffn_hidden_size}, vocabulary {m.vocab_size}, RoPE theta {theta:g}")  # fmt: skip
+    same = [c for c in TITAN_REGISTRY.values() if c.dims == _dims(m) and m.rope_theta == TITAN_ROPE_THETA]
+    where = (
+        f"its {same[0].name} builds this model in {same[0].precision} only (float8 comes with the config's "
+        "converters, which no flag changes)"
+        if same
+        else f"it has no registry config for {m.name}"
+    )
     comments = [
-        f"# --config {name}: torchtitan {TORCHTITAN_VERSION} has no registry config for {m.name}; register one in "
-        "torchtitan/models/llama3/config_registry.py (the model belongs to the config, not to the flags):",
+        f"# --config {name}: torchtitan {TORCHTITAN_VERSION} has no registry config of {m.name} in "
+        f"{ctx.lay.precision}: {where}; register one in torchtitan/models/llama3/config_registry.py (the model "
+        "belongs to the config, not to the flags):",
         f"#   Llama3Model.Config with {dims}",
     ]
     if ctx.lay.precision == Precision.FP8:
@@ -1159,6 +1174,7 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
               (_kf("seq_len", fw), str(lay.seq_len)), ("--training.mixed_precision_param", "bfloat16")]  # fmt: skip
     if lay.offload == Offload.ALL:
         flags.append(("--training.enable_cpu_offload", None))
+    flags.append(TITAN_NO_CUDA_GRAPHS)
     # Stack.compiled: compile.enable (its default components compile the model and the loss);
     # async TP (tp_overlap) needs it
     flags.append(("--compile.enable" if stack.compiled else "--compile.no-enable", None))
@@ -1173,6 +1189,11 @@ def _emit_torchtitan(ctx: _Ctx) -> str:
     lines += comments
     if lay.recompute == Recompute.SELECTIVE:
         lines.append("# activation-checkpoint:selective is 0.3.0's per-op policy (every other matmul's output saved)")
+    if lay.precision == Precision.FP8:
+        # components/quantization/float8.py at 4f9e9a47: Float8LinearConverter raises ImportError without
+        # torchao, and with a torchao older than 0.9 (no Float8LinearConfig.from_recipe_name) only warns
+        lines.append("# FP8 needs torchao 0.9 or later installed (not a dependency of the torchtitan 0.3.0 wheel): "
+                     "without it the converter raises ImportError, and an older one trains in bf16 with a warning")  # fmt: skip
     lines.append(
         "# several nodes: give torchrun --rdzv_backend c10d --rdzv_endpoint HOST:PORT (see multinode_trainer.slurm)"
     )

@@ -1287,6 +1287,10 @@ def _import_torchtitan(st: _State) -> None:
     _titan_recompute(st, get, registry, old)
     _titan_precision(st, get, registry, old)
     st.knobs["offload"] = Offload.ALL if get("training.enable_cpu_offload") else Offload.NONE
+    if not old and not get("training.disable_cuda_graphs"):
+        # `emitters.TITAN_NO_CUDA_GRAPHS`: 0.3.0's default captures the step, which is not priced
+        st.note("no --training.disable_cuda_graphs: torchtitan 0.3.0 captures each forward+backward in a CUDA "
+                "graph, which is not modelled (priced as eager), and refuses it with pipeline parallelism")  # fmt: skip
     if cp > 1:
         method = get("parallelism.context_parallel_rotate_method", "allgather") if old else "allgather"
         st.knobs["cp_comm"] = CpComm.ALLGATHER if method == "allgather" else CpComm.RING
