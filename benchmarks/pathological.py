@@ -24,6 +24,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -52,10 +53,19 @@ WIDEST = {"model_type": "mixtral", "hidden_size": 1_000_000, "num_hidden_layers"
           "num_experts_per_tok": 100_000}  # fmt: skip
 
 
+# A 32k-character plan (tests/test_hostile.py: once backtracked quadratically in the plan reader) and
+# a node of 1,024 GPUs, the schema's bound (tests/test_hostile_inputs.py: routing its links took 20 s)
+LONG_PLAN = "TP" + " " * 16_000 + "=" + " " * 16_000
+
+
 def write_inputs(folder: Path, runs: int) -> None:
-    """The config files and a calibrate CSV of `runs` runs (the published a100-80g runs, repeated
-    with distinct ids: the fit's work grows with the row count, whatever the rows say)."""
+    """The config files, a hardware TOML with 1,024 GPUs per node, and a calibrate CSV of `runs`
+    runs (the published a100-80g runs, repeated with distinct ids: the fit's work grows with the
+    row count, whatever the rows say)."""
     (folder / "10t.json").write_text(json.dumps(TEN_T))
+    preset = (REPO / "hardware_specs" / "presets" / "a100-80g.toml").read_text(encoding="utf-8")
+    (folder / "node1024.toml").write_text(re.sub(r"^gpus_per_node = \d+", "gpus_per_node = 1024", preset, count=1,
+                                                 flags=re.M), encoding="utf-8")  # fmt: skip
     (folder / "widest.json").write_text(json.dumps(WIDEST))
     with PUBLIC_RUNS.open(newline="", encoding="utf-8") as handle:
         rows = [r for r in csv.DictReader(handle) if r["hardware"] == "a100-80g"]
@@ -112,6 +122,11 @@ CASES = [
          ["compare", "--model", "llama2-70b", "--hardware", EIGHT_HARDWARE, "--budget-usd", "1e7", "--json"]),
     Case("compare_8hw_deadline", "compare llama3-405b over 8 hardware, --deadline-days 30",
          ["compare", "--model", "llama3-405b", "--hardware", EIGHT_HARDWARE, "--deadline-days", "30", "--json"]),
+    Case("long_plan", "memory with a 32,000-character --plan (refused)",
+         ["memory", "--model", "llama2-7b", "--hardware", "a100-80g", "--gpus", "8", "--plan", LONG_PLAN]),
+    Case("node_1024", "validate on a node of 1,024 GPUs (the schema's bound)",
+         ["validate", "--model", "llama2-7b", "--hardware", "{dir}/node1024.toml", "--gpus", "64", "--plan",
+          "TP8/PP2/DP4", "--json"]),
     Case("calibrate_2000", "calibrate a100-80g on 2,000 runs",
          ["calibrate", "--hardware", "a100-80g", "--runs", "{dir}/runs2000.csv", "--out", "{dir}/out.toml",
           "--force", "--json"]),

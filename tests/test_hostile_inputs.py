@@ -34,15 +34,12 @@ import json
 import math
 import os
 import re
-import signal
 import stat
 import subprocess
 import sys
 import tempfile
-import threading
-import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +48,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_hostile import (
+    CALL_LIMIT_S,
     GPT2,
     LLAMA,
     MIXTRAL,
@@ -62,6 +60,7 @@ from test_hostile import (
     fuzz_settings,
     parse_json,
     run_cli,
+    time_limit,
 )
 
 import paraplan.hardware_specs as hardware_specs
@@ -110,11 +109,6 @@ def snapshot(root: Path) -> Snapshot:
     return out
 
 
-# No generated input is large: a call past this has met a blow-up (a 1,000-GPU node once took
-# 20 s routing its links). Far above any normal call (milliseconds), so load on CI cannot reach it.
-CALL_LIMIT_S = 20.0
-
-
 def run_here(work: Path, argv: list[str], written: tuple[str, ...] = (), limit_s: float = CALL_LIMIT_S) -> Result:
     """`paraplan ARGV` with `work` as the working directory, interrupted past `limit_s`; fails if
     any file there other than `written` (paths relative to `work`) was created, changed or removed."""
@@ -125,30 +119,6 @@ def run_here(work: Path, argv: list[str], written: tuple[str, ...] = (), limit_s
     changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p) and p not in written)
     assert not changed, f"the command changed files it was not asked to write: {changed}\n{res}"
     return res
-
-
-class Hung(BaseException):
-    """Raised by the deadline guard; a BaseException so that the CLI's own handlers let it pass."""
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt a call that blocks (a FIFO opened for reading) or spins: the test fails instead
-    of hanging CI. Without a main thread to take SIGALRM it only measures."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def on_alarm(signum: int, frame: object) -> None:
-        raise Hung(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def write_json(path: Path, obj: Any) -> Path:
@@ -424,29 +394,30 @@ def test_calibrate_csv_cell_is_bounded_like_the_cli(tmp_path: Path, cells: dict[
     rows = good_runs()
     rows[0].update(cells)
     runs = runs_csv(tmp_path / "runs.csv", rows)
-    started = time.perf_counter()
     res = run_here(tmp_path, calibrate_argv(runs, "out.toml", "--fit", "gemm_max"))
-    elapsed = time.perf_counter() - started
     assert res.code == 2, str(res)
     check_error(res, names)
     assert "line 2" in res.err, f"the Error line does not name the row\n{res}"
-    assert elapsed < 5, f"refusing {cells} took {elapsed:.1f} s"
 
 
 # --- 6. calibrate --out never destroys a file ------------------------------------------------------
 
 
-def test_calibrate_out_naming_the_runs_csv_is_refused(tmp_path: Path) -> None:
+def test_calibrate_out_naming_the_runs_csv_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runs = runs_csv(tmp_path / "runs.csv", good_runs())
     original = runs.read_bytes()
-    for extra in ((), ("--force",)):
-        started = time.perf_counter()
-        res = run_here(tmp_path, calibrate_argv(runs, "runs.csv", "--fit", "gemm_max", *extra))
-        assert res.code == 2, str(res)
-        check_error(res, ("--out",))
-        assert runs.read_bytes() == original
-        # refused before any fitting: the runs file is known before the first step
-        assert time.perf_counter() - started < 2, "the same-file check came after the fit"
+
+    def no_fit(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the same-file check came after the fit")
+
+    # refused before any fitting: the runs file is known before the first step
+    with monkeypatch.context() as patched:
+        patched.setattr("paraplan.calibration.calibrate", no_fit)
+        for extra in ((), ("--force",)):
+            res = run_here(tmp_path, calibrate_argv(runs, "runs.csv", "--fit", "gemm_max", *extra))
+            assert res.code == 2, str(res)
+            check_error(res, ("--out",))
+            assert runs.read_bytes() == original
     # the same file under another name: a relative path, a symlink, a hard link
     (tmp_path / "link.csv").symlink_to("runs.csv")
     os.link(runs, tmp_path / "hard.csv")
@@ -575,8 +546,7 @@ def special_argv(option: str, path: Path, as_json: bool) -> tuple[list[str], str
     return ([*argv, "--json"] if as_json else argv), option
 
 
-def check_special(res: Result, kind: str, path: Path, elapsed: float) -> None:
-    assert elapsed < 5, f"{kind}: took {elapsed:.1f} s to refuse\n{res}"
+def check_special(res: Result, kind: str, path: Path) -> None:
     if (kind == "unreadable" and ROOT) or kind == "trailing_slash":  # root reads it; 'file/' is read as 'file'
         assert res.code in (0, 1, 2), str(res)
         return
@@ -595,9 +565,8 @@ def test_special_file_as_input(tmp_path: Path, option: str, kind: str) -> None:
     work.mkdir()
     path = special_file(tmp_path, kind)
     argv, _ = special_argv(option, path, as_json=False)
-    started = time.perf_counter()
     res = run_here(work, argv, limit_s=10)  # a FIFO opened for reading would block: interrupted
-    check_special(res, kind, path, time.perf_counter() - started)
+    check_special(res, kind, path)
 
 
 # --- found by the fuzzing: a node of 1,024 GPUs (the schema's bound) -------------------------------
@@ -609,14 +578,10 @@ def test_largest_node_is_routed_in_seconds(tmp_path: Path, preset: str) -> None:
     text = re.sub(r"^gpus_per_node = \d+", "gpus_per_node = 1024", (PRESETS_DIR / f"{preset}.toml").read_text(),
                   count=1, flags=re.M)  # fmt: skip
     (tmp_path / "hw.toml").write_text(text)
-    started = time.perf_counter()
     res = run_here(tmp_path, ["validate", "--model", "llama2-7b", "--hardware", "hw.toml", "--gpus", "64",
                               "--plan", "TP8/PP2/DP4", "--json"], limit_s=15)  # fmt: skip
     check(res, "layout")
     assert res.code in (0, 1), str(res)
-    assert time.perf_counter() - started < 8, (
-        f"{preset} with 1,024 GPUs per node took {time.perf_counter() - started:.1f} s"
-    )
 
 
 WIDEST = {"model_type": "mixtral", "hidden_size": 1_000_000, "num_hidden_layers": 100_000, "num_attention_heads": 1000,
@@ -628,11 +593,9 @@ def test_a_fix_too_large_to_search_does_not_refuse_the_answer(tmp_path: Path) ->
     """The widest config fits nowhere; one search for a fix passed the space cap and turned the
     answer (exit 1, with its reason) into exit 2, after 7 s and 1 GB of fix searches."""
     config = write_json(tmp_path / "config.json", WIDEST)
-    started = time.perf_counter()
     res = run_here(tmp_path, ["optimize", "--model", str(config), "--hardware", "h100-sxm", "--gpus", "8", "--json"])
     obj = check(res, "optimize")
     assert res.code == 1 and obj is not None and obj["results"][0]["reason"], str(res)
-    assert time.perf_counter() - started < 8, f"took {time.perf_counter() - started:.1f} s"
 
 
 # --- 8. byte-order marks --------------------------------------------------------------------------
@@ -1373,9 +1336,8 @@ def test_fuzz_special_files(kind: str, option: str, as_json: bool, via_link: boo
             link.symlink_to(path)
             path = link
         argv, _ = special_argv(option, path, as_json)
-        started = time.perf_counter()
         res = run_here(work, argv, limit_s=10)
-        check_special(res, kind, path, time.perf_counter() - started)
+        check_special(res, kind, path)
 
 
 # --- output streams that fail ---------------------------------------------------------------------
