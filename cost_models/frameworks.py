@@ -779,11 +779,16 @@ def a2a_overlap_breaks(lay: Layouts, is_moe: bool, modules: frozenset[str]) -> l
     pipeline_model_parallel_size > 1, recompute_granularity != 'full' (and no recompute method or
     layer count), "moe" not in recompute_modules (`modules`, read under selective recompute), bf16
     or fp16 (every paraplan precision is), and the alltoall or flex dispatcher (every
-    `Stack.ep_dispatcher` is). Only Megatron-LM schedules it."""
+    `Stack.ep_dispatcher` is); megatron/core/pipeline_parallel/combined_1f1b.py asserts, for the
+    interleaved schedule, that no model chunk is Megatron-FSDP-wrapped ("EP overlap 1F1B with FSDP is
+    not supported for interleaved pipeline parallelism"): ZeRO-2/3 is Megatron-FSDP. Only
+    Megatron-LM schedules it."""
     return [
         (np.asarray(lay.framework != Framework.MEGATRON), "only Megatron-LM runs it"),
         (np.asarray((lay.ep <= 1) | (not is_moe)), "it needs expert parallelism (EP > 1, an MoE model)"),
         (np.asarray((lay.pp > 1) & (lay.virtual_stages <= 1)), "with PP > 1 it needs virtual stages"),
+        (np.asarray((lay.zero >= 2) & (lay.virtual_stages > 1)),
+         "with Megatron-FSDP (ZeRO-2/3) it runs without virtual stages only"),
         (np.asarray(lay.recompute == Recompute.FULL), "it refuses full recompute"),
         (np.asarray((lay.recompute == Recompute.SELECTIVE) & ("moe" in modules)),
          "it refuses the moe recompute module"),

@@ -78,6 +78,8 @@ def test_steady_state_share_of_the_interleaved_schedule() -> None:
         ({"ep": 1, "dp": 8}, "expert parallelism"),
         ({"pp": 2, "dp": 4, "ep": 4}, "virtual stages"),
         ({"ep": 8, "dp": 8, "recompute": "full"}, "full recompute"),
+        # combined_1f1b.py asserts no Megatron-FSDP chunk in the interleaved schedule
+        ({"pp": 2, "virtual_stages": 2, "dp": 4, "ep": 4, "zero": 3}, "Megatron-FSDP"),
     ],
 )
 def test_layouts_megatron_refuses_are_infeasible_and_not_priced(knobs: dict[str, object], why: str) -> None:

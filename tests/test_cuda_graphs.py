@@ -115,8 +115,10 @@ def test_emit_import_round_trip() -> None:
     model = _qwen(num_layers=4)
     lay = Layout(dp=8, ep=8, global_batch=64, seq_len=2048)
     for scope, flags in (
-        ("attn,moe_router,moe_preprocess", "--cuda-graph-impl transformer_engine \\ --cuda-graph-modules 'attn moe_router moe_preprocess'"),
-        ("full_iteration", "--cuda-graph-impl full_iteration \\"),
+        # training/models/gpt.py at d98e8a64 asserts the TE RNG tracker with any graph, arguments.py
+        # --no-check-for-nan-in-loss-and-grad with full_iteration
+        ("attn,moe_router,moe_preprocess", "--cuda-graph-impl transformer_engine \\ --cuda-graph-modules 'attn moe_router moe_preprocess' \\ --te-rng-tracker"),
+        ("full_iteration", "--cuda-graph-impl full_iteration \\ --no-check-for-nan-in-loss-and-grad \\ --te-rng-tracker"),
         ("", None),
     ):  # fmt: skip
         stack = Stack(cuda_graph_scope=parse_scopes(scope))

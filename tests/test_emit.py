@@ -898,6 +898,12 @@ def test_gpt_oss_is_written_as_megatron_bridge_builds_it() -> None:
     assert "--disable-bias-linear" not in text and "--moe-router-enable-expert-bias" not in text
     assert check_emitted("megatron", text) == []
     assert not any("architecture differs" in n for n in imported("megatron", text, model)[3])
+    # TEGroupedMLP asserts against the bias-dropout fusion (on by default) with linear biases
+    # (moe/experts.py at d98e8a64); a launch without --no-bias-dropout-fusion is named
+    assert "--no-bias-dropout-fusion" in text.split()
+    notes = imported("megatron", text.replace("--no-bias-dropout-fusion", ""), model)[3]
+    assert any("no --no-bias-dropout-fusion" in n and "would not start" in n for n in notes)
+    assert not any("bias-dropout" in n for n in imported("megatron", text, model)[3])
     bridge = text.replace(_flag(text, "--window-attn-skip-freq"), "2")  # equal per layer: no note
     assert not any("architecture differs" in n for n in imported("megatron", bridge, model)[3])
     for change in (("--softmax-type learnable", "--softmax-type vanilla"), ("--quick-geglu", "--swiglu")):
@@ -1070,6 +1076,14 @@ def test_deepspeed_launch_runs_megatron_deepspeeds_script_in_its_own_flags() -> 
     text = emit_launch("deepspeed", model, flat)
     assert "--no-pipeline-parallel" in text.split() and "--zero-stage 3" in text and '"stage": 3' in text
     assert check_emitted("deepspeed", text) == []
+    # ZeRO-Offload needs DeepSpeed's CPU Adam (its engine raises on the script's default FusedAdam):
+    # the fork's --cpu-optimizer; without offload the client optimizer stays
+    assert "--cpu-optimizer" in text.split()
+    kept = Layout(framework="deepspeed", dp=8, micro_batch=1, global_batch=64, zero=1)
+    assert "--cpu-optimizer" not in emit_launch("deepspeed", model, kept)
+    # sequence parallelism: the fork's validate_args raises unless CUDA_DEVICE_MAX_CONNECTIONS=1
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in result.launch["deepspeed"]
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in text
     # what the fork cannot build is refused, naming the fork
     centred = model.model_copy(update={"norm_zero_centered": True})
     with pytest.raises(InputError, match="zero-centred RMSNorm weights; Megatron-DeepSpeed 6acc370a"):

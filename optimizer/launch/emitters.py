@@ -222,6 +222,14 @@ def squared_relu(m: ModelSpec) -> bool:
     return m.mlp != "gated" and (m.mlp_act == "relu2" or (m.mlp_act is None and m.is_hybrid))
 
 
+def grouped_experts_unfuse_bias_dropout(m: ModelSpec) -> bool:
+    """Whether an MoE model needs --no-bias-dropout-fusion: moe/experts.py TEGroupedMLP at d98e8a64
+    asserts "bias_dropout_fusion is not supported in TEGroupedMLP when add_bias_linear=True", and the
+    fusion is on by default (Megatron-LM's own examples/gptoss/02_train.sh turns it off). The unfused
+    bias-dropout-add of the few layers' outputs is not priced apart."""
+    return m.is_moe and (m.has_qkv_bias, m.has_out_bias, m.has_mlp_bias) == (True, True, True)
+
+
 def moe_kernel_flags(m: ModelSpec) -> tuple[Flag, ...]:
     """The MoE kernel flags the cost model assumes for an MoE model (`MOE_KERNEL_FLAGS`, and the
     fused weighted squared ReLU for squared-ReLU experts)."""
@@ -452,6 +460,8 @@ def megatron_model_flags(
             # permutation (token_dispatcher.py `fused=self.config.moe_permute_fusion`); both default off
             *moe_kernel_flags(m),
         ]
+        if grouped_experts_unfuse_bias_dropout(m):
+            flags.append(("--no-bias-dropout-fusion", None))
         if ep_dispatcher != "alltoall":
             flags.append(("--moe-flex-dispatcher-backend", ep_dispatcher))
         if m.num_shared_experts:
@@ -691,11 +701,16 @@ def _megatron_cuda_graphs(stack: Stack) -> list[Flag]:
     --cuda-graph-impl full_iteration (the whole step; any other scope named with it is inside it),
     the per-layer scopes --cuda-graph-impl transformer_engine --cuda-graph-modules ... ."""
     scope = stack.cuda_graph_scope
+    # training/models/gpt.py `finalize` asserts "Transformer engine's RNG tracker is required for
+    # cudagraphs" (validate_args turns it on only on some paths): written with any graph
+    rng = ("--te-rng-tracker", None)
     if "full_iteration" in scope:
-        return [("--cuda-graph-impl", "full_iteration")]
+        # arguments.py asserts "--no-check-for-nan-in-loss-and-grad should be set with
+        # --cuda-graph-impl=full_iteration for training"
+        return [("--cuda-graph-impl", "full_iteration"), ("--no-check-for-nan-in-loss-and-grad", None), rng]
     if scope:
         return [("--cuda-graph-impl", "transformer_engine"),
-                ("--cuda-graph-modules", " ".join(module_list(scope, CUDA_GRAPH_SCOPES)))]  # fmt: skip
+                ("--cuda-graph-modules", " ".join(module_list(scope, CUDA_GRAPH_SCOPES))), rng]  # fmt: skip
     return []
 
 
@@ -909,6 +924,11 @@ def _deepspeed_script_flags(ctx: _Ctx) -> list[Flag]:
         # --checkpoint-in-cpu overrides the JSON key (`Stack.cpu_checkpointing`)
         out += [("--checkpoint-activations", None), ("--deepspeed-activation-checkpointing", None),
                 ("--checkpoint-in-cpu", None)]  # fmt: skip
+    if lay.offload != Offload.NONE:
+        # the ZeRO-Offload optimizer: DeepSpeed's engine raises on the script's default client optimizer
+        # (apex FusedAdam) with offload_optimizer (runtime/engine.py, "You are using ZeRO-Offload with a
+        # client provided optimizer"); the fork's --cpu-optimizer builds DeepSpeedCPUAdam (optimizer/__init__.py)
+        out.append(("--cpu-optimizer", None))
     if lay.pp == 1:
         out.append(("--no-pipeline-parallel", None))
     out += [
@@ -974,6 +994,10 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
     lines.append(f"cat > {DEEPSPEED_CONFIG_NAME} <<'EOF'")
     lines.append(json.dumps(config, indent=2))
     lines.append("EOF")
+    if lay.sequence_parallel and lay.tp > 1:
+        # the fork's validate_args raises "Using sequence parallelism requires setting the environment
+        # variable CUDA_DEVICE_MAX_CONNECTIONS to 1" (megatron/arguments.py at 6acc370a)
+        lines.append("export CUDA_DEVICE_MAX_CONNECTIONS=1")
     head = f"deepspeed --num_nodes {nodes} --num_gpus {per} {MEGATRON_SCRIPT}"
     lines.append(_render_command(head, _deepspeed_script_flags(ctx)))
     return "\n".join(lines) + "\n"

@@ -43,6 +43,7 @@ from .emitters import (
     MEGATRON_CP_COMM_TYPES,
     TITAN_REGISTRY,
     TitanConfig,
+    grouped_experts_unfuse_bias_dropout,
     megatron_model_flags,
     moe_kernel_flags,
 )
@@ -789,6 +790,7 @@ def _megatron_cuda_graphs(meg: _Megatron) -> None:
     drop-and-pad: read as no graphs, with a note."""
     impl = meg.get("cuda_graph_impl", "none")
     modules = meg.get("cuda_graph_modules") or []
+    meg.get("te_rng_tracker")  # the RNG tracker graphs need: no cost of its own
     if impl == "full_iteration":
         meg.st.stack["cuda_graph_scope"] = frozenset({"full_iteration"})
     elif impl in ("transformer_engine", "local") and modules:
@@ -870,6 +872,10 @@ def _megatron_moe_kernels(meg: _Megatron) -> None:
     with the fused weighted squared ReLU of squared-ReLU experts)."""
     if not meg.st.model.is_moe:
         return
+    if grouped_experts_unfuse_bias_dropout(meg.st.model) and meg.get("bias_dropout_fusion", True):
+        meg.st.note(f"no --no-bias-dropout-fusion: Megatron-LM's TEGroupedMLP asserts against the bias-dropout "
+                    f"fusion (on by default) with {meg.st.model.name}'s linear biases; as written it would not "
+                    "start")  # fmt: skip
     for flag, _ in moe_kernel_flags(meg.st.model):
         dest = flag[2:].replace("-", "_")
         if not meg.get(dest, False):
