@@ -17,6 +17,7 @@ from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import EpDispatcher, Stack, parse_scopes
 from paraplan.emit import emit_launch
 from paraplan.hardware_specs.loader import load_cluster
+from paraplan.launch.emitters import check_emitted
 from paraplan.launch.importer import layout_from_launch, read_launch_text
 from paraplan.question import Question
 
@@ -115,9 +116,9 @@ def test_emit_import_round_trip() -> None:
     model = _qwen(num_layers=4)
     lay = Layout(dp=8, ep=8, global_batch=64, seq_len=2048)
     for scope, flags in (
-        # training/models/gpt.py at d98e8a64 asserts the TE RNG tracker with any graph, arguments.py
-        # --no-check-for-nan-in-loss-and-grad with full_iteration
-        ("attn,moe_router,moe_preprocess", "--cuda-graph-impl transformer_engine \\ --cuda-graph-modules 'attn moe_router moe_preprocess' \\ --te-rng-tracker"),
+        # the TE RNG tracker with any graph (training/models/gpt.py at d98e8a64 asserts it), and
+        # arguments.py asserts --no-check-for-nan-in-loss-and-grad with full_iteration
+        ("attn,moe_router,moe_preprocess", "--cuda-graph-impl transformer_engine \\ --cuda-graph-modules attn moe_router moe_preprocess \\ --te-rng-tracker"),
         ("full_iteration", "--cuda-graph-impl full_iteration \\ --no-check-for-nan-in-loss-and-grad \\ --te-rng-tracker"),
         ("", None),
     ):  # fmt: skip
@@ -127,5 +128,6 @@ def test_emit_import_round_trip() -> None:
             assert "--cuda-graph" not in text
         else:
             assert " ".join(text.split()).count(flags) == 1, text
+        assert check_emitted("megatron", text) == []  # each module its own argument (nargs "+")
         _, read, _, _ = layout_from_launch(read_launch_text(text, "megatron"), model)
         assert default_stack(lay.framework).with_overrides(**read).cuda_graph_scope == parse_scopes(scope)

@@ -91,7 +91,9 @@ TITAN_FP8_RECIPES: tuple[Fp8Recipe, ...] = ("rowwise", "rowwise_with_gw_hp")
 # paraplan prices torchtitan eager (its kernel efficiency is fitted on releases without them;
 # `Stack.cuda_graph_scope` is Megatron-LM's): every torchtitan launch turns them off.
 TITAN_NO_CUDA_GRAPHS: Flag = ("--training.disable_cuda_graphs", None)
-LIST_FLAGS = frozenset({"--recompute-modules"})  # nargs "+": the value's words are separate arguments
+# nargs "+": the value's words are separate arguments (one quoted word would reach argparse as one value,
+# which --cuda-graph-modules's type, CudaGraphModule[name], rejects)
+LIST_FLAGS = frozenset({"--recompute-modules", "--cuda-graph-modules"})
 Refuser = Callable[[str, str], NoReturn]  # (knob, why): raise InputError naming the knob
 
 
@@ -701,8 +703,9 @@ def _megatron_cuda_graphs(stack: Stack) -> list[Flag]:
     --cuda-graph-impl full_iteration (the whole step; any other scope named with it is inside it),
     the per-layer scopes --cuda-graph-impl transformer_engine --cuda-graph-modules ... ."""
     scope = stack.cuda_graph_scope
-    # training/models/gpt.py `finalize` asserts "Transformer engine's RNG tracker is required for
-    # cudagraphs" (validate_args turns it on only on some paths): written with any graph
+    # validate_args turns the TE RNG tracker on for graphs where Transformer Engine runs the layers or
+    # the graphs, and training/models/gpt.py GPTModelConfig.finalize asserts it ("Transformer engine's
+    # RNG tracker is required for cudagraphs"): written with any graph, whichever path checks
     rng = ("--te-rng-tracker", None)
     if "full_iteration" in scope:
         # arguments.py asserts "--no-check-for-nan-in-loss-and-grad should be set with
