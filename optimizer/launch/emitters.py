@@ -978,7 +978,7 @@ def _emit_deepspeed(ctx: _Ctx) -> str:
         _refuse(ctx, "p2p_overlap", "DeepSpeed's pipeline engine has no interleaved schedule whose sends and "
                 "receives could overlap compute")  # fmt: skip
     if stack.loss != "eager":
-        _refuse(ctx, "loss", f"a {stack.loss} loss: the Megatron-style training script computes the whole logits' "
+        _refuse(ctx, "loss", f"a {stack.loss} loss: {MDS}'s training script computes the whole logits' "
                 "cross entropy in eager mode")  # fmt: skip
     _refuse_older_stack(ctx, f"DeepSpeed {DEEPSPEED_VERSION}", repeats_kv=True)
     if not stack.kv_repeated and ctx.model.num_kv_heads != ctx.model.num_heads and not ctx.model.is_mla:

@@ -1017,7 +1017,7 @@ def _megatron_specials(meg: _Megatron) -> None:
 
 
 # =============================================================================================
-# DeepSpeed 0.19.8 (JSON) + the training script's Megatron-style flags
+# DeepSpeed 0.19.8 (JSON) + Megatron-DeepSpeed 6acc370a's training-script flags (read as Megatron-LM's)
 
 _DS_MAPPED = frozenset({
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "zero_optimization.stage",
