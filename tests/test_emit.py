@@ -1084,6 +1084,12 @@ def test_deepspeed_launch_runs_megatron_deepspeeds_script_in_its_own_flags() -> 
     # sequence parallelism: the fork's validate_args raises unless CUDA_DEVICE_MAX_CONNECTIONS=1
     assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in result.launch["deepspeed"]
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in text
+    # a zero-centred LayerNorm (Nemotron's) is the fork's --apply-layernorm-1p too
+    gpt = load_model("gpt3-175b").model_copy(update={"norm_zero_centered": True, "name": "gpt-1p"})
+    text = emit_launch("deepspeed", gpt, flat.model_copy(update={"seq_len": 2048}))
+    assert "--apply-layernorm-1p" in text.split() and "--normalization layernorm" in text
+    assert check_emitted("deepspeed", text) == []
+    assert not any("differs from --model" in n for n in imported("deepspeed", text, gpt)[3])
     # what the fork cannot build is refused, naming the fork
     centred = model.model_copy(update={"norm_zero_centered": True})
     with pytest.raises(InputError, match="zero-centred RMSNorm weights; Megatron-DeepSpeed 6acc370a"):

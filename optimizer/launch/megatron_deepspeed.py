@@ -39,6 +39,9 @@ RENAMED: dict[str, str] = {
     "--num-query-groups": "--num-key-value-heads",
     "--moe-router-topk": "--topk",
     "--expert-model-parallel-size": "--moe-expert-parallel-size",
+    # the same name, another dest (Megatron-LM's TransformerConfig layernorm_zero_centered_gamma; the
+    # fork's apply_layernorm_1p, which its LayerNorm takes: model/transformer.py)
+    "--apply-layernorm-1p": "--apply-layernorm-1p",
 }
 # Megatron-LM's --normalization values -> the fork's (megatron/model/transformer.py: `layernorm`, else RMSNorm)
 _NORMS: dict[str, str] = {"LayerNorm": "layernorm", "RMSNorm": "rmsnorm"}
