@@ -1119,10 +1119,12 @@ def _import_deepspeed(st: _State) -> None:
     if others and not s.runs_megatron_deepspeed:  # the fork's own script: its schema check names them
         st.note(f"training-script flags that are not {MDS}'s (listed, not used): {', '.join(others)}")
     for flag, what in MDS_UNMODELLED.items():  # set to other than the fork's default
-        default, value = table[flag].default, written.get(flag)
+        if flag not in written:
+            continue
+        default, value = table[flag].default, written[flag]
         if isinstance(default, list) and not isinstance(value, list):
             value = [value]  # nargs "+" given one value
-        if flag in written and value != default:
+        if value != default:
             st.unmodelled.append(f"{flag} ({what})")
     st.unmodelled.extend(meg.leftover())
 

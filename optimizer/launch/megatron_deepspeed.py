@@ -26,11 +26,11 @@ from typing import Any, NoReturn
 
 from paraplan.cost_models.frameworks import DEEPSPEED_MOE_WORDS
 
-from .schema import MEGATRON_DEEPSPEED_COMMIT, Flag, megatron_args
+from .schema import ARG_SCHEMA_NAMES, Flag, megatron_args
 
 __all__ = ["FLASH_FLAGS", "MDS", "MDS_UNMODELLED", "RENAMED", "from_megatron_deepspeed", "to_megatron_deepspeed"]
 
-MDS = f"Megatron-DeepSpeed {MEGATRON_DEEPSPEED_COMMIT[:8]}"
+MDS = ARG_SCHEMA_NAMES["megatron-deepspeed"]
 
 # Megatron-LM flag -> the fork's flag for the same setting and value
 RENAMED: dict[str, str] = {
@@ -97,8 +97,6 @@ def to_megatron_deepspeed(flags: Sequence[Flag], no: Callable[[str], NoReturn]) 
         elif flag == "--attention-backend":
             if value != "unfused":
                 out.append((FLASH_FLAG, None))
-        elif flag == "--expert-model-parallel-size" and value == "1":
-            continue
         elif flag in theirs and flag in ours and theirs[flag].dest == ours[flag].dest:
             out.append((flag, value))
         else:
@@ -128,19 +126,15 @@ def from_megatron_deepspeed(script: Mapping[str, Any]) -> tuple[dict[str, Any], 
             out[flag] = "LayerNorm" if value == "layernorm" else "RMSNorm"
         elif flag == "--num-experts" and isinstance(value, list) and len(value) == 1:
             out[flag] = value[0]  # one count for every MoE layer (nargs "+": one per expert-interval group)
-        elif flag in FLASH_FLAGS or flag in ("--use-rotary-position-embeddings", "--no-position-embedding"):
+        elif flag in FLASH_FLAGS or flag in _POSITIONS.values():
             continue
         else:
             out[flag] = value
-    for flag in ("--no-position-embedding", "--use-rotary-position-embeddings"):
-        if flag in script:
-            origin["--position-embedding-type"] = flag
-    if "--no-position-embedding" in script:
-        out["--position-embedding-type"] = "none"
-    elif "--use-rotary-position-embeddings" in script:
-        out["--position-embedding-type"] = "rope"
-    else:
-        out["--position-embedding-type"] = "learned_absolute"
+    # the positions the fork's flags give (--no-position-embedding first), else its learned ones
+    given = [(kind, flag) for kind, flag in reversed(_POSITIONS.items()) if flag is not None and flag in script]
+    out["--position-embedding-type"] = given[0][0] if given else "learned_absolute"
+    if given:
+        origin["--position-embedding-type"] = given[0][1]
     out["--attention-backend"] = "flash" if flash else "unfused"
     if flash:
         origin["--attention-backend"] = flash[0]
