@@ -16,11 +16,12 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
      takes its MAMF share times the fitted dies' mean ratio of constant to MAMF share (`prior`).
   2. Per stack, on the runs of every other framework over all hardware: the kernel throughput
      relative to Megatron's (`cost_models.frameworks.KERNEL_EFFICIENCY`), by a one-dimensional
-     search minimizing the mean absolute log error. Then, on each die fitted in step 1 that the
-     stack ran on MIN_STACK_RUNS times (on that very preset, beside its Megatron-family runs, as
-     `paraplan calibrate` fits it), the stack's figure on that die
-     (`efficiency.stack_kernel_efficiency`, which its variants share): where a stack has its own
-     figure on a die, the global one serves the other hardware only.
+     search minimizing the mean absolute log error. Then, on each preset the stack ran on
+     MIN_STACK_RUNS times, the stack's figure on that very preset (`efficiency.stack_kernel_efficiency`,
+     as `paraplan calibrate` fits it there), with the preset's constants of step 1 (its die's fit,
+     or its prior): a same-die variant (another power limit, memory or links) and a die without
+     Megatron-family runs (MI300X) get one from their own runs, and nothing else takes it. Where a
+     stack has its own figure on a preset, the global one serves the other hardware only.
   3. Per stack, on its dropless mixture-of-experts runs over all hardware (Megatron's: the
      Megatron-Bridge, Moonlight and Mixtral rows): the host time per dispatch that sets an MoE
      layer's floor per micro-batch with the layer's dispatch count (`compute.moe_layer_ops`;
@@ -42,7 +43,7 @@ import statistics
 import sys
 import tomllib
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -212,14 +213,19 @@ def die_stack_error(runs: list[Run], clusters: dict[str, Cluster], framework: Fr
     return _mean_error_with(runs, {**clusters, **own}, framework, lambda spec: spec, lambda r: abs(math.log(r)))
 
 
-def fit_die_stacks(runs: list[Run], clusters: dict[str, Cluster], fitted: dict[str, dict[str, float]],
-                   quiet: bool = False) -> None:  # fmt: skip
-    """Step 2b: each stack's kernel efficiency on a die fitted on its own (`fitted`), from the
-    stack's runs on that very preset where there are MIN_STACK_RUNS of them, as `paraplan
-    calibrate` fits it; added to the die's constants (`own_values`: its variants do not take it)."""
-    for die in sorted(fitted):
+def fit_preset_stacks(
+    runs: list[Run], clusters: dict[str, Cluster], quiet: bool = False
+) -> dict[str, dict[str, float]]:
+    """Step 2b: each stack's kernel efficiency on each preset it ran on MIN_STACK_RUNS times, from
+    its runs on that very preset (as `paraplan calibrate` fits it there), with the preset's
+    hardware constants of step 1 (its die's fit, or its prior). Keyed by preset: a same-die variant
+    differs in what a stack meets there (power limit, memory, links: the torchtitan runs of the
+    500 W H100 were slower against the global figure than those of the 700 W part), so a figure
+    holds on the preset its runs ran on and nowhere else."""
+    own: dict[str, dict[str, float]] = {}
+    for preset in sorted(clusters):
         for framework in (Framework.DEEPSPEED, Framework.TORCHTITAN):
-            mine = [r for r in runs if r.hardware == die and r.framework == framework]
+            mine = [r for r in runs if r.hardware == preset and r.framework == framework]
             if len(mine) < MIN_STACK_RUNS:
                 continue
             bounds = PARAMETERS[STACK_PREFIX + framework.label]
@@ -228,9 +234,10 @@ def fit_die_stacks(runs: list[Run], clusters: dict[str, Cluster], fitted: dict[s
             if not quiet:
                 before, after = (die_stack_error(mine, clusters, framework, e) for e in
                                  (frameworks.FRAMEWORKS[framework].kernel_efficiency, value))  # fmt: skip
-                print(f"{die}: {len(mine)} {framework} runs, kernel efficiency on it {value:.3f} "
+                print(f"{preset}: {len(mine)} {framework} runs, kernel efficiency on it {value:.3f} "
                       f"(mean |log error| {before:.3f} -> {after:.3f})")  # fmt: skip
-            fitted[die][STACK_PREFIX + framework.label] = value
+            own.setdefault(preset, {})[STACK_PREFIX + framework.label] = value
+    return own
 
 
 def fit_stack(runs: list[Run], clusters: dict[str, Cluster], framework: Framework) -> float:
@@ -272,7 +279,12 @@ def fit_host_floor(runs: list[Run], clusters: dict[str, Cluster], framework: Fra
     return round(golden_min(lambda h: host_floor_error(runs, clusters, framework, h), lo, hi), 7)
 
 
-def write_preset(name: str, values: dict[str, float], basis: str, label: str = "fitted") -> None:
+def write_preset(
+    name: str, values: dict[str, float], basis: str, label: str = "fitted", stacks_basis: str = ""
+) -> None:
+    """Write the fitted `values` into the preset's [efficiency] table, with a source line saying
+    how they were fitted (`basis`), and its stacks' figures (STACK_PREFIX keys) into its
+    [efficiency.stack_kernel_efficiency] table, with a source line of their own (`stacks_basis`)."""
     path = PRESETS / f"{name}.toml"
     text = path.read_text()
     section = text.index("[efficiency]")
@@ -289,9 +301,11 @@ def write_preset(name: str, values: dict[str, float], basis: str, label: str = "
     block = re.sub(r'\n    "(fitted|transferred): [^\n]*",', "", block)
     for key in values:  # an older note about a fitted value would contradict the new one
         block = re.sub(rf'\n    "{key} [0-9][^\n]*",', "", block)
-    fitted = {**values, **{STACK_PREFIX + k: v for k, v in stacks.items()}}
-    note = f'\n    "{label}: {", ".join(f"{k} {v:.3f}" for k, v in fitted.items())} {basis}",'
-    block = block.replace("sources = [", "sources = [" + note, 1)
+    notes = [f"{label}: {', '.join(f'{k} {v:.3f}' for k, v in values.items())} {basis}"] if values else []
+    if stacks:
+        figures = ", ".join(f"{STACK_PREFIX}{k} {v:.3f}" for k, v in stacks.items())
+        notes.append(f"fitted: {figures} by `python benchmarks/fit_presets.py` (paraplan calibrate){stacks_basis}")
+    block = block.replace("sources = [", "sources = [" + "".join(f'\n    "{note}",' for note in notes), 1)
     # the stacks' figures on this die: a table of their own after [efficiency], replaced whole
     rest = re.sub(r"^\n\[efficiency\.stack_kernel_efficiency\]\n(?:[a-z]+ = [^\n]*\n?)*", "", text[end:])
     table = "".join(f"{k} = {v:.3f}\n" for k, v in stacks.items())
@@ -301,27 +315,28 @@ def write_preset(name: str, values: dict[str, float], basis: str, label: str = "
     path.write_text(text)
 
 
-def own_values(hardware: str, values: dict[str, float], fitted: dict[str, dict[str, float]]) -> dict[str, float]:
-    """The die's constants as `hardware` takes them: a stack's figure only on the preset its runs
-    ran on (a same-die variant differs in what a stack meets there: power limit, memory, links;
-    the torchtitan runs of the 500 W H100 and of the H200 were slower against it than against the
-    global figure), the rest on every variant."""
-    return {k: v for k, v in values.items() if hardware in fitted or not k.startswith(STACK_PREFIX)}
+def fold_cluster(
+    hardware: str, fitted: dict[str, dict[str, float]], own: dict[str, dict[str, float]] | None = None
+) -> Cluster:
+    """The preset with the constants of its die from this fit (or the die's `prior`) and the stack
+    figures fitted on that very preset (`own`, from `fit_preset_stacks`); a preset without
+    constants is used as it is (without stack figures of an earlier fit)."""
+    values = die_values(main_preset(hardware), fitted) or {}
+    return with_values(load_cluster(hardware), {**values, **(own or {}).get(hardware, {})})
 
 
-def fold_cluster(hardware: str, fitted: dict[str, dict[str, float]]) -> Cluster:
-    """The preset with the constants of its die from this fit (or the die's `prior`); a preset
-    without either is used as it is (without stack figures of an earlier fit)."""
-    values = die_values(main_preset(hardware), fitted)
-    return with_values(load_cluster(hardware), own_values(hardware, values or {}, fitted))
+@dataclass(frozen=True)
+class FitResult:
+    fitted: dict[str, dict[str, float]]  # per fitted die, its hardware constants (step 1)
+    stacks: dict[Framework, float]  # per stack, its global kernel efficiency (step 2)
+    own: dict[str, dict[str, float]]  # per preset, the stacks' figures on it (step 2b)
+    clusters: dict[str, Cluster]  # the presets the runs name, with this fit's constants
+    floors: dict[Framework, float]  # per stack, the MoE host time per dispatch (step 3)
 
 
-def fit_all(
-    runs: list[Run], quiet: bool = False
-) -> tuple[dict[str, dict[str, float]], dict[Framework, float], dict[str, Cluster], dict[Framework, float]]:
-    """The whole procedure: (per-hardware constants, per-stack kernel efficiencies, the fitted
-    clusters by preset name, per-stack MoE host times per dispatch). The stack figures are left in
-    `frameworks.FRAMEWORKS` afterwards only by `apply_stacks`."""
+def fit_all(runs: list[Run], quiet: bool = False) -> FitResult:
+    """The whole procedure. The stack figures are left in `frameworks.FRAMEWORKS` afterwards only
+    by `apply_stacks`."""
     fitted = fit_hardware(runs, quiet)
     clusters = {hardware: fold_cluster(hardware, fitted) for hardware in {r.hardware for r in runs if r.hardware}}
     stacks = {fw: 1.0 for fw in (Framework.DEEPSPEED, Framework.TORCHTITAN)}
@@ -333,12 +348,12 @@ def fit_all(
                   f"(mean |log error| {before:.3f} -> {after:.3f})")  # fmt: skip
     saved = apply_stacks(stacks)
     try:
-        fit_die_stacks(runs, clusters, fitted, quiet)
+        own = fit_preset_stacks(runs, clusters, quiet)
     finally:
         frameworks.FRAMEWORKS.update(saved)
-    clusters = {hardware: fold_cluster(hardware, fitted) for hardware in clusters}
+    clusters = {hardware: fold_cluster(hardware, fitted, own) for hardware in clusters}
     floors = fit_floors(runs, clusters, stacks, quiet)
-    return fitted, stacks, clusters, floors
+    return FitResult(fitted, stacks, own, clusters, floors)
 
 
 def _stack_runs(runs: list[Run], clusters: dict[str, Cluster], stacks: dict[Framework, float],
@@ -380,34 +395,52 @@ def apply_stacks(
     return saved
 
 
+def stacks_basis(preset: str, own: dict[str, float], runs: list[Run]) -> str:
+    """Where a preset's stack figures come from, for their source line."""
+    counts = {
+        key: sum(1 for r in runs if r.hardware == preset and STACK_PREFIX + r.framework.label == key) for key in own
+    }
+    parts = [f"{key} on the {n} {key.removeprefix(STACK_PREFIX)} runs of {preset}" for key, n in counts.items()]
+    return (f" on the stack's own runs on this very preset ({'; '.join(parts)} in benchmarks/data/runs_public.csv), "
+            "with the hardware constants above")  # fmt: skip
+
+
+def write_all(result: FitResult, runs: list[Run]) -> None:
+    """Every preset the fit sets: each fitted die, the presets that share its fit, the dies that
+    take their prior, and any other preset with stack figures of its own."""
+    fitted, own = result.fitted, result.own
+    bases: dict[str, tuple[dict[str, float], str, str]] = {}
+    for hardware, values in fitted.items():
+        count = sum(1 for r in runs if r.hardware == hardware and fits_hardware(r))
+        basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {count} dense Megatron-family runs of "
+                 f"{hardware} in benchmarks/data/runs_public.csv")  # fmt: skip
+        bases[hardware] = (values, basis, "fitted")
+        for other, why in fit_sharers(hardware, fitted):
+            bases[other] = (values, f"taken from {hardware} ({why}: its variants share the main preset's fit) {basis}",
+                            "fitted")  # fmt: skip
+    shares = ", ".join(f"{d} {MAMF_SHARE[d]}" for d in sorted(fitted) if d in MAMF_SHARE)
+    for die in sorted(set(MAMF_SHARE) - set(fitted)):
+        bases[die] = (prior(die, fitted) or {},
+                      f"= its MAMF share {MAMF_SHARE[die]} x the mean over the fitted dies of fitted constant / MAMF share "
+                      f"({shares}), by `python benchmarks/fit_presets.py` (`prior`): {die} has no Megatron-family runs to fit",
+                      "transferred")  # fmt: skip
+    for preset in sorted(set(own) - set(bases)):
+        bases[preset] = ({}, "", "fitted")
+    for preset, (values, basis, label) in bases.items():
+        mine = own.get(preset, {})
+        write_preset(preset, {**values, **mine}, basis, label, stacks_basis(preset, mine, runs))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args()
     runs = load_runs(RUNS)
-    fitted, stacks, _, floors = fit_all(runs)
+    result = fit_all(runs)
     if args.write:
-        for hardware, values in fitted.items():
-            count = sum(1 for r in runs if r.hardware == hardware and fits_hardware(r))
-            basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {count} dense Megatron-family runs of "
-                     f"{hardware} in benchmarks/data/runs_public.csv")  # fmt: skip
-            on_stacks = ""
-            for key in (k for k in values if k.startswith(STACK_PREFIX)):
-                stack = key.removeprefix(STACK_PREFIX)
-                mine = sum(1 for r in runs if r.hardware == hardware and r.framework.label == stack)
-                on_stacks += f" ({key}: on its {mine} {stack} runs there, with those constants)"
-            write_preset(hardware, values, basis + on_stacks)
-            for other, why in fit_sharers(hardware, fitted):
-                write_preset(other, own_values(other, values, fitted), f"taken from {hardware} ({why}: its variants "
-                                                                       f"share the main preset's fit) {basis}")  # fmt: skip
-        shares = ", ".join(f"{d} {MAMF_SHARE[d]}" for d in sorted(fitted) if d in MAMF_SHARE)
-        for die in sorted(set(MAMF_SHARE) - set(fitted)):
-            values = prior(die, fitted) or {}
-            write_preset(die, values, f"= its MAMF share {MAMF_SHARE[die]} x the mean over the fitted dies of fitted "
-                                      f"constant / MAMF share ({shares}), by `python benchmarks/fit_presets.py` (`prior`): "
-                                      f"{die} has no Megatron-family runs to fit", label="transferred")  # fmt: skip
-        print("KERNEL_EFFICIENCY for cost_models/frameworks.py:", {str(k): v for k, v in stacks.items()})
-        print("MOE_HOST_S_PER_OP for cost_models/frameworks.py:", {str(k): v for k, v in floors.items()})
+        write_all(result, runs)
+        print("KERNEL_EFFICIENCY for cost_models/frameworks.py:", {str(k): v for k, v in result.stacks.items()})
+        print("MOE_HOST_S_PER_OP for cost_models/frameworks.py:", {str(k): v for k, v in result.floors.items()})
     return 0
 
 

@@ -6,9 +6,12 @@ from __future__ import annotations
 import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
+from typing import cast
 
 import pytest
+
+from paraplan.cost_models.layout import Framework
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "fit_presets.py"
 
@@ -81,16 +84,40 @@ def test_a_die_without_enough_runs_takes_its_architectures_fit() -> None:
 
 def test_a_stacks_figure_stays_on_the_preset_its_runs_ran_on() -> None:
     # a100-80g's torchtitan figure is fitted on torchtitan runs on a100-80g: its variants (the A800,
-    # the 40 GB part) take the die's gemm_max and attention, not the stack figure
-    fitted = {"a100-80g": {"gemm_max": 0.77, "attention": 0.52, "kernel_efficiency.torchtitan": 0.88}}
-    assert fit_presets.own_values("a100-80g", fitted["a100-80g"], fitted) == fitted["a100-80g"]
-    assert fit_presets.own_values("a800-80g", fitted["a100-80g"], fitted) == {"gemm_max": 0.77, "attention": 0.52}
-    assert fit_presets.fold_cluster("a800-80g", fitted).efficiency.stack_kernel_efficiency.torchtitan is None
-    assert fit_presets.fold_cluster("a100-80g", fitted).efficiency.stack_kernel_efficiency.torchtitan == 0.88
+    # the 40 GB part) take the die's gemm_max and attention, not the stack figure; a variant with
+    # its own runs of the stack has its own figure, and its die does not take it
+    fitted = {"a100-80g": {"gemm_max": 0.77, "attention": 0.52}}
+    own = {"a100-80g": {"kernel_efficiency.torchtitan": 0.88}, "a100-40g": {"kernel_efficiency.torchtitan": 0.93}}
+    a800 = fit_presets.fold_cluster("a800-80g", fitted, own).efficiency
+    assert (a800.gemm_max, a800.attention, a800.stack_kernel_efficiency.torchtitan) == (0.77, 0.52, None)
+    assert fit_presets.fold_cluster("a100-80g", fitted, own).efficiency.stack_kernel_efficiency.torchtitan == 0.88
+    a40 = fit_presets.fold_cluster("a100-40g", fitted, own).efficiency
+    assert (a40.gemm_max, a40.stack_kernel_efficiency.torchtitan) == (0.77, 0.93)
     # a fold that fits no stack figure must not see the one the shipped preset holds from the full fit
-    without = {"a100-80g": {"gemm_max": 0.77, "attention": 0.52}}
-    figures = fit_presets.fold_cluster("a100-80g", without).efficiency.stack_kernel_efficiency
+    figures = fit_presets.fold_cluster("a100-80g", fitted).efficiency.stack_kernel_efficiency
     assert figures.torchtitan is None and figures.deepspeed is None
+
+
+def test_a_preset_without_a_fit_of_its_own_gets_its_stacks_figure_from_its_runs() -> None:
+    # MI300X has no Megatron-family runs (its constants are a prior): its torchtitan runs alone set
+    # torchtitan's figure there, and only there
+    from paraplan.calibration import Run
+
+    def run(hardware: str, framework: str) -> Run:
+        return cast(Run, SimpleNamespace(hardware=hardware, framework=Framework[framework.upper()]))
+
+    runs = [run("mi300x", "torchtitan")] * 3 + [run("mi300x", "deepspeed")] * 2 + [run("h100-sxm", "torchtitan")]
+    seen: list[tuple[str, int]] = []
+
+    def fake_error(mine: list[Run], clusters: object, framework: Framework, efficiency: float) -> float:
+        seen.append((mine[0].hardware, len(mine)))
+        return abs(efficiency - 0.6)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fit_presets, "die_stack_error", fake_error)
+        own = fit_presets.fit_preset_stacks(runs, {"mi300x": object(), "h100-sxm": object()}, quiet=True)
+    assert set(seen) == {("mi300x", 3)}  # 2 DeepSpeed runs and 1 H100 run are too few (MIN_STACK_RUNS)
+    assert own == {"mi300x": {"kernel_efficiency.torchtitan": pytest.approx(0.6, abs=1e-3)}}
 
 
 def test_writing_a_stacks_figure_is_idempotent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
