@@ -24,6 +24,13 @@ permutation and all-to-all costs that dense runs never show):
      |e| instead would put an over-prediction of more than 100% beyond any bound).
 At least 3 runs make a regime (fewer: the next, wider one).
 
+One exception to the held-out error: where a stack's kernel efficiency on a preset is fitted on
+the runs of one source alone (`benchmarks/fit_presets.py` step 2b), the fit without that source
+has no figure there and predicts its runs with the stack's global one. That is the error of a
+prediction on another preset of the family, which the global figure serves, but not of one on
+that preset, which uses the figure: such a prediction takes those runs' in-sample errors, and
+its basis says so.
+
 With errors e_min <= e_max over the chosen runs (and never narrower than +-MIN_BAR), the
 measured step time lies in [predicted / (1 + e_max), predicted / (1 + e_min)].
 """
@@ -50,11 +57,22 @@ class ValidationRun:
     error: float  # in-sample
     moe: bool = False
     held_out_error: float | None = None  # with the run's source left out of the fit (None: not measured)
+    hardware: str = ""  # the preset it ran on
+    # the stack's kernel efficiency on that preset is fitted on this run's source alone, so the fit
+    # without the source predicted it with the global figure instead
+    figure_from_source: bool = False
 
-    @property
-    def bar_error(self) -> float:
-        """The error the bars take: held out where measured."""
-        return self.error if self.held_out_error is None else self.held_out_error
+    def in_sample_for(self, hardware: str | None) -> bool:
+        """Whether a prediction on `hardware` takes this run's in-sample error: where no held-out
+        error was measured, and where the prediction uses the very stack figure this run's source
+        alone set (its held-out error is the global figure's, which that prediction does not use)."""
+        return self.held_out_error is None or (self.figure_from_source and self.hardware == hardware)
+
+    def bar_error(self, hardware: str | None = None) -> float:
+        """The error the bars take for a prediction on `hardware`: held out where that is the
+        error of the predictor it makes (`in_sample_for`)."""
+        held = self.held_out_error
+        return self.error if held is None or self.in_sample_for(hardware) else held
 
 
 @dataclass(frozen=True)
@@ -108,12 +126,29 @@ def _regime(runs: tuple[ValidationRun, ...], family: str, precision: str, framew
     return [], ""
 
 
-def _span(runs: list[ValidationRun] | tuple[ValidationRun, ...]) -> tuple[float, float]:
+def _span(runs: list[ValidationRun] | tuple[ValidationRun, ...], hardware: str | None = None) -> tuple[float, float]:
     """(e_min, e_max) of the runs' signed errors, never narrower than +-MIN_BAR."""
-    return min(min(r.bar_error for r in runs), -MIN_BAR), max(max(r.bar_error for r in runs), MIN_BAR)
+    errors = [r.bar_error(hardware) for r in runs]
+    return min(min(errors), -MIN_BAR), max(max(errors), MIN_BAR)
 
 
-def error_bar(family: str, precision: str, framework: str, gpus: int, moe: bool = False) -> ErrorBar:
+def _how(chosen: list[ValidationRun], hardware: str | None, framework: str) -> str:
+    """How the chosen runs' errors were measured, for the basis sentence."""
+    inside = [r for r in chosen if r.in_sample_for(hardware)]
+    if not inside:
+        return "with its source left out of the fit"
+    if any(r.held_out_error is None for r in inside):
+        return "in-sample"
+    sources = ", ".join(sorted({r.source for r in inside}))
+    return (f"with its source left out of the fit, but {len(inside)} in-sample: {framework}'s kernel efficiency on "
+            f"{hardware} is fitted on their source alone ({sources})")  # fmt: skip
+
+
+def error_bar(
+    family: str, precision: str, framework: str, gpus: int, moe: bool = False, hardware: str | None = None
+) -> ErrorBar:
+    """The bar of a prediction on `family` hardware (the preset `hardware`, where known: a stack
+    figure fitted on one source is that preset's alone, `ValidationRun.in_sample_for`)."""
     runs = validation_runs()
     chosen, what = _regime(runs, family, precision, framework, gpus, moe)
     if not chosen:
@@ -127,10 +162,10 @@ def error_bar(family: str, precision: str, framework: str, gpus: int, moe: bool 
             f"no published run on {family} hardware checks this prediction: the bar spans the errors of all "
             f"{len(runs)} validation runs ({low:+.0%}..{high:+.0%})", False,
         )  # fmt: skip
-    low, high = _span(chosen)
+    low, high = _span(chosen, hardware)
     sources = sorted({r.source for r in chosen})
     shown = "; ".join(sources[:3]) + (f"; and {len(sources) - 3} more" if len(sources) > 3 else "")
-    how = "with its source left out of the fit" if all(r.held_out_error is not None for r in chosen) else "in-sample"
+    how = _how(chosen, hardware, framework)
     words = (f"{len(chosen)} {what}, errors {low:+.0%}..{high:+.0%} (predicted/measured - 1, each run predicted "
              f"{how}); sources: {shown}")  # fmt: skip
     return ErrorBar(1.0 / (1.0 + high), 1.0 / (1.0 + low), len(chosen), words, True)

@@ -39,7 +39,14 @@ def evaluated(
     step = float(ev.step_time_s[i])
     memory = {t: float(getattr(ev.memory, t)[i]) for t in MEMORY_TERMS}
     host = float(ev.host_bytes[i])
-    bar = error_bar(ev.cluster.gpu_family, str(lay.precision), str(lay.framework), lay.gpus, ev.model.num_experts > 1)
+    bar = error_bar(
+        ev.cluster.gpu_family,
+        str(lay.precision),
+        str(lay.framework),
+        lay.gpus,
+        ev.model.num_experts > 1,
+        ev.cluster.name,
+    )
     term, share = dominant_term(ev, i)
     margin = float(ev.memory_margin_bytes[i])
     cost_per_step = step * lay.gpus * usd_per_gpu_hour / SECONDS_PER_HOUR if usd_per_gpu_hour is not None else None

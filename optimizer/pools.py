@@ -725,11 +725,15 @@ def evaluated_plan(figures: PlanFigures, *, tokens: float | None = None) -> Eval
     worst = figures.most_loaded
     total = sum(worst.memory.values())
     margin = worst.usable_bytes - total
-    families = sorted({pool.members[t.options[st.option].member].cluster.gpu_family for st in figures.stages})
-    bars = [error_bar(f, str(lay.precision), str(lay.framework), gpus, model.num_experts > 1) for f in families]
+    used = sorted(
+        {(c.gpu_family, c.name) for c in (pool.members[t.options[st.option].member].cluster for st in figures.stages)}
+    )
+    moe = model.num_experts > 1
+    bars = [error_bar(f, str(lay.precision), str(lay.framework), gpus, moe, name) for f, name in used]
     low = min(b.low_factor for b in bars)
     high = max(b.high_factor for b in bars)
-    words = "; ".join(f"{f}: {b.words}" for f, b in zip(families, bars, strict=True))
+    shared = {f for f, _ in used if sum(1 for g, _ in used if g == f) > 1}  # families of two presets: say which
+    words = "; ".join(f"{name if f in shared else f}: {b.words}" for (f, name), b in zip(used, bars, strict=True))
     term = max(figures.times, key=lambda k: figures.times[k])
     share = figures.times[term] / step
     prices = usd_per_hour_by_type(pool)

@@ -95,3 +95,25 @@ def test_every_shipped_validation_run_carries_its_held_out_error() -> None:
     runs = accuracy.validation_runs()
     assert len(runs) > 100
     assert all(r.held_out_error is not None for r in runs)
+
+
+def test_a_prediction_on_a_preset_whose_stack_figure_one_source_set_takes_that_sources_in_sample_errors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # three torchtitan runs on b200-750w, the only ones there: the fit without their source has no
+    # figure for the preset and predicts them with the global one, 30-40% short; with the preset's
+    # own figure they are within -3%..+5%. A prediction on b200-750w uses that figure: its bar
+    # takes -3%..+5% (measured in [pred / 1.05, pred / 0.97]) and names the source; one on b200,
+    # which the global figure serves, takes the held-out -40%..-30% (measured in [pred / 1.02,
+    # pred / 0.60], the +2% floor keeping the prediction inside)
+    table = tuple(
+        ValidationRun(f"t{i}", "ao", "b200", "fp8", "torchtitan", 8, inside, False, held, "b200-750w", True)
+        for i, (inside, held) in enumerate(((-0.03, -0.40), (0.05, -0.30), (0.0, -0.35)))
+    )
+    monkeypatch.setattr(accuracy, "validation_runs", lambda: table)
+    own = error_bar("b200", "fp8", "torchtitan", 8, hardware="b200-750w")
+    assert own.low_factor == pytest.approx(1 / 1.05) and own.high_factor == pytest.approx(1 / 0.97)
+    assert "3 in-sample" in own.words and "fitted on their source alone (ao)" in own.words
+    other = error_bar("b200", "fp8", "torchtitan", 8, hardware="b200")
+    assert other.low_factor == pytest.approx(1 / 1.02) and other.high_factor == pytest.approx(1 / 0.60)
+    assert "in-sample" not in other.words and "left out of the fit" in other.words
