@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import cast
@@ -114,7 +115,7 @@ def test_a_preset_without_a_fit_of_its_own_gets_its_stacks_figure_from_its_runs(
         return abs(efficiency - 0.6)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fit_presets, "die_stack_error", fake_error)
+        patch.setattr(fit_presets, "preset_stack_error", fake_error)
         own = fit_presets.fit_preset_stacks(runs, {"mi300x": object(), "h100-sxm": object()}, quiet=True)
     assert set(seen) == {("mi300x", 3)}  # 2 DeepSpeed runs and 1 H100 run are too few (MIN_STACK_RUNS)
     assert own == {"mi300x": {"kernel_efficiency.torchtitan": pytest.approx(0.6, abs=1e-3)}}
@@ -140,3 +141,20 @@ def test_writing_a_stacks_figure_is_idempotent(tmp_path: Path, monkeypatch: pyte
     # a later fit without the figure removes the table
     fit_presets.write_preset("a100-80g", {"gemm_max": 0.77, "attention": 0.52}, "by hand")
     assert "stack_kernel_efficiency" not in tomllib.loads((tmp_path / "a100-80g.toml").read_text())["efficiency"]
+
+
+def test_a_preset_that_lost_its_stacks_figure_has_the_table_cleared(tmp_path: Path) -> None:
+    # rtx4090 is no fitted die, shares no fit and has no prior: a figure an earlier fit wrote there
+    # goes when the runs no longer give it one, and a figure the runs give it is written
+    for source in Path(fit_presets.PRESETS).glob("*.toml"):  # write_all also writes the dies' priors
+        (tmp_path / source.name).write_text(source.read_text())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fit_presets, "PRESETS", tmp_path)
+        fit_presets.write_preset("rtx4090", {"kernel_efficiency.torchtitan": 0.7}, "", stacks_basis=" by hand")
+        assert "stack_kernel_efficiency" in (tmp_path / "rtx4090.toml").read_text()
+        empty = fit_presets.FitResult(fitted={}, stacks={}, own={}, clusters={}, floors={})
+        fit_presets.write_all(empty, [])
+        assert "stack_kernel_efficiency" not in (tmp_path / "rtx4090.toml").read_text()
+        fit_presets.write_all(replace(empty, own={"rtx4090": {"kernel_efficiency.torchtitan": 0.6}}), [])
+        text = (tmp_path / "rtx4090.toml").read_text()
+    assert "torchtitan = 0.600" in text and "kernel_efficiency.torchtitan on the 0 torchtitan runs" in text
