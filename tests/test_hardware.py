@@ -129,6 +129,19 @@ def test_a_power_limited_b200_has_the_rated_peaks_of_its_limit(presets: dict[str
     assert capped.efficiency.model_dump(exclude=die) == full.efficiency.model_dump(exclude=die)
 
 
+def test_the_500_w_h100_has_the_rated_peaks_of_its_limit(presets: dict[str, Cluster]) -> None:
+    # NVIDIA H100 datasheet, with sparsity: H100 SXM (up to 700 W) 1,979 TFLOPS BF16 / 3,958 FP8,
+    # H100 NVL (350-400 W) 1,671 / 3,341; dense half. At Grand Teton's 500 W, linear in the limit
+    # from the NVL's 400 W: BF16 835.5 + 100/300 x 154 = 886.8, FP8 1,670.5 + 100/300 x 308.5 = 1,773.3
+    capped, full = presets["h100-96g"], presets["h100-sxm"]
+    assert capped.gpu.peak_bf16_flops == pytest.approx(886.83e12, rel=1e-4)
+    assert capped.gpu.peak_fp8_flops == pytest.approx(1773.33e12, rel=1e-4)
+    assert (capped.gpu.tdp_w, full.gpu.tdp_w) == (500, 700)
+    # the same die's fitted efficiencies; the stacks' figures are each preset's own
+    die = {"sources", "stack_kernel_efficiency"}
+    assert capped.efficiency.model_dump(exclude=die) == full.efficiency.model_dump(exclude=die)
+
+
 def test_gb200_per_gpu_figures_from_the_rack(presets: dict[str, Cluster]) -> None:
     # NVIDIA GB200 NVL72 specification table, per rack of 72 GPUs: FP16/BF16 360 PFLOPS and FP8
     # 720 PFLOPS with sparsity (dense half), 576 TB/s HBM3e, NVLink 130 TB/s (bidirectional);
