@@ -221,7 +221,8 @@ def fit_preset_stacks(
     hardware constants of step 1 (its die's fit, or its prior). Keyed by preset: a same-die variant
     differs in what a stack meets there (power limit, memory, links), so a figure holds on the
     preset its runs ran on and nowhere else. With the 700 W H100 SXM's torchtitan figure (0.813)
-    the 96 GB 500 W H100's torchtitan rows went from 6.1% to 7.3% MAPE; on their own they fit 0.841."""
+    the 96 GB 500 W H100's torchtitan rows went from 6.1% to 7.3% MAPE (measured when that preset
+    still had the SXM's peaks; on its own runs it then fit 0.841, 0.911 with its 500 W peaks)."""
     own: dict[str, dict[str, float]] = {}
     for preset in sorted(clusters):
         for framework in (Framework.DEEPSPEED, Framework.TORCHTITAN):
