@@ -151,11 +151,6 @@ class HeldOut:
     figure_from_source: bool  # the shipped preset's stack figure for the run rests on its source alone
 
 
-def stack_figure(cluster: Cluster, framework: str) -> float | None:
-    """The preset's own kernel efficiency for the stack (`efficiency.stack_kernel_efficiency`)."""
-    return getattr(cluster.efficiency.stack_kernel_efficiency, framework, None)
-
-
 def held_out(runs: list[Run], source: str) -> dict[str, HeldOut]:
     """The source's runs predicted by the fit of `fitted_without` the source, by run label; each
     says whether the preset it ran on carries a stack figure (as shipped) that the fit without its
@@ -166,8 +161,8 @@ def held_out(runs: list[Run], source: str) -> dict[str, HeldOut]:
         folds = {r.hardware: cluster(r.hardware) for r in test if r.hardware}
         results = assess(test, folds)
     return {
-        r.run: HeldOut(r.error, stack_figure(load_cluster(r.hardware), r.framework) is not None
-                       and stack_figure(folds[r.hardware], r.framework) is None)
+        r.run: HeldOut(r.error, load_cluster(r.hardware).efficiency.stack_kernel_efficiency.of(r.framework) is not None
+                       and folds[r.hardware].efficiency.stack_kernel_efficiency.of(r.framework) is None)
         for r in results
     }  # fmt: skip
 

@@ -535,8 +535,8 @@ def kernel_efficiency_on(cluster: Cluster, spec: FrameworkSpec) -> float:
     """The stack's kernel throughput relative to Megatron-LM's on this hardware: the hardware's own
     figure where a fit measured one (`efficiency.stack_kernel_efficiency`), else the global one
     (KERNEL_EFFICIENCY)."""
-    own = getattr(cluster.efficiency.stack_kernel_efficiency, spec.framework.label, None)
-    return spec.kernel_efficiency if own is None else float(own)
+    own = cluster.efficiency.stack_kernel_efficiency.of(spec.framework.label)
+    return spec.kernel_efficiency if own is None else own
 
 
 def per_framework_value(lay: Layouts, value: Callable[[FrameworkSpec], float]) -> FloatArray:

@@ -81,6 +81,12 @@ class StackKernelEfficiency(_Spec):
     deepspeed: float | None = Field(default=None, ge=0.1, le=1.5)
     torchtitan: float | None = Field(default=None, ge=0.1, le=1.5)
 
+    def of(self, stack: str) -> float | None:
+        """The stack's figure on this hardware, by its label; None where none was measured (and for
+        the reference stack, which has no field)."""
+        value = getattr(self, stack, None)
+        return None if value is None else float(value)
+
 
 class Efficiency(_Spec):
     """Achieved fractions of the hardware peaks, used by the compute and communication models.

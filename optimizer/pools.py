@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import time
 import tomllib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -732,8 +733,8 @@ def evaluated_plan(figures: PlanFigures, *, tokens: float | None = None) -> Eval
     bars = [error_bar(f, str(lay.precision), str(lay.framework), gpus, moe, name) for f, name in used]
     low = min(b.low_factor for b in bars)
     high = max(b.high_factor for b in bars)
-    shared = {f for f, _ in used if sum(1 for g, _ in used if g == f) > 1}  # families of two presets: say which
-    words = "; ".join(f"{name if f in shared else f}: {b.words}" for (f, name), b in zip(used, bars, strict=True))
+    per_family = Counter(f for f, _ in used)  # a family of two presets: say which preset
+    words = "; ".join(f"{name if per_family[f] > 1 else f}: {b.words}" for (f, name), b in zip(used, bars, strict=True))
     term = max(figures.times, key=lambda k: figures.times[k])
     share = figures.times[term] / step
     prices = usd_per_hour_by_type(pool)
