@@ -222,7 +222,8 @@ def calibrate_command() -> click.Command:
         "fit_names",
         default=None,
         help=f"Comma-separated constants to fit, of {', '.join(PARAMETERS)} [default: {', '.join(HARDWARE_PARAMETERS)}, "
-        f"and {STACK_PREFIX}<stack> for each other stack with 3 or more runs beside 3 or more Megatron-LM runs].",
+        f"and {STACK_PREFIX}<stack> for each other stack with 3 or more runs beside 3 or more Megatron-LM runs; "
+        "with no more runs than these, only the ones the runs determine].",
     )
     @click.option("--name", default=None, help="Name of the calibrated preset [default: <hardware>-calibrated].")
     @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
@@ -232,9 +233,10 @@ def calibrate_command() -> click.Command:
 
         Bounded least squares on the log of predicted/measured step time. Runs the model finds
         infeasible or predicts more than 3x off are left out and listed. Prints the error before and
-        after per run, and warns when a constant ends on its bound. Refuses (exit 2) a CSV with
-        missing columns or unknown models, fewer runs than constants, and an --out that exists
-        (without --force) or is the runs file.
+        after per run, warns when a constant ends on its bound and names the constants the runs do
+        not determine (with no more runs than the default constants, those keep the preset's values).
+        Refuses (exit 2) a CSV with missing columns or unknown models, fewer runs than the constants
+        --fit names, and an --out that exists (without --force) or is the runs file.
         """
         import shlex
 

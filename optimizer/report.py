@@ -344,4 +344,8 @@ def print_calibrate(r: object) -> None:
         out.print(
             styled(("  WARNING", "yellow"), f": {name} ended on the bound of its range (the runs push it further)")
         )
+    if r.undetermined:
+        from paraplan.calibration import undetermined_words
+
+        out.print(styled(("  NOTE", "yellow"), ": " + undetermined_words(r.undetermined, r.fitted)))
     out.print(styled(f"  wrote {r.out} (use it as --hardware {r.out})"))

@@ -340,6 +340,11 @@ class CalibrateResult(_Out):
     fitted: list[str] = Field(description="the constants fitted")
     constants: dict[str, float] = Field(description="their fitted values")
     at_bound: list[str] = Field(description="fitted constants that ended on a bound of their range")
+    undetermined: dict[str, float] = Field(
+        default_factory=dict,
+        description="constants the runs do not determine, each with its standard error (over a tenth of its "
+        "range); those not in `fitted` kept the preset's values (the default fit on no more runs than constants)",
+    )
     runs: list[CalibratedRun] = Field(description="per run: measured, before and after")
     mape_before: float = Field(ge=0)
     mape_after: float = Field(ge=0)

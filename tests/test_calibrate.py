@@ -126,6 +126,55 @@ def test_a_stack_s_kernel_efficiency_is_fitted_beside_the_hardware_s() -> None:
     assert stacks_to_fit(runs[len(MEGATRON_A100) :]) == [] and stacks_to_fit(runs[:2] + runs[5:]) == []
 
 
+# --- which constants the runs determine ----------------------------------------------------------------
+
+
+def test_standard_error_worked_by_hand() -> None:
+    """One constant that moves every run's log error by 1 per unit (a column of ones), four runs off
+    by +/-0.1: s^2 = 4 x 0.01 / (4 - 1) = 0.013333; information 4 + 1e-3 (the prior over a range of
+    1); standard error sqrt(0.013333 / 4.001) = 0.057728. With the runs fitted exactly the per-run
+    error floor, 0.03, takes over: sqrt(0.0009 / 4.001) = 0.014998."""
+    from paraplan.calibration import standard_errors
+
+    ones, span = np.ones((4, 1)), np.array([1.0])
+    assert standard_errors(ones, np.array([0.1, -0.1, 0.1, -0.1]), span)[0] == pytest.approx(0.057728, rel=1e-4)
+    assert standard_errors(ones, np.zeros(4), span)[0] == pytest.approx(0.014998, rel=1e-4)
+
+
+def test_fewer_runs_than_constants_fit_what_they_determine(table1: list[Run]) -> None:
+    """Five Table 1 runs, eight hardware constants: the default fit (which used to be refused) fits
+    gemm_max, which every run's GEMMs see, and keeps attention, which no run sees (none uses
+    flash attention), at the preset's value; every constant fitted is determined, every one kept
+    is named with its standard error; the other five runs come out closer than from the data
+    sheet's gemm_max."""
+    from paraplan.calibration import DETERMINED_SHARE, calibrate, default_names, with_constants
+    from paraplan.fit_parameters import PARAMETERS
+
+    start, train, held_out = data_sheet_a100(), table1[0::2], table1[1::2]
+    result = calibrate(start, train)
+    assert len(train) < len(default_names(train))
+    assert "gemm_max" in result.fitted and "attention" not in result.fitted
+    assert result.undetermined["attention"] > DETERMINED_SHARE * PARAMETERS["attention"].span()
+    assert set(result.fitted) | set(result.undetermined) == set(default_names(train))
+    assert not set(result.fitted) & set(result.undetermined)
+    fitted = with_constants(start, result.constants)
+    assert fitted.efficiency.attention == start.efficiency.attention
+    before = mape(predict(held_out, chosen_layouts(held_out, start), start), held_out)
+    after = mape(predict(held_out, chosen_layouts(held_out, fitted), fitted), held_out)
+    assert after < before
+    assert "not determined by these runs" in result.toml and "attention (+/-" in result.toml
+
+
+def test_asked_constants_are_fitted_and_the_undetermined_named(table1: list[Run]) -> None:
+    """--fit attention on runs without flash attention: fitted as asked (the prior holds it near the
+    start), and named as undetermined, so the value is not taken for a measurement."""
+    from paraplan.calibration import calibrate
+
+    result = calibrate(data_sheet_a100(), table1[0::2], fit_names="gemm_max,attention")
+    assert result.fitted == ["gemm_max", "attention"] and set(result.undetermined) == {"attention"}
+    assert "fitted all the same" in result.toml
+
+
 # --- the command --------------------------------------------------------------------------------------
 
 
@@ -166,6 +215,10 @@ def test_the_report_has_the_errors_before_and_after(
     errors = [abs(r["after_s"] / r["measured_s"] - 1) for r in report["runs"]]
     assert report["mape_after"] == pytest.approx(sum(errors) / 4, rel=1e-9)
     assert report["worst_after"] == pytest.approx(max(errors), rel=1e-9)
+    # four runs of one GPU count: the intra-node links' efficiency is fitted as asked, and named
+    # undetermined or not with its standard error (a number, never a placeholder)
+    assert set(report["undetermined"]) <= {"gemm_max", "intra_node"}
+    assert all(e > 0 for e in report["undetermined"].values())
     schema = invoke("schema", "calibrate").json()
     check_json_schema(schema, report)
 
