@@ -9,7 +9,9 @@ whole fit of benchmarks/fit_presets.py redone without the source (`accuracy.fitt
 nothing the held-out runs set is in it. The held-out half is predicted by that preset (`fit-rest`)
 and by it calibrated on the training half (`calibrated`: `paraplan calibrate` with its default fit,
 or `--fit NAMES`); a fit `calibrate` refuses (fewer runs than constants asked for) is reported as
-such. Prints each case's MAPE and the macro average over the cases both arms predicted.
+such. `--determined-only`: the default constants, only those the runs determine, however many runs
+(`calibration.fit(determined_only=True)`, which the default uses on no more runs than constants).
+Prints each case's MAPE and the macro average over the cases both arms predicted.
 Runtime: about 10 min on 2 cores (18 cases, each one refit and one calibration); figures in the README.
 """
 
@@ -26,7 +28,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from accuracy import DEFAULT_RUNS, assess, fitted_without, mape  # noqa: E402
 
-from paraplan.calibration import Run, calibrate, load_runs, with_constants  # noqa: E402
+from paraplan.calibration import Run, calibrate, default_names, fit, load_runs, with_constants  # noqa: E402
 from paraplan.cost_models.errors import InputError  # noqa: E402
 
 MIN_RUNS = 6  # 3 to train on, 3 to predict
@@ -43,6 +45,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
     parser.add_argument("--fit", default=None, help="calibrate's --fit (default: the CLI's default)")
+    parser.add_argument("--determined-only", action="store_true", help="fit only the constants the runs determine")
     args = parser.parse_args()
     runs = load_runs(args.runs)
     pairs: list[tuple[float, float]] = []
@@ -53,13 +56,16 @@ def main() -> int:
             start = preset(hardware)
             before = mape([r.error for r in assess(test, {hardware: start})])
             try:
-                result = calibrate(start, train, fit_names=args.fit)
+                if args.determined_only:  # every training run fits here: no screen needed
+                    values = fit(train, start, default_names(train), determined_only=True).values
+                else:
+                    values = calibrate(start, train, fit_names=args.fit).constants
             except InputError as exc:
                 print(f"{source:28} {hardware:10} {len(train):>4}/{len(test):<5} {before:9.1%} {'refused':>10}  {exc}")
                 continue
-            after = mape([r.error for r in assess(test, {hardware: with_constants(start, result.constants)})])
+            after = mape([r.error for r in assess(test, {hardware: with_constants(start, values)})])
         pairs.append((before, after))
-        fitted = ", ".join(result.fitted) or "nothing (no constant determined)"
+        fitted = ", ".join(values) or "nothing (no constant determined)"
         print(f"{source:28} {hardware:10} {len(train):>4}/{len(test):<5} {before:9.1%} {after:10.1%}  {fitted}")
         sys.stdout.flush()
     if pairs:

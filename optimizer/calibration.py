@@ -22,22 +22,24 @@ taken below MIN_RUN_ERROR^2: a run's error is the model's as much as the constan
 constant a standard error; one over DETERMINED_SHARE of its range is not determined by the runs,
 and the result names it (`Fit.undetermined`, the TOML's header, the CLI's NOTE line).
 What the default fit does with such a constant depends on how many runs there are:
-  * more runs than constants: it is fitted all the same. The runs' errors are not
-    independent noise but the stack's systematic behaviour, which an extra constant captures:
-    calibrating on every other run of a source and predicting the rest (benchmarks/data/
-    runs_public.csv, constants refitted without the source as the starting preset:
-    benchmarks/calibrate_within.py), LLM Foundry's
-    13 H100 runs go from 10.9% to 5.5% with all eight hardware constants and to 8.1% with only the
-    determined ones (gemm_max, attention); torchtitan's 9 H100 runs of Dec 2024 to 3.2% and 4.2%;
+  * more runs than constants: it is fitted all the same. The runs' errors are not independent
+    noise but the stack's systematic behaviour, which the extra constants capture: calibrating on
+    every other run of a source and predicting the rest (benchmarks/calibrate_within.py, from the
+    presets refitted without the source), the 7 cases with more training runs than constants
+    come out better with all of them than with only the determined ones (`--determined-only`)
+    in every case: LLM Foundry's 13 H100 runs 5.5% against 8.1%, Megatron-Bridge's 17 H100 runs
+    12.2% against 14.5%, torchtitan's 9 H100 runs of Dec 2024 3.2% against 4.2%;
   * no more runs than constants (fewer used to be refused; as many leave no error to judge the
-    fit by, every constant then undetermined): the constants the runs determine are
-    fitted and the others keep the preset's values, dropped one by one from the least determined
-    (a constant's standard error depends on which others are fitted beside it: gemm_max and
-    gemm_half_dim trade off on runs of similar shapes). On the same splits with 4 to 7 runs this
-    fit lowers the held-out error in 8 of 11 cases (macro 7.7% -> 4.9%; e.g. the 4 B200 long-
-    sequence NeMo runs 19.9% -> 1.6%, FlagPerf's 4 H100 runs 11.5% -> 5.0%), leaves one alone
-    (Megatron-Bridge's 7 H100 runs determine nothing) and raises it in two (LLM Foundry's
-    A100-80GB runs 5.4% -> 6.6%, NeMo 24.07's H100 runs 3.7% -> 4.5%).
+    fit by, every constant then undetermined): the constants the runs determine are fitted and
+    the others keep the preset's values. Which ones is judged before fitting, at the preset's
+    values and with each run's error at the floor (a fit of more constants than the runs hold
+    has already bent the determined ones: on 7 H100 runs gemm_half_dim went to 0 and memory_bound
+    to 0.34 in gemm_max's place), dropping the least determined one at a time (a constant's
+    standard error depends on which others are fitted beside it: gemm_max and gemm_half_dim
+    trade off on runs of similar shapes). On the same splits with 4 to 7 runs this fit lowers
+    the held-out error in 9 of 11 cases (macro 7.7% -> 4.9%; e.g. the 4 B200 long-sequence NeMo
+    runs 19.9% -> 1.6%, FlagPerf's 4 H100 runs 11.5% -> 5.0%) and raises it in two (LLM
+    Foundry's A100-80GB runs 5.4% -> 6.6%, NeMo 24.07's H100 runs 3.7% -> 4.5%).
 Constants asked for with --fit are fitted as asked, and a run count below their number is refused.
 """
 
@@ -352,16 +354,15 @@ def fit(runs: list[Run], cluster: Cluster, names: list[str], *, determined_only:
             f"give at least {len(names)} runs or fewer constants with --fit"
         )
     layouts = chosen_layouts(runs, cluster)
-    result = _fit_all(runs, cluster, names, layouts)
     kept: dict[str, float] = {}
-    while determined_only:
-        # which to keep, from the Jacobian at this fit (no refit per candidate), then one refit
-        dropped = undetermined_at(result.jacobian, result.log_errors, names)
-        if not dropped:
-            break
-        kept.update(dropped)
-        names = [n for n in names if n not in dropped]
-        result = _fit_all(runs, cluster, names, layouts)
+    if determined_only:
+        # judged at the preset's values, by the runs' design alone (each run's error the floor): at
+        # a fit of more constants than the runs hold, the undetermined ones have already bent the
+        # others (gemm_half_dim to 0 and memory_bound to 0.34 took gemm_max's place on 7 H100 runs)
+        start = _fit_all(runs, cluster, names, layouts, iterations=0)
+        kept = undetermined_at(start.jacobian, np.zeros(len(runs)), names)
+        names = [n for n in names if n not in kept]
+    result = _fit_all(runs, cluster, names, layouts)
     errors = dict(zip(names, standard_errors(result.jacobian, result.log_errors, _spans(names)), strict=True))
     undetermined = {n: e for n, e in errors.items() if e > DETERMINED_SHARE * PARAMETERS[n].span()}
     return replace(result, errors=errors, undetermined={**kept, **undetermined})
@@ -384,15 +385,14 @@ def standard_errors(jacobian: npt.NDArray[np.float64], log_errors: npt.NDArray[n
 def undetermined_at(jacobian: npt.NDArray[np.float64], log_errors: npt.NDArray[np.float64],
                     names: list[str]) -> dict[str, float]:  # fmt: skip
     """The constants to keep at their preset values, each with its standard error when dropped:
-    backward elimination on the fit's information, the least determined (standard error as a share
+    backward elimination on the runs' information, the least determined (standard error as a share
     of its range) first, until every constant left is determined. Dropping one changes how well
     the others are determined (gemm_max and gemm_half_dim trade off on runs of similar shapes)."""
     left = list(range(len(names)))
     dropped: dict[str, float] = {}
     while left:
-        share = standard_errors(jacobian[:, left], log_errors, _spans([names[i] for i in left])) / _spans(
-            [names[i] for i in left]
-        )
+        spans = _spans([names[i] for i in left])
+        share = standard_errors(jacobian[:, left], log_errors, spans) / spans
         worst = int(np.argmax(share))
         if share[worst] <= DETERMINED_SHARE:
             break
@@ -401,7 +401,9 @@ def undetermined_at(jacobian: npt.NDArray[np.float64], log_errors: npt.NDArray[n
     return dropped
 
 
-def _fit_all(runs: list[Run], cluster: Cluster, names: list[str], layouts: list[Layout]) -> Fit:
+def _fit_all(
+    runs: list[Run], cluster: Cluster, names: list[str], layouts: list[Layout], iterations: int = MAX_ITERATIONS
+) -> Fit:
     params = [PARAMETERS[n] for n in names]
     lower = np.array([p.lower for p in params])
     upper = np.array([p.upper for p in params])
@@ -427,7 +429,7 @@ def _fit_all(runs: list[Run], cluster: Cluster, names: list[str], layouts: list[
     theta = theta0.copy()
     r = residuals(theta)
     damping = 1e-2
-    for _ in range(MAX_ITERATIONS if names else 0):
+    for _ in range(iterations if names else 0):
         jac = jacobian(theta, r)
         gradient = jac.T @ r
         normal = jac.T @ jac
@@ -446,8 +448,8 @@ def _fit_all(runs: list[Run], cluster: Cluster, names: list[str], layouts: list[
     fitted = with_constants(cluster, dict(zip(names, map(float, theta), strict=True)))
     before = predict(runs, layouts, cluster)
     after = predict(runs, chosen_layouts(runs, fitted), fitted)
-    jac = jacobian(theta, r)[:n] if names else np.zeros((n, 0))
-    return Fit(fitted, dict(zip(names, map(float, theta), strict=True)), before, after, measured, jac, r[:n])
+    return Fit(fitted, dict(zip(names, map(float, theta), strict=True)), before, after, measured,
+               jacobian(theta, r)[:n], r[:n])  # fmt: skip
 
 
 def calibrated_cluster(fitted: Cluster, source: str, runs: int, name: str | None) -> Cluster:
@@ -577,9 +579,10 @@ def calibrate(
         if min(v - PARAMETERS[n].lower, PARAMETERS[n].upper - v) <= BOUND_TOLERANCE * PARAMETERS[n].span()
     ]  # fmt: skip
     # the command that reproduces this fit: with the constants the defaults chose for these runs
-    fit_flag = f"--fit {','.join(names)}"
+    # (fitting nothing is what the default does again on these runs: no --fit to name)
+    fit_flag = f" --fit {','.join(names)}" if names else ""
     line = command or f"paraplan calibrate --hardware {cluster.name} --runs {source}"
-    line = line if chosen is not None and command else f"{line} {fit_flag}"
+    line = line if chosen is not None and command else f"{line}{fit_flag}"
     header = f"{line}\nfitted {', '.join(names) or 'nothing'} on {len(usable)} run(s); left out {len(flagged)}"
     if result.undetermined:
         header += f"\n{undetermined_words(result.undetermined, names)}"
