@@ -25,10 +25,10 @@ What the default fit does with such a constant depends on how many runs there ar
   * more runs than constants: it is fitted all the same. The runs' errors are not independent
     noise but the stack's systematic behaviour, which the extra constants capture: calibrating on
     every other run of a source and predicting the rest (benchmarks/calibrate_within.py, from the
-    presets refitted without the source), the 7 cases with more training runs than constants
-    come out better with all of them than with only the determined ones (`--determined-only`)
-    in every case: LLM Foundry's 13 H100 runs 5.5% against 8.1%, Megatron-Bridge's 17 H100 runs
-    12.2% against 14.5%, torchtitan's 9 H100 runs of Dec 2024 3.2% against 4.2%;
+    presets refitted without the source), all 7 cases with more training runs than constants
+    come out better with every constant fitted than with only the determined ones
+    (`--determined-only`): LLM Foundry's 13 H100 runs 5.5% against 8.1%, Megatron-Bridge's 17
+    H100 runs 12.2% against 14.5%, torchtitan's 9 H100 runs of Dec 2024 3.2% against 4.2%;
   * no more runs than constants (fewer used to be refused; as many leave no error to judge the
     fit by, every constant then undetermined): the constants the runs determine are fitted and
     the others keep the preset's values. Which ones is judged before fitting, at the preset's
@@ -63,7 +63,7 @@ from paraplan.cost_models.evaluate import evaluate
 from paraplan.cost_models.layout import KNOBS, MAX_GPUS, Framework, Layout, parse_knob
 from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
 from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_NUMBERS, STACK_SETS, Stack
-from paraplan.fit_parameters import HARDWARE_PARAMETERS, PARAMETERS, STACK_PREFIX, STACKS
+from paraplan.fit_parameters import DETERMINED_SHARE, HARDWARE_PARAMETERS, PARAMETERS, STACK_PREFIX, STACKS
 from paraplan.hardware_specs.files import is_regular_file, read_text_file
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.plan import parse_plan
@@ -76,10 +76,6 @@ if TYPE_CHECKING:
 REQUIRED = ("model", "gpus", "plan", "global_batch", "seq_len", "step_time_s")
 PRIOR_WEIGHT = 1e-3
 MAX_ITERATIONS = 40
-# A fitted constant is determined by the runs when its standard error is at most this share of its
-# physical range (`fit_parameters.PARAMETERS`): gemm_max to within +/-0.08, an efficiency of
-# links or overlap to within +/-0.1, gemm_half_dim to within +/-100 (one standard error).
-DETERMINED_SHARE = 0.1
 # The smallest per-run log error the standard errors assume, however closely the constants fit: the
 # model's own error on the sources it reproduces best (benchmarks/accuracy.py: Megatron-LM's and
 # NeMo's published runs, 1-4% MAPE), which no choice of constants removes.

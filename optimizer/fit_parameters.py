@@ -69,3 +69,7 @@ PARAMETERS = {
 # The constants of the hardware itself, fitted by default; a stack's figure joins them where the
 # runs can tell it apart (`calibration.default_names`).
 HARDWARE_PARAMETERS = tuple(n for n in PARAMETERS if not n.startswith(STACK_PREFIX))
+# A fitted constant is determined by the runs when its standard error is at most this share of its
+# range (`calibration.standard_errors`): gemm_max to within +/-0.08, an efficiency of links or
+# overlap to within +/-0.1, gemm_half_dim to within +/-100 (one standard error).
+DETERMINED_SHARE = 0.1

@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from paraplan.cost_models.layout import Layout, Recompute
+from paraplan.fit_parameters import DETERMINED_SHARE
 
 Finite = Field(allow_inf_nan=False)
 
@@ -342,8 +343,8 @@ class CalibrateResult(_Out):
     at_bound: list[str] = Field(description="fitted constants that ended on a bound of their range")
     undetermined: dict[str, float] = Field(
         default_factory=dict,
-        description="constants the runs do not determine, each with its standard error (over a tenth of its "
-        "range); those not in `fitted` kept the preset's values (the default fit on no more runs than constants)",
+        description=f"constants the runs do not determine, each with its standard error (over {DETERMINED_SHARE:.0%} "
+        "of its range); those not in `fitted` kept the preset's values (the default fit on no more runs than constants)",
     )
     runs: list[CalibratedRun] = Field(description="per run: measured, before and after")
     mape_before: float = Field(ge=0)

@@ -147,8 +147,8 @@ def test_fewer_runs_than_constants_fit_what_they_determine(table1: list[Run]) ->
     flash attention), at the preset's value; every constant fitted is determined, every one kept
     is named with its standard error; the other five runs come out closer than from the data
     sheet's gemm_max."""
-    from paraplan.calibration import DETERMINED_SHARE, calibrate, default_names, with_constants
-    from paraplan.fit_parameters import PARAMETERS
+    from paraplan.calibration import calibrate, default_names, with_constants
+    from paraplan.fit_parameters import DETERMINED_SHARE, PARAMETERS
 
     start, train, held_out = data_sheet_a100(), table1[0::2], table1[1::2]
     result = calibrate(start, train)
