@@ -56,7 +56,7 @@ def main() -> int:
             start = preset(hardware)
             before = mape([r.error for r in assess(test, {hardware: start})])
             try:
-                if args.determined_only:  # every training run fits here: no screen needed
+                if args.determined_only:  # calibrate's screen leaves every training run of these cases in
                     values = fit(train, start, default_names(train), determined_only=True).values
                 else:
                     values = calibrate(start, train, fit_names=args.fit).constants

@@ -332,7 +332,6 @@ class Fit:
     measured_s: npt.NDArray[np.float64]
     jacobian: npt.NDArray[np.float64]  # of the runs' log errors at the fit, runs x fitted constants
     log_errors: npt.NDArray[np.float64]  # the runs' ln(predicted / measured) at the fit
-    errors: dict[str, float] = field(default_factory=dict)  # each fitted constant's standard error
     undetermined: dict[str, float] = field(default_factory=dict)  # standard error > DETERMINED_SHARE of its range
 
 
@@ -355,13 +354,14 @@ def fit(runs: list[Run], cluster: Cluster, names: list[str], *, determined_only:
         # judged at the preset's values, by the runs' design alone (each run's error the floor): at
         # a fit of more constants than the runs hold, the undetermined ones have already bent the
         # others (gemm_half_dim to 0 and memory_bound to 0.34 took gemm_max's place on 7 H100 runs)
-        start = _fit_all(runs, cluster, names, layouts, iterations=0)
-        kept = undetermined_at(start.jacobian, np.zeros(len(runs)), names)
+        problem = _problem(runs, cluster, names, layouts)
+        at_start = problem.jacobian(problem.theta0, problem.residuals(problem.theta0))[: len(runs)]
+        kept = undetermined_at(at_start, np.zeros(len(runs)), names)
         names = [n for n in names if n not in kept]
     result = _fit_all(runs, cluster, names, layouts)
-    errors = dict(zip(names, standard_errors(result.jacobian, result.log_errors, _spans(names)), strict=True))
-    undetermined = {n: e for n, e in errors.items() if e > DETERMINED_SHARE * PARAMETERS[n].span()}
-    return replace(result, errors=errors, undetermined={**kept, **undetermined})
+    errors = zip(names, standard_errors(result.jacobian, result.log_errors, _spans(names)), strict=True)
+    undetermined = {n: float(e) for n, e in errors if e > DETERMINED_SHARE * PARAMETERS[n].span()}
+    return replace(result, undetermined={**kept, **undetermined})
 
 
 def _spans(names: list[str]) -> npt.NDArray[np.float64]:
@@ -397,9 +397,31 @@ def undetermined_at(jacobian: npt.NDArray[np.float64], log_errors: npt.NDArray[n
     return dropped
 
 
-def _fit_all(
-    runs: list[Run], cluster: Cluster, names: list[str], layouts: list[Layout], iterations: int = MAX_ITERATIONS
-) -> Fit:
+@dataclass(frozen=True)
+class _Problem:
+    """The least-squares problem of fitting `names` to the runs: the residuals (the runs' log
+    errors, then the prior's rows) and their forward-difference Jacobian, at any constants."""
+
+    lower: npt.NDArray[np.float64]
+    upper: npt.NDArray[np.float64]
+    theta0: npt.NDArray[np.float64]  # the cluster's values, clipped to the ranges
+    residuals: Callable[[npt.NDArray[np.float64]], npt.NDArray[np.float64]]
+
+    @property
+    def span(self) -> npt.NDArray[np.float64]:
+        return np.asarray(self.upper - self.lower)
+
+    def jacobian(self, theta: npt.NDArray[np.float64], r: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        jac = np.empty((len(r), len(theta)))
+        for j in range(len(theta)):
+            step = 1e-4 * self.span[j]
+            probe = theta.copy()
+            probe[j] = probe[j] + step if probe[j] + step <= self.upper[j] else probe[j] - step
+            jac[:, j] = (self.residuals(probe) - r) / (probe[j] - theta[j])
+        return jac
+
+
+def _problem(runs: list[Run], cluster: Cluster, names: list[str], layouts: list[Layout]) -> _Problem:
     params = [PARAMETERS[n] for n in names]
     lower = np.array([p.lower for p in params])
     upper = np.array([p.upper for p in params])
@@ -413,19 +435,19 @@ def _fit_all(
         prior = math.sqrt(PRIOR_WEIGHT) * (theta - theta0) / span
         return np.concatenate([fit_part, prior])
 
-    def jacobian(theta: npt.NDArray[np.float64], r: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        jac = np.empty((len(r), len(theta)))
-        for j in range(len(theta)):
-            step = 1e-4 * span[j]
-            probe = theta.copy()
-            probe[j] = probe[j] + step if probe[j] + step <= upper[j] else probe[j] - step
-            jac[:, j] = (residuals(probe) - r) / (probe[j] - theta[j])
-        return jac
+    return _Problem(lower, upper, theta0, residuals)
+
+
+def _fit_all(runs: list[Run], cluster: Cluster, names: list[str], layouts: list[Layout]) -> Fit:
+    problem = _problem(runs, cluster, names, layouts)
+    lower, upper, span, theta0 = problem.lower, problem.upper, problem.span, problem.theta0
+    residuals, jacobian = problem.residuals, problem.jacobian
+    measured = np.array([r.measured_s for r in runs])
 
     theta = theta0.copy()
     r = residuals(theta)
     damping = 1e-2
-    for _ in range(iterations if names else 0):
+    for _ in range(MAX_ITERATIONS if names else 0):
         jac = jacobian(theta, r)
         gradient = jac.T @ r
         normal = jac.T @ jac
