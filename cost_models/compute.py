@@ -10,7 +10,10 @@ is two GEMMs of the same three dimensions (dX = dY W^T, dW = X^T dY), so twice t
 
 Attention: flash attention (Dao 2023, FlashAttention-2) skips the masked half of a causal
 s x s block and runs at `efficiency.attention` of the BF16 peak; its backward does 5 matmuls to
-the forward's 2 (2.5x). PyTorch's context parallelism (torchtitan) adds memory-bound fp32 merges
+the forward's 2 (2.5x). With dropout on the attention probabilities the kernel draws a Philox
+random number per score element, forward and again in the backward, and runs at a fixed fraction of
+its dropout-free throughput, forward and backward (`efficiency.attention_dropout_fwd`, `_bwd`:
+FlashAttention-4's on GB200, measured; the A100's from its SM's INT32 lanes per tensor FLOP). PyTorch's context parallelism (torchtitan) adds memory-bound fp32 merges
 of its per-step attention outputs and gradients (`cp_merge_bytes`). Without flash attention the scores are batched GEMMs over full s x s plus
 a memory-bound softmax.
 
@@ -225,7 +228,9 @@ def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     if stack.flash_attention:
         keys = causal_keys(model, seq)
         causal_flops = 2.0 * tokens * keys * model.attention_core_width / lay.tp
-        return np.asarray(causal_flops / (peak * cluster.efficiency.attention) + cluster.efficiency.kernel_overhead_s)
+        dropout = cluster.efficiency.attention_dropout_fwd if model.dropout else 1.0
+        return np.asarray(causal_flops / (peak * cluster.efficiency.attention * dropout)
+                          + cluster.efficiency.kernel_overhead_s)  # fmt: skip
     batch = lay.micro_batch * heads
     q_rows = seq / lay.cp
     d = float(model.head_dim) * np.ones_like(seq)
@@ -233,6 +238,17 @@ def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     scores = batch * (gemm_s(q_rows, seq, d, rate, cluster) + gemm_s(q_rows, d, seq, rate, cluster))
     softmax_bytes = tokens * heads * seq * (4.0 + (5.0 if model.dropout else 0.0))
     return np.asarray(scores + _memory_s(softmax_bytes, cluster))
+
+
+def _attention_backward_ratio(model: ModelSpec, cluster: Cluster, stack: Stack) -> float:
+    """Core attention's backward time over its forward's: 2.5 for flash attention (5 matmuls to 2),
+    its dropout slowing the backward more than the forward (`efficiency.attention_dropout_fwd`,
+    `_bwd`); 2 for the unfused batched GEMMs."""
+    if not stack.flash_attention:
+        return 2.0
+    if not model.dropout:
+        return FLASH_BACKWARD_RATIO
+    return FLASH_BACKWARD_RATIO * cluster.efficiency.attention_dropout_fwd / cluster.efficiency.attention_dropout_bwd
 
 
 def cp_merge_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray]:
@@ -762,7 +778,7 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
         )
     elementwise = memory_bound + permute_fwd + _memory_s(cast_fwd_bytes, cluster) + eager_fwd
     elementwise_bwd = 2.0 * memory_bound + permute_bwd + _memory_s(cast_bwd_bytes, cluster) + eager_bwd
-    attention_bwd = attention * (FLASH_BACKWARD_RATIO if stack.flash_attention else 2.0)
+    attention_bwd = attention * _attention_backward_ratio(model, cluster, stack)
     attention_bwd = attention_bwd + _memory_s(merge_bwd_bytes, cluster)
     attention = attention + _memory_s(merge_fwd_bytes, cluster)
     layer_fwd = gemms + attention + elementwise

@@ -103,6 +103,17 @@ class Efficiency(_Spec):
     kernel_overhead_s: fixed cost per kernel launch (launch + tail), paid per GEMM and op.
     dp_overlap: fraction of the backward pass that hides the data-parallel gradient reduction
         (0 = no overlap, 1 = perfect overlap while backward compute lasts).
+    attention_dropout_fwd, attention_dropout_bwd: the fraction of its dropout-free throughput that
+        fused (flash) attention keeps with dropout on the attention probabilities, forward and
+        backward. The kernel draws a Philox random number per score element in the forward and the
+        same draws again in the backward (FlashAttention-2's csrc/flash_attn/src/philox.cuh;
+        Dao-AILab/flash-attention issue #612), integer work on the CUDA cores beside the tensor-core
+        matmuls. The defaults are the one published measurement: Dao-AILab/flash-attention pull
+        request #2597 ("[Cute Sm100] support dropout", 2026-05-27: FlashAttention-4 on GB200
+        against itself without dropout, bf16, p = 0.125, about 32K tokens; cuDNN 9.24's dropout
+        kernels as fast or slower), "fwd ~ 75-85%, bwd ~ 60-70% of no-drop TFLOPS", "roughly
+        constant across seqlen": the midpoints 0.80 and 0.65. A preset whose SM runs fewer
+        tensor-core FLOPs per INT32 lane states its own (the A100's).
     stack_kernel_efficiency: a stack's kernel throughput here relative to the reference stack's
         (`StackKernelEfficiency`), where `paraplan calibrate` fitted it on this hardware's runs;
         the presets leave it empty.
@@ -115,6 +126,8 @@ class Efficiency(_Spec):
     memory_bound: float = Field(ge=0.01, le=1.0)
     kernel_overhead_s: float = Field(ge=0, le=1e-2)
     dp_overlap: float = Field(ge=0, le=1.0)
+    attention_dropout_fwd: float = Field(default=0.80, gt=0, le=1.0)
+    attention_dropout_bwd: float = Field(default=0.65, gt=0, le=1.0)
     stack_kernel_efficiency: StackKernelEfficiency = StackKernelEfficiency()
     sources: tuple[str, ...] = ()
 

@@ -97,14 +97,17 @@ def test_without_fp8_tensor_cores_fp8_falls_back_to_bf16(a100: Cluster) -> None:
 #   GEMMs      2 T 12 h^2 / 1e14 = 51,539,607,552 / 1e14                  = 5.1539607552e-4 s
 #   attention  causal: 2 T (s+1)/2 (a d + a d) / (0.5 * 200e12)
 #              = 2 * 2048 * 1024.5 * 2048 / 1e14                          = 8.594128896e-5 s
+#              with dropout at 0.80 of that throughput (flash-attention PR #2597's GB200
+#              measurement, forward 75-85%): 8.594128896e-5 / 0.8            = 1.074266112e-4 s
 #   elementwise (norms, adds 20h; dropout 10h; GELU 4f = 16h) 46 h T bytes / 2e12 = 4.8234496e-5 s
 # LM head: GEMM 2 T V h / 1e14 = 2.097152e-3 s + fp32 cross entropy 8 V T bytes / 2e12 = 4.096e-4 s.
-GEMMS, ATTENTION, ELEMENTWISE, HEAD = 5.1539607552e-4, 8.594128896e-5, 4.8234496e-5, 2.506752e-3
-# Forward: 4 layers x (GEMMs + attention + elementwise) + head                 = 5.10503944192e-3 s
+GEMMS, ATTENTION, ELEMENTWISE, HEAD = 5.1539607552e-4, 1.074266112e-4, 4.8234496e-5, 2.506752e-3
+# Forward: 4 layers x (GEMMs + attention + elementwise) + head                 = 5.19098073088e-3 s
 # Backward: two GEMMs per forward GEMM (dX, dW), twice the elementwise traffic, flash attention's
-# backward 5 matmuls to the forward's 2 (Dao 2023): 2.5x; the head twice:
-#   4 * (2 * (GEMMs + elementwise) + 2.5 * attention) + 2 * head              = 1.038196146176e-2 s
-FORWARD, BACKWARD = 5.10503944192e-3, 1.038196146176e-2
+# backward 5 matmuls to the forward's 2 (Dao 2023), 2.5 x 8.594128896e-5 = 2.148532224e-4 s, with
+# dropout at 0.65 of that throughput (backward 60-70%): 3.305434190769e-4 s; the head twice:
+#   4 * (2 * (GEMMs + elementwise) + 3.305434190769e-4) + 2 * head            = 1.084472224847e-2 s
+FORWARD, BACKWARD = 5.19098073088e-3, 1.084472224847e-2
 
 
 MEGATRON_STACK = Stack()
@@ -126,6 +129,23 @@ def test_gpt_step_by_hand(dgx: Cluster) -> None:
     # eight micro-batches: eight forwards and backwards, one optimizer step
     ev = _gpt(dgx, global_batch=8)
     assert _f(ev.times["compute"]) == pytest.approx(8 * (FORWARD + BACKWARD) + 1.969997824e-3, rel=1e-9)
+
+
+def test_attention_dropout_slows_flash_attention_as_measured(dgx: Cluster) -> None:
+    # flash-attention PR #2597 measured dropout's flash attention on GB200 at 75-85% of the
+    # dropout-free throughput forward and 60-70% backward: 1 / 0.80 = 1.25 and 1 / 0.65 = 1.5385
+    # times as long (the midpoints). Unfused attention draws its mask in the memory-bound softmax
+    # pass instead, so there the dropout costs bytes, not a throughput fraction.
+    lay = one(micro_batch=1, seq_len=2048, global_batch=1)
+    times = micro_batch_times(gpt_spec(), lay, dgx, MEGATRON_STACK)
+    without = micro_batch_times(gpt_spec(dropout=False), lay, dgx, MEGATRON_STACK)
+    assert _f(times.attention_fwd_s) / _f(without.attention_fwd_s) == pytest.approx(1.25, rel=1e-12)
+    assert _f(times.attention_bwd_s) / _f(without.attention_bwd_s) == pytest.approx(1.5384615384615, rel=1e-12)
+    unfused = Stack(flash_attention=False)
+    scores = micro_batch_times(gpt_spec(), lay, dgx, unfused).attention_fwd_s
+    # the 5 extra bytes per score element: T a s x 5 B = 2048 * 16 * 2048 * 5 / 2e12 = 1.6777216e-4 s
+    extra = _f(scores) - _f(micro_batch_times(gpt_spec(dropout=False), lay, dgx, unfused).attention_fwd_s)
+    assert extra == pytest.approx(1.6777216e-4, rel=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -243,12 +263,12 @@ def test_rowwise_with_gw_hp_keeps_the_weight_gradient_gemm_in_bf16(dgx: Cluster)
     # FP8 GEMMs run at 400e12 x 0.5: a layer's forward GEMMs take GEMMS / 2. The backward's input-
     # gradient GEMMs run in FP8 (GEMMS / 2), the weight-gradient GEMMs in BF16 (GEMMS); the casts
     # move 3 T dY + 3 W = 94,371,840 B at 2e12 B/s = 4.718592e-5 s, the other elementwise work twice
-    # the forward's, flash attention's backward 2.5x:
-    #   2.5769803776e-4 + 5.1539607552e-4 + 4.718592e-5 + 9.6468992e-5 + 2.1485322240e-4
-    #   = 1.13160224768e-3 s
+    # the forward's, flash attention's backward with dropout (above) 3.305434190769e-4 s:
+    #   2.5769803776e-4 + 5.1539607552e-4 + 4.718592e-5 + 9.6468992e-5 + 3.305434190769e-4
+    #   = 1.2472924443569e-3 s
     lay = one(micro_batch=1, seq_len=2048, global_batch=1, precision="fp8")
     times = micro_batch_times(gpt_spec(), lay, dgx, Stack(fp8_recipe="rowwise_with_gw_hp"))
-    assert _f(times.layer_bwd_s) == pytest.approx(1.13160224768e-3, rel=1e-9)
+    assert _f(times.layer_bwd_s) == pytest.approx(1.2472924443569e-3, rel=1e-9)
     # and the window that hides the backward TP collectives is that BF16 weight-gradient GEMM time
     assert _f(times.layer_gemm_fwd_s) == pytest.approx(GEMMS, rel=1e-9)
 

@@ -226,6 +226,20 @@ def test_b300_takes_gb300s_fitted_fractions(presets: dict[str, Cluster]) -> None
 # ---------------------------------------------------------------------------- topology
 
 
+def test_flash_attention_dropout_figures(presets: dict[str, Cluster]) -> None:
+    # flash-attention PR #2597 on GB200: 75-85% of the dropout-free throughput forward, 60-70%
+    # backward, i.e. 1/0.80 - 1 = 0.25 and 1/0.65 - 1 = 0.538 of the time added. The Hopper and
+    # Blackwell presets take it; the A100 die adds half that time (its SM: the same 64 INT32
+    # lanes for half the tensor-core FMAs per clock): 1/1.125 = 0.889, 1/1.269 = 0.788.
+    for name in ("h100-sxm", "h200", "b200", "gb200", "gb300"):
+        eff = presets[name].efficiency
+        assert (eff.attention_dropout_fwd, eff.attention_dropout_bwd) == (0.80, 0.65)
+    for name in ("a100-40g", "a100-80g", "a100-80g-pcie", "a800-80g"):
+        eff = presets[name].efficiency
+        assert 1 / eff.attention_dropout_fwd - 1 == pytest.approx(0.25 / 2, abs=1e-3)
+        assert 1 / eff.attention_dropout_bwd - 1 == pytest.approx(0.538 / 2, abs=1e-3)
+
+
 def test_tp8_on_nvswitch_is_nvlink(a100: Cluster) -> None:
     link = group_link(a100, 8, 1)
     assert link.kind == "nvlink"
