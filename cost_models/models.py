@@ -125,6 +125,7 @@ from typing import Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from paraplan.cost_models.errors import InputError
+from paraplan.cost_models.units import finite_number
 from paraplan.hardware_specs.files import names_anything, read_text_file
 
 MlpKind = Literal["gated", "plain"]
@@ -1334,7 +1335,7 @@ def _checked_int(key: str, value: Any, minimum: int = 1) -> int:
 def _checked_float(key: str, value: Any, low: float, high: float) -> float:
     """A config number in (low, high], named by its key when it is not one."""
     shown = _short(value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not finite_number(value):
         raise InputError(f"model config '{key}' = {shown} must be a number")
     if not low < value <= high:
         raise InputError(f"model config '{key}' = {shown} must be above {low:g} and at most {high:g}")

@@ -491,7 +491,7 @@ def parse_count(value: object) -> float:
         raise ValueError(f"must be a positive number, not {value!r}")
     try:
         count = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: an integer beyond float's range
         raise ValueError(f"must be a positive number, not {value!r}") from None
     if not math.isfinite(count) or count <= 0:
         raise ValueError(f"must be a positive number, not {value!r}")

@@ -12,7 +12,6 @@ go in `stack={...}` and default to the framework's. Bad input raises `paraplan.I
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import time
@@ -33,6 +32,7 @@ from paraplan.cost_models.layout import DEGREES, MAX_GPUS, KnobArgs, Layout, leg
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.models import load_model as _load_model
 from paraplan.cost_models.tco import usd_per_gpu_hour
+from paraplan.cost_models.units import finite_number
 from paraplan.explain import binding_limits, bottleneck_sentence, why_loses
 from paraplan.hardware_specs.loader import load_cluster
 from paraplan.hardware_specs.schema import Cluster
@@ -378,8 +378,7 @@ def check_amount(name: str, value: float | None, minimum: float = 0.0, inclusive
     The CLI's option types check the same; this is the API's door."""
     if value is None:
         return
-    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not finite or value < minimum or (value == minimum and not inclusive):
+    if not finite_number(value) or value < minimum or (value == minimum and not inclusive):
         raise InputError(f"{name} {value!r} must be a finite number {'>=' if inclusive else '>'} {minimum:g}")
 
 

@@ -55,6 +55,7 @@ from paraplan.cost_models.layout import MAX_GPUS, Framework, KnobArgs, Layout, P
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.reliability import ReliabilityAccount
 from paraplan.cost_models.tco import CostBreakdown, Pricing
+from paraplan.cost_models.units import finite_number
 from paraplan.decision import NO_RUN, Outcome, RunTotals
 from paraplan.hardware_specs.files import is_regular_file
 from paraplan.hardware_specs.schema import Cluster
@@ -241,7 +242,7 @@ def _link(raw: object, label: str) -> PoolLink | None:
         value = raw.get(key, default)
         if value is None:
             raise InputError(f"{label}: [link] needs {key}")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not finite_number(value):
             raise InputError(f"{label}: [link] {key} must be a number")
         if not low <= float(value) <= high:
             raise InputError(f"{label}: [link] {key} = {value:g} must be in {low:g}..{high:g}")

@@ -665,6 +665,9 @@ def test_rotary_settings_are_read_as_the_config_classes_read_them() -> None:
         model_from_config({**gptj, "rotary_dim": 512}, "m")
     with pytest.raises(InputError, match="'rope_theta' = 'big' must be a number"):
         model_from_config({**neox, "rope_theta": "big"}, "m")
+    # an integer beyond float's range is no number either (it once raised OverflowError)
+    with pytest.raises(InputError, match="'rotary_pct' = 1000.*000 must be a number"):
+        model_from_config({**neox, "rotary_pct": 10**400}, "m")
 
 
 def test_norm_settings_are_read() -> None:
