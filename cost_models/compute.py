@@ -11,11 +11,12 @@ is two GEMMs of the same three dimensions (dX = dY W^T, dW = X^T dY), so twice t
 Attention: flash attention (Dao 2023, FlashAttention-2) skips the masked half of a causal
 s x s block and runs at `efficiency.attention` of the BF16 peak; its backward does 5 matmuls to
 the forward's 2 (2.5x). With dropout on the attention probabilities the kernel draws a Philox
-random number per score element, forward and again in the backward, and runs at a fixed fraction of
-its dropout-free throughput, forward and backward (`efficiency.attention_dropout_fwd`, `_bwd`:
-FlashAttention-4's on GB200, measured; the A100's from its SM's INT32 lanes per tensor FLOP). PyTorch's context parallelism (torchtitan) adds memory-bound fp32 merges
-of its per-step attention outputs and gradients (`cp_merge_bytes`). Without flash attention the scores are batched GEMMs over full s x s plus
-a memory-bound softmax.
+random number per score element, forward and again in the backward, and keeps a fixed fraction
+of its dropout-free throughput, forward and backward (`efficiency.attention_dropout_fwd`, `_bwd`:
+FlashAttention-4's on GB200, measured; the A100's from its SM's INT32 lanes per tensor FLOP).
+PyTorch's context parallelism (torchtitan) adds memory-bound fp32 merges of its per-step
+attention outputs and gradients (`cp_merge_bytes`). Without flash attention the scores are
+batched GEMMs over full s x s plus a memory-bound softmax.
 
 Memory-bound kernels move these bytes per token in the forward pass (backward: twice):
     two norms and two residual adds 20h (a norm reads and writes 2h, an add reads 4h, writes 2h;
@@ -228,8 +229,8 @@ def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     if stack.flash_attention:
         keys = causal_keys(model, seq)
         causal_flops = 2.0 * tokens * keys * model.attention_core_width / lay.tp
-        dropout = cluster.efficiency.attention_dropout_fwd if model.dropout else 1.0
-        return np.asarray(causal_flops / (peak * cluster.efficiency.attention * dropout)
+        kept = cluster.efficiency.attention_dropout_fwd if model.dropout else 1.0
+        return np.asarray(causal_flops / (peak * cluster.efficiency.attention * kept)
                           + cluster.efficiency.kernel_overhead_s)  # fmt: skip
     batch = lay.micro_batch * heads
     q_rows = seq / lay.cp
