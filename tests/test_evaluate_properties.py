@@ -200,6 +200,25 @@ def test_a_faster_gpu_never_slows_a_layout(pool: Pool, data: st.DataObject, comp
     assert not worse.any(), _first(case, worse)
 
 
+@PROPERTY
+@given(data=st.data(), kept=st.floats(0.3, 1.0))
+def test_dropout_never_speeds_a_layout_up(pool: Pool, data: st.DataObject, kept: float) -> None:
+    """Training with dropout costs time (its masks' bytes, and flash attention's random draws), and
+    flash attention that keeps less of its throughput under dropout never makes a step faster."""
+    case = data.draw(cases(pool))
+    dropout = dataclasses.replace(case, model=case.model.model_copy(update={"dropout": True}))
+    plain = dataclasses.replace(case, model=case.model.model_copy(update={"dropout": False}))
+    with_, without = dropout.evaluate(), plain.evaluate()
+    faster = with_.step_time_s < without.step_time_s * (1 - REL)
+    assert not faster.any(), _first(dropout, faster)
+    eff = case.cluster.efficiency
+    fwd, bwd = eff.attention_dropout_fwd * kept, eff.attention_dropout_bwd * kept
+    slower_kernel = eff.model_copy(update={"attention_dropout_fwd": fwd, "attention_dropout_bwd": bwd})
+    slower = dropout.evaluate(case.cluster.model_copy(update={"efficiency": slower_kernel}))
+    faster = slower.step_time_s < with_.step_time_s * (1 - REL)
+    assert not faster.any(), _first(dropout, faster)
+
+
 # ------------------------------------------------------------------ knobs that trade time for memory
 
 
