@@ -5,6 +5,7 @@ finite number in an input file."""
 from __future__ import annotations
 
 import math
+import sys
 
 MB = 1e6
 GB = 1e9
@@ -16,9 +17,9 @@ SECONDS_PER_DAY = 86400.0
 def finite_number(value: object) -> bool:
     """A JSON/TOML number that a float holds: not a bool (JSON's true is no 1), not inf or NaN, and
     not an integer beyond float's range (10**400 parses as a Python int; math.isfinite would raise
-    OverflowError converting it)."""
+    OverflowError converting it; Python compares an int with a float exactly)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     if isinstance(value, int):
-        return abs(value) <= 2**1023
+        return abs(value) <= sys.float_info.max
     return math.isfinite(value)

@@ -361,12 +361,17 @@ def fit(runs: list[Run], cluster: Cluster, names: list[str], *, determined_only:
         names = [n for n in names if n not in kept]
     result = _fit_all(runs, cluster, names, layouts)
     errors = zip(names, standard_errors(result.jacobian, result.log_errors, _spans(names)), strict=True)
-    undetermined = {n: float(e) for n, e in errors if e > DETERMINED_SHARE * PARAMETERS[n].span()}
+    undetermined = {n: float(e) for n, e in errors if _undetermined(n, e)}
     return replace(result, undetermined={**kept, **undetermined})
 
 
 def _spans(names: list[str]) -> npt.NDArray[np.float64]:
     return np.array([PARAMETERS[n].span() for n in names])
+
+
+def _undetermined(name: str, error: float) -> bool:
+    """A constant whose standard error is over DETERMINED_SHARE of its range is not determined."""
+    return bool(error > DETERMINED_SHARE * PARAMETERS[name].span())
 
 
 def standard_errors(jacobian: npt.NDArray[np.float64], log_errors: npt.NDArray[np.float64],
@@ -389,11 +394,12 @@ def undetermined_at(jacobian: npt.NDArray[np.float64], log_errors: npt.NDArray[n
     dropped: dict[str, float] = {}
     while left:
         spans = _spans([names[i] for i in left])
-        share = standard_errors(jacobian[:, left], log_errors, spans) / spans
-        worst = int(np.argmax(share))
-        if share[worst] <= DETERMINED_SHARE:
+        errors = standard_errors(jacobian[:, left], log_errors, spans)
+        worst = int(np.argmax(errors / spans))
+        name = names[left[worst]]
+        if not _undetermined(name, errors[worst]):
             break
-        dropped[names[left[worst]]] = float(share[worst] * PARAMETERS[names[left[worst]]].span())
+        dropped[name] = float(errors[worst])
         del left[worst]
     return dropped
 
