@@ -103,6 +103,12 @@ def _stages_words(t: Target, lay: Layout) -> str:
     f, last, layers = lay.first_stage_layers, lay.last_stage_layers, t.model.num_layers
     if lay.pp == 1:
         return "first/last stage layer counts need pipeline parallelism (PP > 1)"
+    if (f == 0) != (last == 0):  # one end given alone: the other stages share the rest (stages.completed_end)
+        end, given = ("first", f) if f else ("last", last)
+        if given >= layers:
+            return f"the {end} stage's {given} layers leave none for the other stages (the model has {layers})"
+        return (f"the {layers} layers less the {end} stage's {given} do not split evenly over the other "
+                f"{lay.pp - 1} stages")  # fmt: skip
     if lay.pp == 2:
         return f"first {f} + last {last} stage layers must add up to the {layers} layers with PP 2"
     return f"the {layers} layers less first {f} and last {last} do not split evenly over the {lay.pp - 2} middle stages"

@@ -45,10 +45,13 @@ def stage_layers(model: ModelSpec, lay: Layouts) -> tuple[FloatArray, FloatArray
 
 
 def _stage_layers(model: ModelSpec, lay: Layouts) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """A split that `split_valid` rejects (an infeasible layout, reported as such) is priced as the
+    even split: its own counts would leave layers on no stage, and a step without them is no
+    estimate of anything (it read as an MFU above 1)."""
     p = lay.floats("pp")
     v = lay.floats("virtual_stages")
     even = np.ceil(model.num_layers / (p * v)) * v
-    uneven = (lay.first_stage_layers > 0) | (lay.last_stage_layers > 0)
+    uneven = ((lay.first_stage_layers > 0) | (lay.last_stage_layers > 0)) & (split_valid(model, lay) == 1)
     f = np.where(uneven, lay.first_stage_layers, even)
     last = np.where(uneven, lay.last_stage_layers, even)
     rest = model.num_layers - f - last
@@ -123,6 +126,19 @@ def _lighter_ends(layers: int, pp: int, virtual_stages: int) -> list[tuple[int, 
                 continue
             options.append((f, last))
     return options
+
+
+def completed_end(num_layers: int, pp: IntArray | int, given: int) -> IntArray:
+    """The other end's layer count when only one of the first/last stage counts is given: Megatron-
+    Core's rule (d98e8a64, megatron/core/transformer/transformer_block.py `get_num_layers_to_build`:
+    each given end leaves the pipeline, and the layers left are divided over the stages left, the
+    other end among them; TransformerConfig asserts they divide). 0 where they cannot be, which
+    `split_valid` rejects: PP 1, no layers left, or a rest that PP - 1 stages do not divide."""
+    pp = np.asarray(pp)
+    rest = num_layers - given
+    others = np.maximum(pp - 1, 1)
+    ok = (pp > 1) & (rest > 0) & (rest % others == 0)
+    return np.asarray(np.where(ok, rest // others, 0), dtype=np.int64)
 
 
 def split_valid(model: ModelSpec, lay: Layouts) -> IntArray:

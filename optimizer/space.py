@@ -32,7 +32,7 @@ from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import DEGREES, KNOBS, SEARCHED, SETTINGS, DomainContext, Layout
 from paraplan.cost_models.limits import LIMITS, REDUNDANT, Target
 from paraplan.cost_models.models import ModelSpec
-from paraplan.cost_models.stages import split_options
+from paraplan.cost_models.stages import completed_end, split_options
 from paraplan.hardware_specs.schema import Cluster
 
 ORDER: tuple[str, ...] = (*SETTINGS, "tp", "pp", "cp", "dp", "ep", *(n for n in SEARCHED))
@@ -217,11 +217,18 @@ def _derive_dp(table: IntArray, gpus: int, fixed: Any) -> IntArray:
 
 def _derive_splits(table: IntArray, ctx: DomainContext, fixed: Mapping[str, Any]) -> IntArray:
     """Each row with every layer split `stages.split_options` gives for its PP and virtual stages
-    (or the user's counts)."""
+    (or the user's counts; one end given alone, the other completed as Megatron-LM completes it,
+    `stages.completed_end`)."""
     if "first_stage_layers" in fixed or "last_stage_layers" in fixed:
         out = table.copy()
-        out[:, INDEX["first_stage_layers"]] = int(fixed.get("first_stage_layers", 0))
-        out[:, INDEX["last_stage_layers"]] = int(fixed.get("last_stage_layers", 0))
+        pps = table[:, INDEX["pp"]]
+        for end, other in (("first_stage_layers", "last_stage_layers"), ("last_stage_layers", "first_stage_layers")):
+            if end not in fixed:
+                continue
+            given = int(fixed[end])
+            out[:, INDEX[end]] = given
+            if other not in fixed:
+                out[:, INDEX[other]] = completed_end(ctx.model.num_layers, pps, given) if given else 0
         return out
     # One integer key per (PP, virtual stages) pair: a 1-D unique is far cheaper than one by rows.
     v_span = int(table[:, INDEX["virtual_stages"]].max(initial=0)) + 1

@@ -37,6 +37,7 @@ from paraplan.cost_models.layout import CpComm, Layout, Offload, Precision, Reco
 from paraplan.cost_models.layout import Framework as FrameworkId
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import module_list, parse_modules, parse_scopes
+from paraplan.cost_models.stages import completed_end
 
 from .emitters import (
     MEGATRON_CP_COMM,
@@ -473,14 +474,13 @@ def _megatron_pipeline(meg: _Megatron, pp: int) -> None:
         if first is None or last is None:
             given = first if first is not None else last
             assert given is not None
-            rest = layers - given
-            if rest % (pp - 1):
+            share = int(completed_end(layers, pp, given))
+            if not share:
                 st.note(
-                    f"one of the first/last stage layer counts ({given}) leaves {rest} layers that do not split "
-                    f"over {pp - 1} stages: modelled as an even split"
+                    f"one of the first/last stage layer counts ({given}) leaves {layers - given} layers that do not "
+                    f"split over {pp - 1} stages: modelled as an even split"
                 )
                 return
-            share = rest // (pp - 1)
             first, last = (given, share) if first is not None else (share, given)
         st.knobs["first_stage_layers"], st.knobs["last_stage_layers"] = first, last
         return
