@@ -217,18 +217,18 @@ def _derive_dp(table: IntArray, gpus: int, fixed: Any) -> IntArray:
 
 def _derive_splits(table: IntArray, ctx: DomainContext, fixed: Mapping[str, Any]) -> IntArray:
     """Each row with every layer split `stages.split_options` gives for its PP and virtual stages
-    (or the user's counts; one end given alone, the other completed as Megatron-LM completes it,
-    `stages.completed_end`)."""
+    (or the user's counts; one end given alone, the other left out or 0, is completed as
+    Megatron-LM completes it, `stages.completed_end`)."""
     if "first_stage_layers" in fixed or "last_stage_layers" in fixed:
         out = table.copy()
+        first, last = int(fixed.get("first_stage_layers", 0)), int(fixed.get("last_stage_layers", 0))
         pps = table[:, INDEX["pp"]]
-        for end, other in (("first_stage_layers", "last_stage_layers"), ("last_stage_layers", "first_stage_layers")):
-            if end not in fixed:
-                continue
-            given = int(fixed[end])
-            out[:, INDEX[end]] = given
-            if other not in fixed:
-                out[:, INDEX[other]] = completed_end(ctx.model.num_layers, pps, given) if given else 0
+        out[:, INDEX["first_stage_layers"]] = (
+            completed_end(ctx.model.num_layers, pps, last) if last and not first else first
+        )
+        out[:, INDEX["last_stage_layers"]] = (
+            completed_end(ctx.model.num_layers, pps, first) if first and not last else last
+        )
         return out
     # One integer key per (PP, virtual stages) pair: a 1-D unique is far cheaper than one by rows.
     v_span = int(table[:, INDEX["virtual_stages"]].max(initial=0)) + 1

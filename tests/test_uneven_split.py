@@ -50,6 +50,12 @@ def test_a_last_stage_given_alone_puts_the_rest_on_the_first(invoke: Invoke) -> 
     assert alone["step_time_s"] > even["step_time_s"]
 
 
+def test_an_end_given_as_zero_is_an_end_not_given(invoke: Invoke) -> None:
+    """0 is the even split's marker (the knob's help), so 0 beside a count completes as if left out."""
+    zero = invoke(*BASE, "--plan", "TP1/PP2/DP4", "--first-stage-layers", "0", "--last-stage-layers", "8").json()
+    assert (zero["layout"]["first_stage_layers"], zero["layout"]["last_stage_layers"]) == (24, 8)
+
+
 def test_a_first_stage_given_alone_on_four_stages(invoke: Invoke) -> None:
     out = invoke(*BASE, "--plan", "TP1/PP4/DP2", "--first-stage-layers", "5").json()
     assert out["feasible"]
