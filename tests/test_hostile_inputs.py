@@ -1470,3 +1470,36 @@ def test_fuzz_failing_stdout(name: str, kind: str, room: int | float) -> None:
         assert res.code == 3, f"an unwritable stdout exits 3 (never 0 or 1: no answer was given)\n{res}"
         lines = res.err.splitlines()
         assert len(lines) == 1 and lines[0].startswith("Error:"), f"one Error line\n{res}"
+
+
+# Launch files with values their own framework refuses (found by a random --from-launch fuzz: each
+# ended in an internal error, exit 3): a parallel degree of 0 (torchtitan's ParallelDims._validate
+# asserts each is at least 1, data_parallel_shard_degree -1 aside; Megatron-LM divides the world
+# size by it), DeepSpeed's gradient_accumulation_steps 0 (its _batch_assertion asserts grad_acc > 0)
+# and a --seq-length below 1.
+@pytest.mark.parametrize(
+    ("name", "text", "names"),
+    [
+        ("titan_cp.sh", "torchrun --nproc_per_node 4 -m torchtitan.train --parallelism.context_parallel_degree 0\n",
+         ("parallelism.context_parallel_degree",)),
+        ("titan_pp.sh", "torchrun --nproc_per_node 8 -m torchtitan.train --parallelism.pipeline_parallel_degree 0\n",
+         ("parallelism.pipeline_parallel_degree",)),
+        ("titan_shard.sh", "torchrun --nproc_per_node 8 -m torchtitan.train --parallelism.data_parallel_shard_degree 0\n",
+         ("parallelism.data_parallel_shard_degree",)),
+        ("megatron_tp.sh", "torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 0 --micro-batch-size 1\n",
+         ("--tensor-model-parallel-size",)),
+        ("megatron_seq.sh", "torchrun --nproc-per-node 8 pretrain_gpt.py --seq-length 0 --micro-batch-size 1\n", ("seq-len",)),
+        ("ds.json", '{"train_batch_size": 64, "gradient_accumulation_steps": 0, "zero_optimization": {"stage": 3}}',
+         ("gradient_accumulation_steps",)),
+    ],
+    ids=["titan_cp0", "titan_pp0", "titan_shard0", "megatron_tp0", "megatron_seq0", "deepspeed_ga0"],
+)  # fmt: skip
+def test_launch_values_their_framework_refuses_are_bad_input(tmp_path: Path, name: str, text: str,
+                                                              names: tuple[str, ...]) -> None:  # fmt: skip
+    path = tmp_path / name
+    path.write_text(text)
+    res = run_cli(
+        ["validate", "--model", "llama3-8b", "--hardware", "h100-sxm", "--gpus", "8", "--from-launch", str(path)]
+    )
+    assert res.code == 2, str(res)
+    check_error(res, names)

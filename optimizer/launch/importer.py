@@ -33,7 +33,7 @@ from typing import Any
 
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.frameworks import FRAMEWORKS, FrameworkSpec
-from paraplan.cost_models.layout import CpComm, Layout, Offload, Precision, Recompute
+from paraplan.cost_models.layout import CpComm, Layout, Offload, Precision, Recompute, parse_knob
 from paraplan.cost_models.layout import Framework as FrameworkId
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import module_list, parse_modules, parse_scopes
@@ -251,6 +251,17 @@ def _int_value(st: _State, key: str, value: object) -> int | None:
     return None
 
 
+def _degree(key: str, value: int | None, default: int = 1) -> int:
+    """A parallel degree read from a launch file, the default where the file gives none. One below 1
+    is a file its framework refuses (torchtitan's ParallelDims._validate: "Parallelism degree should
+    be >= 1, except for dp_shard"; Megatron-LM divides the world size by each): refused here too."""
+    if value is None:
+        return default
+    if value < 1:
+        raise InputError(f"{key} {value}: a parallel degree is a whole number of at least 1")
+    return value
+
+
 def _dp(st: _State, tp: int, pp: int, cp: int) -> int | None:
     world = st.gpus if st.gpus is not None else st.settings.world_size
     if world is None:
@@ -395,12 +406,13 @@ def _import_megatron(st: _State) -> None:
     st.unmodelled.extend(meg.leftover())
 
 
+_MEGATRON_DEGREES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                     "expert_model_parallel_size")  # fmt: skip
+
+
 def _megatron_degrees(meg: _Megatron) -> tuple[int, int, int, int]:
     st = meg.st
-    tp = meg.int("tensor_model_parallel_size", 1) or 1
-    pp = meg.int("pipeline_model_parallel_size", 1) or 1
-    cp = meg.int("context_parallel_size", 1) or 1
-    ep = meg.int("expert_model_parallel_size", 1) or 1
+    tp, pp, cp, ep = (_degree(meg.flag(d), meg.int(d)) for d in _MEGATRON_DEGREES)
     st.knobs.update(tp=tp, pp=pp, cp=cp, ep=ep)
     if meg.int("gtp_weight_remat_size", 1) not in (None, 1):
         st.note("--gtp-weight-remat-size: a parallel dimension paraplan does not model")
@@ -915,7 +927,11 @@ def _megatron_dispatcher(meg: _Megatron, fs: FrameworkSpec) -> None:
 def _megatron_model_check(meg: _Megatron) -> None:
     """The file's architecture flags against --model: mismatches are listed (the model wins)."""
     st = meg.st
-    probe = Layout(seq_len=int(_num(st.knobs.get("seq_len"), 4096)))
+    try:  # the file's --seq-length where it is one; a bad one is refused, by name, with the other knobs
+        seq_len = parse_knob("seq_len", st.knobs.get("seq_len", Layout().seq_len))
+    except ValueError:
+        seq_len = Layout().seq_len
+    probe = Layout(seq_len=seq_len)
     try:
         expected = megatron_model_flags(st.model, probe)
     except InputError as exc:
@@ -1053,9 +1069,7 @@ def _import_deepspeed(st: _State) -> None:
         flags.setdefault(megatron_args()[ours].dest, theirs)
     meg = _Megatron(st, dests, flags)
     st.knobs["framework"] = "deepspeed"
-    tp = meg.int("tensor_model_parallel_size", 1) or 1
-    pp = meg.int("pipeline_model_parallel_size", 1) or 1
-    ep = meg.int("expert_model_parallel_size", 1) or 1
+    tp, pp, ep = (_degree(meg.flag(d), meg.int(d)) for d in _MEGATRON_DEGREES if d != "context_parallel_size")
     if "--no-pipeline-parallel" in written and pp > 1:
         st.note("--no-pipeline-parallel with PP > 1: Megatron-DeepSpeed runs without its pipeline engine")
     st.knobs.update(tp=tp, pp=pp, cp=1, ep=ep, virtual_stages=1, first_stage_layers=0, last_stage_layers=0)
@@ -1149,6 +1163,8 @@ def _deepspeed_batch(st: _State, meg: _Megatron, config: Mapping[str, Any], dp: 
     mb = _int_value(st, "train_micro_batch_size_per_gpu", config.get("train_micro_batch_size_per_gpu"))
     gb = _int_value(st, "train_batch_size", config.get("train_batch_size"))
     ga = _int_value(st, "gradient_accumulation_steps", config.get("gradient_accumulation_steps"))
+    if ga is not None and ga < 1:  # deepspeed/runtime/config.py DeepSpeedConfig._batch_assertion asserts grad_acc > 0
+        raise InputError(f"gradient_accumulation_steps {ga}: DeepSpeed requires at least 1")
     script_mb, script_gb = meg.int("micro_batch_size"), meg.int("global_batch_size")
     if mb is None:
         mb = script_mb
@@ -1237,6 +1253,8 @@ _TITAN_HARMLESS = (
     "quantize.linear.mx.filter_fqns", "parallelism.spmd_backend", "training.mixed_precision_reduce",
 )  # fmt: skip
 _SINGLE_STAGE = frozenset({"1F1B", "GPipe"})
+_TITAN_DEGREES = tuple(f"parallelism.{d}_degree" for d in ("tensor_parallel", "pipeline_parallel", "context_parallel",
+                                                           "expert_parallel", "data_parallel_replicate"))  # fmt: skip
 
 
 def _import_torchtitan(st: _State) -> None:
@@ -1258,13 +1276,11 @@ def _import_torchtitan(st: _State) -> None:
 
     st.knobs["framework"] = "torchtitan"
     registry = _titan_registry(st, get, old)
-    tp = num("parallelism.tensor_parallel_degree", 1)
-    pp = num("parallelism.pipeline_parallel_degree", 1)
-    cp = num("parallelism.context_parallel_degree", 1)
-    ep = num("parallelism.expert_parallel_degree", 1)
+    tp, pp, cp, ep, replicate = (_degree(key, num(key, 1)) for key in _TITAN_DEGREES)
     st.knobs.update(tp=tp, pp=pp, cp=cp, ep=ep, expert_tp=0)  # EP > 1: validate warns how it is priced
-    replicate = num("parallelism.data_parallel_replicate_degree", 1)
     shard = num("parallelism.data_parallel_shard_degree", -1)
+    if shard != -1:  # -1: the rest of the world size, as torchtitan derives it
+        _degree("parallelism.data_parallel_shard_degree", shard)
     world = st.gpus if st.gpus is not None else s.world_size
     if shard == -1:
         if world is not None and world % (replicate * cp * tp * pp) == 0:
