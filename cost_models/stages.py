@@ -135,6 +135,8 @@ def completed_end(num_layers: int, pp: IntArray | int, given: int) -> IntArray:
     other end among them; TransformerConfig asserts they divide). 0 where they cannot be, which
     `split_valid` rejects: PP 1, no layers left, or a rest that PP - 1 stages do not divide."""
     pp = np.asarray(pp)
+    if not 0 < given < num_layers:  # also keeps a file's count beyond int64 out of the array arithmetic
+        return np.zeros(pp.shape, dtype=np.int64)
     rest = num_layers - given
     others = np.maximum(pp - 1, 1)
     ok = (pp > 1) & (rest > 0) & (rest % others == 0)

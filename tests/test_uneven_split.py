@@ -9,6 +9,8 @@ and an internal error where the JSON schema refused it)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import Invoke
@@ -32,6 +34,7 @@ BASE = ("validate", "--model", "llama2-7b", "--hardware", "h100-sxm", "--gpus", 
         (126, 16, 7, 0),  # 119 over 15: Llama 3 405B's 7 + 14 x 8 + 7 needs both ends given
         (32, 1, 4, 0),  # no pipeline
         (32, 2, 32, 0),  # nothing left for the other stage
+        (32, 2, 10**20, 0),  # a launch file's count beyond int64 (it overflowed the array arithmetic)
     ],
 )
 def test_the_missing_end_takes_an_even_share_of_the_rest(layers: int, pp: int, given: int, other: int) -> None:
@@ -88,3 +91,16 @@ def test_any_given_split_is_answered_with_ratios_in_range(invoke: Invoke, pp: in
     layers = load_model("llama2-7b").num_layers
     if out["feasible"] and out["stages"]:
         assert sum(s["layers"] for s in out["stages"]) == layers
+
+
+def test_a_launch_file_with_one_end_beyond_the_model_is_read_as_the_even_split(tmp_path: Path, invoke: Invoke) -> None:
+    launch = tmp_path / "pretrain.sh"
+    launch.write_text("torchrun --nproc-per-node 8 pretrain_gpt.py --pipeline-model-parallel-size 2 "
+                      "--decoder-last-pipeline-num-layers 99999999999999999999 --micro-batch-size 1\n")  # fmt: skip
+    result = invoke(
+        "validate", "--model", "llama2-7b", "--hardware", "h100-sxm", "--from-launch", str(launch), "--json"
+    )
+    assert result.exception is None and result.code == 0, (result.code, result.err)
+    out = result.json()
+    assert (out["layout"]["first_stage_layers"], out["layout"]["last_stage_layers"]) == (0, 0)
+    assert any("99999999999999999999" in note for note in out["launch_notes"])
