@@ -758,8 +758,11 @@ GEMMA2_TINY = {
     "num_key_value_heads": 4, "head_dim": 32, "intermediate_size": 688, "vocab_size": 32000, "sliding_window": 128,
     "max_position_embeddings": 4096,
 }  # fmt: skip
-TINY_MODELS = {"llama": LLAMA, "gpt2": GPT2, "mixtral": MOE_TINY, "deepseek": DEEPSEEK_TINY, "qwen_moe": QWEN_MOE_TINY,
-               "gemma2": GEMMA2_TINY}  # fmt: skip
+# llama_deep: enough layers that a first or last stage of 0-3 layers can be far below the even
+# share (with 4 layers it never is), the regime of the one-end split that was priced as a pipeline
+# of 1-3 layers; tests/test_uneven_split.py checks that case directly.
+TINY_MODELS = {"llama": LLAMA, "llama_deep": {**LLAMA, "num_hidden_layers": 32}, "gpt2": GPT2, "mixtral": MOE_TINY,
+               "deepseek": DEEPSEEK_TINY, "qwen_moe": QWEN_MOE_TINY, "gemma2": GEMMA2_TINY}  # fmt: skip
 COMBO_HARDWARE = ["a100-80g", "h100-sxm", "rtx4090", "mi300x", "l40s", "b200"]
 
 
