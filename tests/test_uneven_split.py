@@ -17,8 +17,10 @@ from conftest import Invoke
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from paraplan.cost_models.candidates import Layouts
+from paraplan.cost_models.layout import Layout
 from paraplan.cost_models.models import load_model
-from paraplan.cost_models.stages import completed_end
+from paraplan.cost_models.stages import completed_end, most_layers, split_valid, stage_layers
 
 BASE = ("validate", "--model", "llama2-7b", "--hardware", "h100-sxm", "--gpus", "8", "--seq-len", "4096",
         "--global-batch", "8", "--micro-batch", "1", "--virtual-stages", "1", "--json")  # fmt: skip
@@ -104,3 +106,19 @@ def test_a_launch_file_with_one_end_beyond_the_model_is_read_as_the_even_split(t
     out = result.json()
     assert (out["layout"]["first_stage_layers"], out["layout"]["last_stage_layers"]) == (0, 0)
     assert any("99999999999999999999" in note for note in out["launch_notes"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(layers=st.integers(2, 130), pp=st.integers(1, 16), v=st.sampled_from([1, 2, 3]), first=st.integers(0, 40),
+       last=st.integers(0, 40))  # fmt: skip
+def test_the_most_loaded_stage_carries_at_least_an_even_share(layers: int, pp: int, v: int, first: int,
+                                                              last: int) -> None:  # fmt: skip
+    """Whatever counts a layout holds, valid or not, some stage carries at least ceil(l / p) of the
+    l layers (pigeonhole), and a valid split's stages hold every layer exactly once."""
+    model = load_model("llama2-7b").model_copy(update={"num_layers": layers})
+    lay = Layouts.of([Layout(pp=pp, dp=1, virtual_stages=v, global_batch=pp * v, micro_batch=1,
+                             first_stage_layers=first, last_stage_layers=last)])  # fmt: skip
+    f, middle, end = (float(x[0]) for x in stage_layers(model, lay))
+    assert float(most_layers(model, lay)[0]) >= -(-layers // pp)
+    if pp > 1 and (first or last) and split_valid(model, lay)[0]:
+        assert f + middle * (pp - 2) + end == layers
