@@ -285,13 +285,15 @@ class Layout(BaseModel):
         title="expert TP", domain=_all([0, 1]), flags={Framework.MEGATRON: "--expert-tensor-parallel-size"},
     )] = 0  # fmt: skip
     first_stage_layers: Annotated[int, Field(ge=0, le=100_000), Knob(
-        Role.SEARCHED, "Layers on the first pipeline stage (its GPU's chunks together); 0 = the even split.",
+        Role.SEARCHED, "Layers on the first pipeline stage (its GPU's chunks together); 0 = the even split. Given "
+        "alone, the other stages share the rest evenly (Megatron-LM's rule).",
         word=lambda v: f"first stage {v} layers" if v else "even split", short=lambda v: f"f{v}" if v else None,
         legend="fN/lN: N layers on the first/last pipeline stage (uneven split)", title="first-stage layers",
         flags={Framework.MEGATRON: "--decoder-first-pipeline-num-layers"},
     )] = 0  # fmt: skip
     last_stage_layers: Annotated[int, Field(ge=0, le=100_000), Knob(
-        Role.SEARCHED, "Layers on the last pipeline stage (with the LM head and loss); 0 = the even split.",
+        Role.SEARCHED, "Layers on the last pipeline stage (with the LM head and loss); 0 = the even split. Given "
+        "alone, the other stages share the rest evenly (Megatron-LM's rule).",
         word=lambda v: f"last stage {v} layers" if v else "even split", short=lambda v: f"l{v}" if v else None,
         title="last-stage layers", flags={Framework.MEGATRON: "--decoder-last-pipeline-num-layers"},
     )] = 0  # fmt: skip
