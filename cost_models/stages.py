@@ -133,14 +133,14 @@ def completed_end(num_layers: int, pp: IntArray | int, given: int) -> IntArray:
     Core's rule (d98e8a64, megatron/core/transformer/transformer_block.py `get_num_layers_to_build`:
     each given end leaves the pipeline, and the layers left are divided over the stages left, the
     other end among them; TransformerConfig asserts they divide). 0 where they cannot be, which
-    `split_valid` rejects: PP 1, no layers left, or a rest that PP - 1 stages do not divide."""
+    `split_valid` rejects: PP 1, a given end outside 1..layers - 1, or a rest that PP - 1 stages do
+    not divide."""
     pp = np.asarray(pp)
     if not 0 < given < num_layers:  # also keeps a file's count beyond int64 out of the array arithmetic
         return np.zeros(pp.shape, dtype=np.int64)
     rest = num_layers - given
     others = np.maximum(pp - 1, 1)
-    ok = (pp > 1) & (rest > 0) & (rest % others == 0)
-    return np.asarray(np.where(ok, rest // others, 0), dtype=np.int64)
+    return np.asarray(np.where((pp > 1) & (rest % others == 0), rest // others, 0), dtype=np.int64)
 
 
 def split_valid(model: ModelSpec, lay: Layouts) -> IntArray:
