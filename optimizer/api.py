@@ -71,21 +71,45 @@ MAX_TOP = 100
 Objective = Literal["time", "cost"]
 
 
-def load_model(name_or_path: str) -> ModelSpec:
+# A preset's name or a file's path, as text or a path object.
+NameOrPath = str | os.PathLike[str]
+
+
+def load_model(name_or_path: NameOrPath) -> ModelSpec:
     """A model preset by name, or a Hugging Face style config.json."""
-    return _load_model(name_or_path)
+    return _load_model(_as_text(name_or_path, "model"))
 
 
-def load_hardware(name_or_path: str) -> Cluster:
+def load_hardware(name_or_path: NameOrPath) -> Cluster:
     """A hardware preset by name, or a TOML file of the same schema."""
-    return load_cluster(name_or_path)
+    return load_cluster(_as_text(name_or_path, "hardware"))
 
 
-def _model(model: str | ModelSpec) -> ModelSpec:
+def _as_text(value: object, what: str) -> str:
+    """A name-or-path argument as text: a str, or a path object (`pathlib.Path`); anything else is
+    bad input, said as such (the module docstring's promise), not an AttributeError from inside."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise InputError(f"{what} {value!r}: expected a preset name or a file path")
+    return value
+
+
+def hardware_arg(hardware: object) -> str | Cluster | list[str | Cluster]:
+    """optimize's and compare's `hardware` checked: a name or path, a Cluster, or a list or tuple
+    of those (path objects read as their text)."""
+    if isinstance(hardware, Cluster):
+        return hardware
+    if isinstance(hardware, (list, tuple)):
+        return [v if isinstance(v, Cluster) else _as_text(v, "hardware") for v in hardware]
+    return _as_text(hardware, "hardware")
+
+
+def _model(model: NameOrPath | ModelSpec) -> ModelSpec:
     return model if isinstance(model, ModelSpec) else load_model(model)
 
 
-def _cluster(hardware: str | Cluster) -> Cluster:
+def _cluster(hardware: NameOrPath | Cluster) -> Cluster:
     return hardware if isinstance(hardware, Cluster) else load_hardware(hardware)
 
 
@@ -99,9 +123,9 @@ def _solver(ranking: Ranking, candidates: int, wall_s: float | None = None) -> S
 
 
 def validate(
-    model: str | ModelSpec,
+    model: NameOrPath | ModelSpec,
     gpus: int | None,
-    hardware: str | Cluster,
+    hardware: NameOrPath | Cluster,
     plan: str | None = None,
     *,
     mem_headroom: float = 0.0,
@@ -116,6 +140,8 @@ def validate(
     its stack and (where the file states it) the GPU count come from the file; explicit values
     override the file's, and `launch_notes` lists what was read, overridden or not modelled."""
     spec, cluster = _model(model), _cluster(hardware)
+    if plan is not None and not isinstance(plan, str):
+        raise InputError(f"plan {plan!r}: expected text such as 'TP8/PP4/DP8'")
     given: dict[str, object] = dict(knobs)
     launch_notes: list[str] = []
     if from_launch is not None:
@@ -383,8 +409,8 @@ def check_amount(name: str, value: float | None, minimum: float = 0.0, inclusive
 
 
 def optimize(
-    model: str | ModelSpec,
-    hardware: str | Cluster | Sequence[str | Cluster],
+    model: NameOrPath | ModelSpec,
+    hardware: NameOrPath | Cluster | Sequence[NameOrPath | Cluster],
     gpus: int | str | None = None,
     *,
     top: int | None = None,
@@ -403,6 +429,7 @@ def optimize(
     ({"max_tp": 4, "min_dp": 16}) bound them; with `tokens`, each layout carries its training
     time and cost; with `deadline_days`, only layouts that train `tokens` in time qualify; with
     `scaling`, a range search also reports the best layout of every GPU count."""
+    hardware = hardware_arg(hardware)
     pool_top = 1 if top is None else top
     top = DEFAULT_TOP if top is None else top
     if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP:

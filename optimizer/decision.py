@@ -31,9 +31,11 @@ from pydantic import ValidationError
 
 from paraplan.answers import evaluated
 from paraplan.api import (
+    NameOrPath,
     _check_gpus,
     check_amount,
     gpu_count_domain,
+    hardware_arg,
     hardware_items,
     input_warnings,
     layout_warnings,
@@ -549,8 +551,8 @@ def _entry(o: HardwareOutcome) -> CompareEntry:
 
 
 def compare(
-    model: str | Any,
-    hardware: str | Sequence[str],
+    model: NameOrPath | Any,
+    hardware: NameOrPath | Sequence[NameOrPath],
     *,
     gpus: int | None = None,
     tokens: float = 2e12,
@@ -576,7 +578,7 @@ def compare(
 
     spec = resolve_model(model)
     items: list[tuple[Cluster, int] | Pool] = []
-    parts = [p for p in split_hardware(hardware) if isinstance(p, (str, Pool))]  # compare takes names
+    parts = [p for p in split_hardware(hardware_arg(hardware)) if isinstance(p, (str, Pool))]  # compare takes names
     for item in (x for p in parts for x in ([p] if isinstance(p, Pool) else hardware_items(p))):
         if isinstance(item, Pool):  # A:N+B:M or a pool TOML: one alternative, with its own counts
             items.append(item)

@@ -323,3 +323,35 @@ def test_a_name_too_long_for_the_os_is_an_unknown_name(kind: str) -> None:
             paraplan.load_model(name)
         else:
             paraplan.load_hardware(name)
+
+
+HF = Path(__file__).parent / "data" / "hf_configs"
+
+
+def test_path_objects_name_models_and_hardware() -> None:
+    """A pathlib.Path is a path: it reads as its text wherever a name or path is taken (it was an
+    AttributeError from inside the loaders)."""
+    config = HF / "mixtral-8x7b.json"
+    by_path = paraplan.validate(config, 8, Path("h100-sxm"), "TP2/PP1/DP4")
+    by_text = paraplan.validate(str(config), 8, "h100-sxm", "TP2/PP1/DP4")
+    assert by_path.step_time_s == by_text.step_time_s
+    assert paraplan.load_model(config).total_params == paraplan.load_model(str(config)).total_params
+    assert paraplan.optimize(config, [Path("h100-sxm"), "a100-80g"], 8, top=1).results
+    assert paraplan.compare("llama2-7b", ["h100-sxm:8", Path("a100-80g:8")]).results
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda: paraplan.validate(None, 8, "h100-sxm", "TP8"), "model None"),  # type: ignore[arg-type]
+        (lambda: paraplan.validate("llama2-7b", 8, 3, "TP8"), "hardware 3"),  # type: ignore[arg-type]
+        (lambda: paraplan.validate("llama2-7b", 8, "h100-sxm", 8), "plan 8"),  # type: ignore[arg-type]
+        (lambda: paraplan.optimize("llama2-7b", 3, 8), "hardware 3"),  # type: ignore[arg-type]
+        (lambda: paraplan.optimize("llama2-7b", ["h100-sxm", None], 8), "hardware None"),  # type: ignore[list-item]
+        (lambda: paraplan.compare("llama2-7b", 5), "hardware 5"),  # type: ignore[arg-type]
+        (lambda: paraplan.load_model(7), "model 7"),  # type: ignore[arg-type]
+    ],
+)
+def test_an_argument_of_the_wrong_type_is_an_input_error(call: Callable[[], object], named: str) -> None:
+    with pytest.raises(paraplan.InputError, match=re.escape(named)):
+        call()
