@@ -50,6 +50,7 @@ import csv
 import io
 import json
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -567,8 +568,8 @@ def _screen(runs: list[Run], cluster: Cluster) -> tuple[list[Run], dict[str, str
 
 
 def calibrate(
-    hardware: str | Cluster,
-    runs: str | Path | list[Run],
+    hardware: str | os.PathLike[str] | Cluster,
+    runs: str | os.PathLike[str] | list[Run],
     *,
     fit_names: str | list[str] | None = None,
     name: str | None = None,
@@ -583,6 +584,8 @@ def calibrate(
     from paraplan.results import CalibratedRun, CalibrateResult
 
     cluster = hardware if isinstance(hardware, Cluster) else load_hardware(hardware)
+    if not isinstance(runs, list | str | os.PathLike):
+        raise InputError(f"runs {runs!r}: expected a CSV file's path or a list of runs")
     chosen = fit_names if isinstance(fit_names, list) else None if fit_names is None else parse_fit_names(fit_names)
     source = "runs" if isinstance(runs, list) else Path(runs).name
     all_runs = runs if isinstance(runs, list) else load_runs(Path(runs))

@@ -350,6 +350,7 @@ def test_path_objects_name_models_and_hardware() -> None:
         (lambda: paraplan.optimize("llama2-7b", ["h100-sxm", None], 8), "hardware None"),  # type: ignore[list-item]
         (lambda: paraplan.compare("llama2-7b", 5), "hardware 5"),  # type: ignore[arg-type]
         (lambda: paraplan.load_model(7), "model 7"),  # type: ignore[arg-type]
+        (lambda: paraplan.calibrate("a100-80g", 5), "runs 5"),  # type: ignore[arg-type]
     ],
 )
 def test_an_argument_of_the_wrong_type_is_an_input_error(call: Callable[[], object], named: str) -> None:
