@@ -139,6 +139,7 @@ def validate(
     With `from_launch` (a Megatron-LM, torchtitan or DeepSpeed launch file) the plan, its knobs,
     its stack and (where the file states it) the GPU count come from the file; explicit values
     override the file's, and `launch_notes` lists what was read, overridden or not modelled."""
+    check_arguments(mem_headroom=mem_headroom, stack=stack, from_launch=from_launch)
     spec, cluster = _model(model), _cluster(hardware)
     if plan is not None and not isinstance(plan, str):
         raise InputError(f"plan {plan!r}: expected text such as 'TP8/PP4/DP8'")
@@ -399,6 +400,19 @@ def _fixed_within_bounds(knobs: Mapping[str, object], cons: Constraints) -> None
             raise InputError(f"{dim} {value} is fixed above its max_{dim} {cons.high[dim]}: give one of them")
 
 
+def check_arguments(*, mem_headroom: object = 0.0, stack: object = None, bounds: object = None,
+                    figures: object = None, from_launch: object = None) -> None:  # fmt: skip
+    """The keyword arguments the entry points share, checked for their types as the CLI's option
+    types check them: a bad one is an InputError naming it, not an error from deep inside."""
+    if isinstance(mem_headroom, bool) or not finite_number(mem_headroom):
+        raise InputError(f"mem_headroom {mem_headroom!r} must be a number in 0..0.9")
+    for name, value in (("stack", stack), ("bounds", bounds), ("figures", figures)):
+        if value is not None and not isinstance(value, Mapping):
+            raise InputError(f"{name} {value!r}: expected a mapping (a dict) or None")
+    if from_launch is not None:
+        _as_text(from_launch, "from_launch")
+
+
 def check_amount(name: str, value: float | None, minimum: float = 0.0, inclusive: bool = False) -> None:
     """A finite amount above `minimum` (or at it, when `inclusive`); None means not given.
     The CLI's option types check the same; this is the API's door."""
@@ -429,6 +443,7 @@ def optimize(
     ({"max_tp": 4, "min_dp": 16}) bound them; with `tokens`, each layout carries its training
     time and cost; with `deadline_days`, only layouts that train `tokens` in time qualify; with
     `scaling`, a range search also reports the best layout of every GPU count."""
+    check_arguments(mem_headroom=mem_headroom, stack=stack, bounds=bounds)
     hardware = hardware_arg(hardware)
     pool_top = 1 if top is None else top
     top = DEFAULT_TOP if top is None else top

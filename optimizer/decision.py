@@ -34,6 +34,7 @@ from paraplan.api import (
     NameOrPath,
     _check_gpus,
     check_amount,
+    check_arguments,
     gpu_count_domain,
     hardware_arg,
     hardware_items,
@@ -570,6 +571,7 @@ def compare(
     """The hardware decision: per NAME:COUNT, the best layout and what training `tokens` costs.
     `figures` overrides preset figures for every hardware (gpu_usd, cloud_usd_per_gpu_hour,
     usd_per_kwh, gpu_mtbf_hours, restart_s, ...)."""
+    check_arguments(mem_headroom=mem_headroom, stack=stack, figures=figures)
     check_amount("tokens", tokens, minimum=1.0, inclusive=True)
     check_amount("budget_usd", budget_usd)
     check_amount("deadline_days", deadline_days)

@@ -351,6 +351,11 @@ def test_path_objects_name_models_and_hardware() -> None:
         (lambda: paraplan.compare("llama2-7b", 5), "hardware 5"),  # type: ignore[arg-type]
         (lambda: paraplan.load_model(7), "model 7"),  # type: ignore[arg-type]
         (lambda: paraplan.calibrate("a100-80g", 5), "runs 5"),  # type: ignore[arg-type]
+        (lambda: paraplan.validate("llama2-7b", 8, "h100-sxm", "TP8", mem_headroom=None), "mem_headroom None"),  # type: ignore[arg-type]
+        (lambda: paraplan.validate("llama2-7b", 8, "h100-sxm", "TP8", stack="x"), "stack 'x'"),  # type: ignore[arg-type]
+        (lambda: paraplan.validate("llama2-7b", 8, "h100-sxm", "TP8", from_launch=1), "from_launch 1"),  # type: ignore[arg-type]
+        (lambda: paraplan.optimize("llama2-7b", "h100-sxm", 8, bounds="x"), "bounds 'x'"),  # type: ignore[arg-type]
+        (lambda: paraplan.compare("llama2-7b", "h100-sxm:8", figures=0), "figures 0"),  # type: ignore[arg-type]
     ],
 )
 def test_an_argument_of_the_wrong_type_is_an_input_error(call: Callable[[], object], named: str) -> None:
