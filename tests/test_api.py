@@ -356,6 +356,8 @@ def test_path_objects_name_models_and_hardware() -> None:
         (lambda: paraplan.validate("llama2-7b", 8, "h100-sxm", "TP8", from_launch=1), "from_launch 1"),  # type: ignore[arg-type]
         (lambda: paraplan.optimize("llama2-7b", "h100-sxm", 8, bounds="x"), "bounds 'x'"),  # type: ignore[arg-type]
         (lambda: paraplan.compare("llama2-7b", "h100-sxm:8", figures=0), "figures 0"),  # type: ignore[arg-type]
+        (lambda: paraplan.compare("llama2-7b", "h100-sxm:8", tokens=None), "tokens None"),  # type: ignore[arg-type]
+        (lambda: paraplan.compare("llama2-7b", "h100-sxm:8", staff_usd_per_day=None), "staff_usd_per_day None"),  # type: ignore[arg-type]
     ],
 )
 def test_an_argument_of_the_wrong_type_is_an_input_error(call: Callable[[], object], named: str) -> None:
