@@ -513,6 +513,16 @@ def default_names(runs: list[Run] | None = None) -> list[str]:
     return [*HARDWARE_PARAMETERS, *(STACK_PREFIX + s for s in stacks_to_fit(runs or []))]
 
 
+def _fit_text(fit_names: object) -> str:
+    """The API's fit_names, a comma-separated string or a list of names, as the CLI's --fit text,
+    so that both pass the same check (a list skipped it: an unknown name was a KeyError)."""
+    if isinstance(fit_names, str):
+        return fit_names
+    if isinstance(fit_names, list | tuple) and all(isinstance(n, str) for n in fit_names):
+        return ",".join(fit_names)
+    raise InputError(f"fit_names {fit_names!r}: expected constant names, comma-separated or as a list")
+
+
 def parse_fit_names(text: str | None) -> list[str]:
     if text is None:
         return default_names()
@@ -586,7 +596,9 @@ def calibrate(
     cluster = hardware if isinstance(hardware, Cluster) else load_hardware(hardware)
     if not isinstance(runs, list | str | os.PathLike):
         raise InputError(f"runs {runs!r}: expected a CSV file's path or a list of runs")
-    chosen = fit_names if isinstance(fit_names, list) else None if fit_names is None else parse_fit_names(fit_names)
+    if name is not None and not isinstance(name, str):
+        raise InputError(f"name {name!r}: expected text")
+    chosen = None if fit_names is None else parse_fit_names(_fit_text(fit_names))
     source = "runs" if isinstance(runs, list) else Path(runs).name
     all_runs = runs if isinstance(runs, list) else load_runs(Path(runs))
     models = len({id(r.model) for r in all_runs})

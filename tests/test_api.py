@@ -326,6 +326,7 @@ def test_a_name_too_long_for_the_os_is_an_unknown_name(kind: str) -> None:
 
 
 HF = Path(__file__).parent / "data" / "hf_configs"
+EXAMPLE_RUNS = Path(__file__).parent.parent / "examples" / "a100_runs.csv"
 
 
 def test_path_objects_name_models_and_hardware() -> None:
@@ -351,6 +352,9 @@ def test_path_objects_name_models_and_hardware() -> None:
         (lambda: paraplan.compare("llama2-7b", 5), "hardware 5"),  # type: ignore[arg-type]
         (lambda: paraplan.load_model(7), "model 7"),  # type: ignore[arg-type]
         (lambda: paraplan.calibrate("a100-80g", 5), "runs 5"),  # type: ignore[arg-type]
+        (lambda: paraplan.calibrate("a100-80g", EXAMPLE_RUNS, fit_names=["gemm_mx"]), "gemm_mx"),
+        (lambda: paraplan.calibrate("a100-80g", EXAMPLE_RUNS, fit_names=3), "fit_names 3"),  # type: ignore[arg-type]
+        (lambda: paraplan.calibrate("a100-80g", EXAMPLE_RUNS, name=3), "name 3"),  # type: ignore[arg-type]
         (lambda: paraplan.validate("llama2-7b", 8, "h100-sxm", "TP8", mem_headroom=None), "mem_headroom None"),  # type: ignore[arg-type]
         (lambda: paraplan.validate("llama2-7b", 8, "h100-sxm", "TP8", stack="x"), "stack 'x'"),  # type: ignore[arg-type]
         (lambda: paraplan.validate("llama2-7b", 8, "h100-sxm", "TP8", from_launch=1), "from_launch 1"),  # type: ignore[arg-type]
