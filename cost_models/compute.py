@@ -229,7 +229,7 @@ def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     if stack.flash_attention:
         keys = causal_keys(model, seq)
         causal_flops = 2.0 * tokens * keys * model.attention_core_width / lay.tp
-        kept = cluster.efficiency.attention_dropout_fwd if model.dropout else 1.0
+        kept = _flash_kept(model, cluster)[0]
         return np.asarray(causal_flops / (peak * cluster.efficiency.attention * kept)
                           + cluster.efficiency.kernel_overhead_s)  # fmt: skip
     batch = lay.micro_batch * heads
@@ -241,15 +241,22 @@ def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     return np.asarray(scores + _memory_s(softmax_bytes, cluster))
 
 
+def _flash_kept(model: ModelSpec, cluster: Cluster) -> tuple[float, float]:
+    """The fractions of its dropout-free throughput flash attention keeps, (forward, backward): the
+    hardware's `efficiency.attention_dropout_fwd`, `_bwd` where the model trains with dropout."""
+    if not model.dropout:
+        return 1.0, 1.0
+    return cluster.efficiency.attention_dropout_fwd, cluster.efficiency.attention_dropout_bwd
+
+
 def _attention_backward_ratio(model: ModelSpec, cluster: Cluster, stack: Stack) -> float:
     """Core attention's backward time over its forward's: 2.5 for flash attention (5 matmuls to 2),
-    its dropout slowing the backward more than the forward (`efficiency.attention_dropout_fwd`,
-    `_bwd`); 2 for the unfused batched GEMMs."""
+    its dropout slowing the backward more than the forward (`_flash_kept`); 2 for the unfused
+    batched GEMMs."""
     if not stack.flash_attention:
         return 2.0
-    if not model.dropout:
-        return FLASH_BACKWARD_RATIO
-    return FLASH_BACKWARD_RATIO * cluster.efficiency.attention_dropout_fwd / cluster.efficiency.attention_dropout_bwd
+    fwd, bwd = _flash_kept(model, cluster)
+    return FLASH_BACKWARD_RATIO * fwd / bwd
 
 
 def cp_merge_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray]:

@@ -404,8 +404,7 @@ def check_arguments(*, mem_headroom: object = 0.0, stack: object = None, bounds:
                     figures: object = None, from_launch: object = None) -> None:  # fmt: skip
     """The keyword arguments the entry points share, checked for their types as the CLI's option
     types check them: a bad one is an InputError naming it, not an error from deep inside."""
-    if isinstance(mem_headroom, bool) or not finite_number(mem_headroom):
-        raise InputError(f"mem_headroom {mem_headroom!r} must be a number in 0..0.9")
+    check_amount("mem_headroom", mem_headroom, inclusive=True, required=True)  # type: ignore[arg-type]
     for name, value in (("stack", stack), ("bounds", bounds), ("figures", figures)):
         if value is not None and not isinstance(value, Mapping):
             raise InputError(f"{name} {value!r}: expected a mapping (a dict) or None")
@@ -413,12 +412,13 @@ def check_arguments(*, mem_headroom: object = 0.0, stack: object = None, bounds:
         _as_text(from_launch, "from_launch")
 
 
-def check_amount(name: str, value: float | None, minimum: float = 0.0, inclusive: bool = False) -> None:
-    """A finite amount above `minimum` (or at it, when `inclusive`); None means not given.
-    The CLI's option types check the same; this is the API's door."""
-    if value is None:
+def check_amount(name: str, value: float | None, minimum: float = 0.0, inclusive: bool = False,
+                 required: bool = False) -> None:  # fmt: skip
+    """A finite amount above `minimum` (or at it, when `inclusive`); None means not given, which
+    only a `required` amount refuses. The CLI's option types check the same; this is the API's door."""
+    if value is None and not required:
         return
-    if not finite_number(value) or value < minimum or (value == minimum and not inclusive):
+    if value is None or not finite_number(value) or value < minimum or (value == minimum and not inclusive):
         raise InputError(f"{name} {value!r} must be a finite number {'>=' if inclusive else '>'} {minimum:g}")
 
 

@@ -50,7 +50,6 @@ import csv
 import io
 import json
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -73,6 +72,7 @@ from paraplan.question import Question, knobs_from, stack_from
 from paraplan.search import Constraints, closest, rank
 
 if TYPE_CHECKING:
+    from paraplan.api import NameOrPath
     from paraplan.results import CalibrateResult
 
 REQUIRED = ("model", "gpus", "plan", "global_batch", "seq_len", "step_time_s")
@@ -578,8 +578,8 @@ def _screen(runs: list[Run], cluster: Cluster) -> tuple[list[Run], dict[str, str
 
 
 def calibrate(
-    hardware: str | os.PathLike[str] | Cluster,
-    runs: str | os.PathLike[str] | list[Run],
+    hardware: NameOrPath | Cluster,
+    runs: NameOrPath | list[Run],
     *,
     fit_names: str | list[str] | None = None,
     name: str | None = None,
@@ -589,18 +589,19 @@ def calibrate(
     """Fit the hardware's efficiency constants to measured runs. The result carries the
     calibrated hardware TOML (`toml`), the errors before and after per run, the runs left out of
     the fit and why, and the constants that ended on a bound."""
-    from paraplan.api import load_hardware
+    from paraplan.api import _as_text, load_hardware
     from paraplan.hardware_specs.dump import cluster_to_toml
     from paraplan.results import CalibratedRun, CalibrateResult
 
     cluster = hardware if isinstance(hardware, Cluster) else load_hardware(hardware)
-    if not isinstance(runs, list | str | os.PathLike):
-        raise InputError(f"runs {runs!r}: expected a CSV file's path or a list of runs")
     if name is not None and not isinstance(name, str):
         raise InputError(f"name {name!r}: expected text")
     chosen = None if fit_names is None else parse_fit_names(_fit_text(fit_names))
-    source = "runs" if isinstance(runs, list) else Path(runs).name
-    all_runs = runs if isinstance(runs, list) else load_runs(Path(runs))
+    if isinstance(runs, list):
+        source, all_runs = "runs", runs
+    else:
+        path = Path(_as_text(runs, "runs"))
+        source, all_runs = path.name, load_runs(path)
     models = len({id(r.model) for r in all_runs})
     if notify is not None and models > LONG_FIT_MODELS:
         # The fit evaluates each distinct model's runs together, a few hundred times over.

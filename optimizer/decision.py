@@ -572,13 +572,10 @@ def compare(
     `figures` overrides preset figures for every hardware (gpu_usd, cloud_usd_per_gpu_hour,
     usd_per_kwh, gpu_mtbf_hours, restart_s, ...)."""
     check_arguments(mem_headroom=mem_headroom, stack=stack, figures=figures)
-    for name, value in (("tokens", tokens), ("staff_usd_per_day", staff_usd_per_day)):
-        if value is None:  # check_amount reads None as "not given"; compare prices both, whatever they are
-            raise InputError(f"{name} None: compare needs a number (defaults 2e12 tokens, 0 USD of staff)")
-    check_amount("tokens", tokens, minimum=1.0, inclusive=True)
+    check_amount("tokens", tokens, minimum=1.0, inclusive=True, required=True)
     check_amount("budget_usd", budget_usd)
     check_amount("deadline_days", deadline_days)
-    check_amount("staff_usd_per_day", staff_usd_per_day, inclusive=True)
+    check_amount("staff_usd_per_day", staff_usd_per_day, inclusive=True, required=True)
     from paraplan.pools import Pool, compare_pool, split_hardware
 
     spec = resolve_model(model)
