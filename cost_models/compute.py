@@ -16,7 +16,9 @@ of its dropout-free throughput, forward and backward (`efficiency.attention_drop
 FlashAttention-4's on GB200, measured; the A100's from its SM's INT32 lanes per tensor FLOP).
 PyTorch's context parallelism (torchtitan) adds memory-bound fp32 merges of its per-step
 attention outputs and gradients (`cp_merge_bytes`). Without flash attention the scores are
-batched GEMMs over full s x s plus a memory-bound softmax.
+batched GEMMs over full s x s (their backward twice the forward: four GEMMs to two) plus a
+memory-bound softmax and attention dropout, priced by the bytes each pass moves per score
+element (`UNFUSED_SOFTMAX_BYTES`), not as a multiple of the forward.
 
 Memory-bound kernels move these bytes per token in the forward pass (backward: twice):
     two norms and two residual adds 20h (a norm reads and writes 2h, an add reads 4h, writes 2h;
@@ -59,6 +61,17 @@ from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.hardware_specs.schema import Cluster
 
 FLASH_BACKWARD_RATIO = 2.5
+# Unfused attention's memory-bound passes, bytes per score element (forward, backward), 16-bit scores:
+#  * softmax (Megatron's FusedScaleMaskSoftmax, megatron/core/fusions/fused_softmax.py at d98e8a64;
+#    Megatron-LM 2021's megatron/model/fused_softmax.py the same): the forward reads the scores and
+#    writes the probabilities (2 + 2); the backward (`scaled_upper_triang_masked_softmax_backward`,
+#    `scaled_masked_softmax_backward`) reads the saved probabilities and their gradient and writes
+#    the scores' gradient (2 + 2 + 2).
+#  * attention dropout (torch's native_dropout): the forward reads the probabilities and writes them
+#    and a one-byte mask (2 + 2 + 1); native_dropout_backward reads the gradient and the mask and
+#    writes the gradient (2 + 1 + 2).
+UNFUSED_SOFTMAX_BYTES = (4.0, 6.0)
+UNFUSED_DROPOUT_BYTES = (5.0, 5.0)
 ELEMENTWISE_KERNELS_PER_LAYER = 8
 
 
@@ -213,32 +226,34 @@ def routed_gemms_fwd_s(
     )
 
 
-def _attention_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
-    """Core attention of one layer, one micro-batch: Q K^T, softmax, times V."""
+def _attention_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> tuple[FloatArray, FloatArray]:
+    """Core attention of one layer, one micro-batch (Q K^T, softmax, times V), forward and backward;
+    a hybrid model's mean layer holds its share of an attention layer's core."""
+    fwd, bwd = _attention_core_s(model, lay, cluster, stack)
+    return np.asarray(model.attention_share * fwd), np.asarray(model.attention_share * bwd)
+
+
+def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> tuple[FloatArray, FloatArray]:
+    """`_attention_s` of an attention layer."""
     tokens = lay.tokens_per_micro_batch
     heads = model.num_heads / lay.tp
     seq = lay.floats("seq_len")
-    peak = cluster.gpu.peak_bf16_flops
-    # a hybrid model's mean layer holds its share of an attention layer's core
-    return np.asarray(model.attention_share * _attention_core_s(model, lay, cluster, stack, heads, seq, tokens, peak))
-
-
-def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack, heads: FloatArray,
-                      seq: FloatArray, tokens: FloatArray, peak: float) -> FloatArray:  # fmt: skip
-    """`_attention_fwd_s` of an attention layer."""
     if stack.flash_attention:
-        keys = causal_keys(model, seq)
-        causal_flops = 2.0 * tokens * keys * model.attention_core_width / lay.tp
+        causal_flops = 2.0 * tokens * causal_keys(model, seq) * model.attention_core_width / lay.tp
         kept = _flash_kept(model, cluster)[0]
-        return np.asarray(causal_flops / (peak * cluster.efficiency.attention * kept)
-                          + cluster.efficiency.kernel_overhead_s)  # fmt: skip
-    batch = lay.micro_batch * heads
+        fwd = causal_flops / (cluster.gpu.peak_bf16_flops * cluster.efficiency.attention * kept)
+        fwd = np.asarray(fwd + cluster.efficiency.kernel_overhead_s)
+        return fwd, np.asarray(fwd * _flash_backward_ratio(model, cluster))
     q_rows = seq / lay.cp
     d = float(model.head_dim) * np.ones_like(seq)
     rate = bf16_rate(cluster)
-    scores = batch * (gemm_s(q_rows, seq, d, rate, cluster) + gemm_s(q_rows, d, seq, rate, cluster))
-    softmax_bytes = tokens * heads * seq * (4.0 + (5.0 if model.dropout else 0.0))
-    return np.asarray(scores + _memory_s(softmax_bytes, cluster))
+    scores = lay.micro_batch * heads * (gemm_s(q_rows, seq, d, rate, cluster) + gemm_s(q_rows, d, seq, rate, cluster))
+    elements = tokens * heads * seq
+    dropout = UNFUSED_DROPOUT_BYTES if model.dropout else (0.0, 0.0)
+    fwd_bytes, bwd_bytes = (
+        elements * (softmax + drop) for softmax, drop in zip(UNFUSED_SOFTMAX_BYTES, dropout, strict=True)
+    )
+    return np.asarray(scores + _memory_s(fwd_bytes, cluster)), np.asarray(2.0 * scores + _memory_s(bwd_bytes, cluster))
 
 
 def _flash_kept(model: ModelSpec, cluster: Cluster) -> tuple[float, float]:
@@ -249,12 +264,9 @@ def _flash_kept(model: ModelSpec, cluster: Cluster) -> tuple[float, float]:
     return cluster.efficiency.attention_dropout_fwd, cluster.efficiency.attention_dropout_bwd
 
 
-def _attention_backward_ratio(model: ModelSpec, cluster: Cluster, stack: Stack) -> float:
-    """Core attention's backward time over its forward's: 2.5 for flash attention (5 matmuls to 2),
-    its dropout slowing the backward more than the forward (`_flash_kept`); 2 for the unfused
-    batched GEMMs."""
-    if not stack.flash_attention:
-        return 2.0
+def _flash_backward_ratio(model: ModelSpec, cluster: Cluster) -> float:
+    """Flash attention's backward time over its forward's: 2.5 (5 matmuls to 2), its dropout
+    slowing the backward more than the forward (`_flash_kept`)."""
     fwd, bwd = _flash_kept(model, cluster)
     return FLASH_BACKWARD_RATIO * fwd / bwd
 
@@ -763,7 +775,7 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
             bf16_routed = routed_gemms_fwd_s(model, lay, cluster, tokens, bf16_rate(cluster))
             routed_wgrad = np.asarray(np.where(lay.precision == Precision.FP8, bf16_routed, routed))
     merge_fwd_bytes, merge_bwd_bytes = cp_merge_bytes(model, lay, stack)
-    attention = _attention_fwd_s(model, lay, cluster, stack)
+    attention, attention_bwd = _attention_s(model, lay, cluster, stack)
     cast_fwd_bytes, cast_bwd_bytes = fp8_cast_bytes(model, lay, stack, tokens)
     memory_bound = _layer_memory_bound_fwd_s(model, lay, cluster, tokens)
     legacy = stack.moe_gather_scatter
@@ -786,7 +798,6 @@ def micro_batch_times(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
         )
     elementwise = memory_bound + permute_fwd + _memory_s(cast_fwd_bytes, cluster) + eager_fwd
     elementwise_bwd = 2.0 * memory_bound + permute_bwd + _memory_s(cast_bwd_bytes, cluster) + eager_bwd
-    attention_bwd = attention * _attention_backward_ratio(model, cluster, stack)
     attention_bwd = attention_bwd + _memory_s(merge_bwd_bytes, cluster)
     attention = attention + _memory_s(merge_fwd_bytes, cluster)
     layer_fwd = gemms + attention + elementwise

@@ -159,9 +159,9 @@ class FrameworkSpec:
 # beside Megatron-family ones (`efficiency.stack_kernel_efficiency`, read by
 # `compute.kernel_efficiency`); this global figure serves the hardware without one.
 # DeepSpeed's figure is not a kernel speed: Megatron-DeepSpeed runs Megatron's fused kernels, and
-# its ZeRO-3 175B run on Azure (group deepspeed_azure22) is predicted within 1.2% at 1.0 (24% too
+# its ZeRO-3 175B run on Azure (group deepspeed_azure22) is predicted within 0.3% at 1.0 (24% too
 # slow at the fitted figure: DeepSpeed ZeRO-3 runs without model parallelism likely are too). The
-# MT-NLG pipeline runs (mtnlg22) are 18-21% and the 1T/2T ZeRO-3 runs 21%/23% slower than what is
+# MT-NLG pipeline runs (mtnlg22) are 17-21% and the 1T/2T ZeRO-3 runs 21%/22% slower than what is
 # priced for them at 1.0, after the pipeline engine's blocking transfers (`PP_SERIAL_TRANSFERS`),
 # the CPU checkpoints (`Stack.cpu_checkpointing`) and the host's wait for ZeRO-3's reduce-scatters
 # with the optimizer offloaded (`OFFLOAD_BLOCKS_GRAD_REDUCE`) and the gathers that ZeRO-3's
@@ -170,8 +170,8 @@ class FrameworkSpec:
 # it stays a per-stack residual until its mechanism is found.
 KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.MEGATRON: 1.0,
-    Framework.DEEPSPEED: 0.796,
-    Framework.TORCHTITAN: 0.87,
+    Framework.DEEPSPEED: 0.802,
+    Framework.TORCHTITAN: 0.874,
 }
 
 # The loss at its peak, bytes per token and vocabulary entry of the TP shard, on top of the stored

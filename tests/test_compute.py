@@ -148,6 +148,19 @@ def test_attention_dropout_slows_flash_attention_as_measured(dgx: Cluster) -> No
     assert extra == pytest.approx(1.6777216e-4, rel=1e-9)
 
 
+@pytest.mark.parametrize(("dropout", "expected"), [(True, -2.34881024e-4), (False, -6.7108864e-5)])
+def test_unfused_attention_backward_moves_its_own_bytes(dgx: Cluster, dropout: bool, expected: float) -> None:
+    # The score GEMMs' backward is twice their forward (four GEMMs to two), so backward - 2 x forward
+    # leaves the memory-bound passes alone: per score element the softmax backward reads the
+    # probabilities and their gradient and writes the scores' gradient (6 B against the forward's
+    # 4), dropout's backward reads the gradient and the 1-byte mask and writes the gradient (5 B, as
+    # its forward). T a s = 2048 * 16 * 2048 = 67,108,864 elements at 2e12 B/s:
+    # with dropout (6 + 5) - 2 (4 + 5) = -7 B, without 6 - 2 * 4 = -2 B.
+    lay = one(micro_batch=1, seq_len=2048, global_batch=1)
+    times = micro_batch_times(gpt_spec(dropout=dropout), lay, dgx, Stack(flash_attention=False))
+    assert _f(times.attention_bwd_s) - 2 * _f(times.attention_fwd_s) == pytest.approx(expected, rel=1e-9)
+
+
 @pytest.mark.parametrize(
     ("knobs", "expected"),
     [
