@@ -27,7 +27,7 @@ What the default fit does with such a constant depends on how many runs there ar
     every other run of a source and predicting the rest (benchmarks/calibrate_within.py, from the
     presets refitted without the source), all 7 cases with more training runs than constants
     come out better with every constant fitted than with only the determined ones
-    (`--determined-only`): LLM Foundry's 13 H100 runs 5.6% against 8.0%, Megatron-Bridge's 17
+    (`--determined-only`): LLM Foundry's 13 H100 runs 5.5% against 8.1%, Megatron-Bridge's 17
     H100 runs 13.1% against 14.2%, torchtitan's 9 H100 runs of Dec 2024 3.2% against 4.2%;
   * no more runs than constants (fewer used to be refused; as many leave no error to judge the
     fit by, every constant then undetermined): the constants the runs determine are fitted and
