@@ -24,7 +24,10 @@ Memory-bound kernels move these bytes per token in the forward pass (backward: t
     two norms and two residual adds 20h (a norm reads and writes 2h, an add reads 4h, writes 2h;
     one of each in a hybrid model's one-block layer, 10h)
     activation: gated 6f/TP (reads gate and up, writes the product), plain 4f/TP, x top-k (MoE)
-    rotary embedding on Q and K 4(a*d + g*d)/TP;  dropout (GPT) 2 x 5h
+    rotary embedding on Q and K 4(a*d + g*d)/TP
+    hidden dropout (GPT): fused into each residual add (Megatron's bias-dropout-add, one kernel
+    that reads the branch and the residual and writes the sum), only its mask more: 1 B per
+    element and add, 2h (`DROPOUT_MASK_BYTES`)
     MoE token permutation and unpermutation (`moe_permute_bytes`, per micro-batch, not per token):
     the R = T k ETP/TP routed copies of h on a GPU gathered into expert order and scatter-added
     back into O = R/k rows, 10Rh + 6Oh bytes forward and 14Rh + 6Oh backward
@@ -73,6 +76,12 @@ FLASH_BACKWARD_RATIO = 2.5
 UNFUSED_SOFTMAX_BYTES = (4.0, 6.0)
 UNFUSED_DROPOUT_BYTES = (5.0, 5.0)
 ELEMENTWISE_KERNELS_PER_LAYER = 8
+# Hidden dropout runs inside the residual add's kernel: Megatron-LM's bias_dropout_add_fused_train
+# (megatron/core/fusions/fused_bias_dropout.py at d98e8a64; megatron/model/transformer.py of 2021,
+# the default --bias-dropout-fusion, Megatron-DeepSpeed the same), so the add's reads and writes
+# are already priced and the dropout adds the mask it saves for the backward, one byte per element
+# (torch's boolean dropout mask; an estimate for the fused kernel's).
+DROPOUT_MASK_BYTES = 1.0
 
 
 @dataclass(frozen=True)
@@ -482,7 +491,8 @@ def _layer_memory_bound_fwd_s(model: ModelSpec, lay: Layouts, cluster: Cluster, 
     tp = lay.floats("tp")
     # a norm and a residual add per block: 2 blocks a layer, 1 in a hybrid model
     blocks = model.blocks_per_layer / 2.0
-    per_token_shared = 20.0 * h * blocks + (10.0 * h if model.dropout else 0.0)
+    dropout = 2.0 * blocks * DROPOUT_MASK_BYTES * h if model.dropout else 0.0  # one per residual add
+    per_token_shared = 20.0 * h * blocks + dropout
     shared = np.where(lay.seq_parallel_active, per_token_shared / tp, per_token_shared)
     activation = (6.0 if model.mlp == "gated" else 4.0) * model.mean_mlp_inner_active / tp
     rotary = 0.0 if model.learned_positions or not model.rotary else 4.0 * (model.q_dim + model.kv_dim) / tp
