@@ -37,10 +37,10 @@ What the default fit does with such a constant depends on how many runs there ar
     to 0.34 in gemm_max's place), dropping the least determined one at a time (a constant's
     standard error depends on which others are fitted beside it: gemm_max and gemm_half_dim
     trade off on runs of similar shapes). On the same splits with 4 to 7 runs this fit lowers
-    the held-out error in 7 of 11 cases (macro 6.5% -> 4.9%; e.g. the 4 B200 long-sequence NeMo
-    runs 19.9% -> 1.6%, Megatron-LM 2021's 7 A100 runs 4.7% -> 2.3%) and raises it in four
-    (FlagPerf's 4 H100 runs 2.7% -> 6.1%, its A800 runs 6.5% -> 7.0%, LLM Foundry's A100-80GB
-    runs 5.6% -> 6.8%, NeMo 24.07's H100 runs 4.0% -> 4.4%).
+    the held-out error in 7 of 11 cases (macro 6.6% -> 4.7%; e.g. the 4 B200 long-sequence NeMo
+    runs 19.9% -> 1.6%, Megatron-LM 2021's 7 A100 runs 4.5% -> 2.0%) and raises it in four
+    (FlagPerf's 4 H100 runs 3.6% -> 6.1%, its A800 runs 6.4% -> 7.0%, LLM Foundry's A100-80GB
+    runs 5.8% -> 6.9%, NeMo 24.07's H100 runs 3.9% -> 4.3%).
 Constants asked for with --fit are fitted as asked, and a run count below their number is refused.
 """
 
