@@ -237,13 +237,8 @@ def routed_gemms_fwd_s(
 
 def _attention_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> tuple[FloatArray, FloatArray]:
     """Core attention of one layer, one micro-batch (Q K^T, softmax, times V), forward and backward;
-    a hybrid model's mean layer holds its share of an attention layer's core."""
-    fwd, bwd = _attention_core_s(model, lay, cluster, stack)
-    return np.asarray(model.attention_share * fwd), np.asarray(model.attention_share * bwd)
-
-
-def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack) -> tuple[FloatArray, FloatArray]:
-    """`_attention_s` of an attention layer."""
+    a hybrid model's mean layer holds its share (`ModelSpec.attention_share`) of an attention layer's."""
+    share = model.attention_share
     tokens = lay.tokens_per_micro_batch
     heads = model.num_heads / lay.tp
     seq = lay.floats("seq_len")
@@ -251,8 +246,8 @@ def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
         causal_flops = 2.0 * tokens * causal_keys(model, seq) * model.attention_core_width / lay.tp
         kept = _flash_kept(model, cluster)[0]
         fwd = causal_flops / (cluster.gpu.peak_bf16_flops * cluster.efficiency.attention * kept)
-        fwd = np.asarray(fwd + cluster.efficiency.kernel_overhead_s)
-        return fwd, np.asarray(fwd * _flash_backward_ratio(model, cluster))
+        fwd = share * (fwd + cluster.efficiency.kernel_overhead_s)
+        return np.asarray(fwd), np.asarray(fwd * _flash_backward_ratio(model, cluster))
     q_rows = seq / lay.cp
     d = float(model.head_dim) * np.ones_like(seq)
     rate = bf16_rate(cluster)
@@ -262,7 +257,8 @@ def _attention_core_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: S
     fwd_bytes, bwd_bytes = (
         elements * (softmax + drop) for softmax, drop in zip(UNFUSED_SOFTMAX_BYTES, dropout, strict=True)
     )
-    return np.asarray(scores + _memory_s(fwd_bytes, cluster)), np.asarray(2.0 * scores + _memory_s(bwd_bytes, cluster))
+    fwd, bwd = scores + _memory_s(fwd_bytes, cluster), 2.0 * scores + _memory_s(bwd_bytes, cluster)
+    return np.asarray(share * fwd), np.asarray(share * bwd)
 
 
 def _flash_kept(model: ModelSpec, cluster: Cluster) -> tuple[float, float]:

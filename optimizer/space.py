@@ -221,14 +221,12 @@ def _derive_splits(table: IntArray, ctx: DomainContext, fixed: Mapping[str, Any]
     Megatron-LM completes it, `stages.completed_end`)."""
     if "first_stage_layers" in fixed or "last_stage_layers" in fixed:
         out = table.copy()
-        first, last = int(fixed.get("first_stage_layers", 0)), int(fixed.get("last_stage_layers", 0))
-        pps = table[:, INDEX["pp"]]
-        out[:, INDEX["first_stage_layers"]] = (
-            completed_end(ctx.model.num_layers, pps, last) if last and not first else first
-        )
-        out[:, INDEX["last_stage_layers"]] = (
-            completed_end(ctx.model.num_layers, pps, first) if first and not last else last
-        )
+        first: IntArray | int = int(fixed.get("first_stage_layers", 0))
+        last: IntArray | int = int(fixed.get("last_stage_layers", 0))
+        if bool(first) != bool(last):
+            other = completed_end(ctx.model.num_layers, table[:, INDEX["pp"]], int(first or last))
+            first, last = (first, other) if first else (other, last)
+        out[:, INDEX["first_stage_layers"]], out[:, INDEX["last_stage_layers"]] = first, last
         return out
     # One integer key per (PP, virtual stages) pair: a 1-D unique is far cheaper than one by rows.
     v_span = int(table[:, INDEX["virtual_stages"]].max(initial=0)) + 1
