@@ -952,7 +952,9 @@ def moe_layer_ops(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     dispatches (6 per local expert, more with FP8's per-expert casts) fits worse (step 3 of
     benchmarks/fit_presets.py: MAPE 23.6% against 17.4%, with every backward counted). GPT-OSS's
     bias loop is Python-level per expert in its forward, native in its backward. Recompute
-    (selective or full) runs forward dispatches again; not counted.
+    (selective or full) runs forward dispatches again; not counted (counting them was tried and
+    put the H100 Nemotron-3-Nano rows, which recompute the whole MoE layer, 26-31% too slow:
+    README, "Which errors are large").
 
     CUDA graphs (`Stack.cuda_graph_scope`) take dispatches off the host: a captured region is
     replayed by one launch, forward and backward. Megatron-LM d98e8a64 transformer_layer.py
