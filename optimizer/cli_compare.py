@@ -231,7 +231,8 @@ def calibrate_command() -> click.Command:
                   name: str | None, as_json: bool) -> int:  # fmt: skip
         """Fit the hardware's efficiency constants to measured runs; write a TOML --hardware accepts.
 
-        Bounded least squares on the log of predicted/measured step time. Runs the model finds
+        Bounded least squares on the log of predicted/measured step time, under Huber's loss past a
+        3% error, each source (the optional `group` column) weighing the same. Runs the model finds
         infeasible or predicts more than 3x off are left out and listed. Prints the error before and
         after per run, warns when a constant ends on its bound and names the constants the runs do
         not determine (with no more runs than the default constants, those keep the preset's values).

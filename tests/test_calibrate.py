@@ -141,6 +141,46 @@ def test_standard_error_worked_by_hand() -> None:
     assert standard_errors(ones, np.zeros(4), span)[0] == pytest.approx(0.014998, rel=1e-4)
 
 
+def test_robust_log_errors_worked_by_hand() -> None:
+    """Huber's loss with its corner at 0.03 as residuals: errors within 0.03 unchanged; beyond,
+    sqrt(2 x 0.03 x |r| - 0.03^2): 0.13 -> sqrt(0.0078 - 0.0009) = 0.0830662, -0.53 ->
+    -sqrt(0.0318 - 0.0009) = -0.1757840. Beyond the corner the squares grow linearly, 2 x 0.03 per
+    unit of |r|, and at the corner both branches give 0.03."""
+    from paraplan.calibration import robust_log_errors
+
+    out = robust_log_errors(np.array([0.01, -0.02, 0.03, 0.13, -0.53]))
+    assert out == pytest.approx([0.01, -0.02, 0.03, 0.0830662, -0.1757840], rel=1e-6)
+    assert out[4] ** 2 - out[3] ** 2 == pytest.approx(2 * 0.03 * (0.53 - 0.13))
+
+
+def test_source_weights_worked_by_hand() -> None:
+    """Three runs of source a, one of b: shares 1/3, 1/3, 1/3, 1, scaled to squares summing to 4:
+    2/3 each for a's runs (0.816497), 2 for b's (1.414214); each source's squares sum to 2. Runs
+    without a group are sources of their own: all weights 1."""
+    from dataclasses import replace
+
+    from paraplan.calibration import source_weights
+
+    base = load_runs(PUBLIC)[0]
+    grouped = [replace(base, group=g) for g in "aaab"]
+    assert source_weights(grouped) == pytest.approx([0.816497, 0.816497, 0.816497, 1.414214], rel=1e-6)
+    assert source_weights([replace(base, group="") for _ in range(4)]) == pytest.approx(np.ones(4))
+
+
+def test_a_source_weighs_the_same_however_many_runs_it_lists(table1: list[Run]) -> None:
+    """Three Table 1 runs as one source beside one more run as another: listing that run three
+    times fits the same gemm_max (to the prior's weight), and without sources the three copies
+    outvote the rest (the fit moves by more than 0.01)."""
+    from dataclasses import replace
+
+    start = data_sheet_a100()
+    a, b = [replace(r, group="a") for r in table1[0:6:2]], replace(table1[7], group="b")
+    once = fit([*a, b], start, ["gemm_max"]).values["gemm_max"]
+    assert fit([*a, b, b, b], start, ["gemm_max"]).values["gemm_max"] == pytest.approx(once, abs=1e-3)
+    ungrouped = [replace(r, group="") for r in [*a, b]]
+    assert abs(fit(ungrouped, start, ["gemm_max"]).values["gemm_max"] - once) > 0.01
+
+
 def test_fewer_runs_than_constants_fit_what_they_determine(table1: list[Run]) -> None:
     """Five Table 1 runs, eight hardware constants: the default fit (which used to be refused) fits
     gemm_max, which every run's GEMMs see, and keeps attention, which no run sees (none uses
