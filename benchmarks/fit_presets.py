@@ -5,7 +5,8 @@
 Two steps, each a constant of the hardware or of the stack, never of a run or a source:
   1. Per hardware, on its dense Megatron-family runs (NeMo, Megatron-Bridge, Megatron-LM: the
      Transformer Engine kernels the presets' efficiencies describe): `paraplan calibrate --fit`
-     the GEMM efficiency (BF16, and FP8 where FP8 runs exist) and the attention efficiency.
+     the GEMM efficiency (BF16, and FP8 where FP8 runs exist) and the attention efficiency (by
+     calibrate's objective: Huber's loss on the log errors, each source weighing the same).
      Mixture-of-experts runs are left out of this fit: their router, token permutation and
      grouped-GEMM costs are not kernel efficiencies of the hardware, and fitting them in would
      bend every dense prediction (they remain validation runs, with their own error bars).
