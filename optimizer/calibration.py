@@ -339,8 +339,8 @@ class Fit:
     before_s: npt.NDArray[np.float64]
     after_s: npt.NDArray[np.float64]
     measured_s: npt.NDArray[np.float64]
-    jacobian: npt.NDArray[np.float64]  # of the runs' log errors at the fit, runs x fitted constants
-    log_errors: npt.NDArray[np.float64]  # the runs' residuals at the fit (`_problem`: weighted, robust log errors)
+    jacobian: npt.NDArray[np.float64]  # of the runs' residuals at the fit, runs x fitted constants
+    residuals: npt.NDArray[np.float64]  # the runs' residuals at the fit (`_problem`: weighted, robust log errors)
     undetermined: dict[str, float] = field(default_factory=dict)  # standard error > DETERMINED_SHARE of its range
 
 
@@ -368,7 +368,7 @@ def fit(runs: list[Run], cluster: Cluster, names: list[str], *, determined_only:
         kept = undetermined_at(at_start, np.zeros(len(runs)), names)
         names = [n for n in names if n not in kept]
     result = _fit_all(runs, cluster, names, layouts)
-    errors = zip(names, standard_errors(result.jacobian, result.log_errors, _spans(names)), strict=True)
+    errors = zip(names, standard_errors(result.jacobian, result.residuals, _spans(names)), strict=True)
     undetermined = {n: float(e) for n, e in errors if _undetermined(n, e)}
     return replace(result, undetermined={**kept, **undetermined})
 
