@@ -460,8 +460,8 @@ def robust_log_errors(log_errors: npt.NDArray[np.float64]) -> npt.NDArray[np.flo
     MIN_RUN_ERROR: r itself within it, sign(r) sqrt(2 d |r| - d^2) beyond, whose square grows as
     |r| (value and slope continuous at d). Past the error the model is expected to keep whatever
     the constants, a run pulls the fit by its absolute error, as MAPE counts it, not by its square,
-    so one run the model misprices for a reason no constant sizes does not drag the constants the
-    other runs share."""
+    so a run the model misprices for a reason no constant sizes drags the constants the other runs
+    share less than its square would."""
     d = MIN_RUN_ERROR
     size = np.abs(log_errors)
     outer = np.sign(log_errors) * np.sqrt(np.maximum(2.0 * d * size - d * d, 0.0))
