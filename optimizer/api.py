@@ -77,15 +77,15 @@ NameOrPath = str | os.PathLike[str]
 
 def load_model(name_or_path: NameOrPath) -> ModelSpec:
     """A model preset by name, or a Hugging Face style config.json."""
-    return _load_model(_as_text(name_or_path, "model"))
+    return _load_model(name_or_path_text(name_or_path, "model"))
 
 
 def load_hardware(name_or_path: NameOrPath) -> Cluster:
     """A hardware preset by name, or a TOML file of the same schema."""
-    return load_cluster(_as_text(name_or_path, "hardware"))
+    return load_cluster(name_or_path_text(name_or_path, "hardware"))
 
 
-def _as_text(value: object, what: str) -> str:
+def name_or_path_text(value: object, what: str) -> str:
     """A name-or-path argument as text: a str, or a path object (`pathlib.Path`); anything else is
     bad input, said as such (the module docstring's promise), not an AttributeError from inside."""
     if isinstance(value, os.PathLike):
@@ -101,8 +101,8 @@ def hardware_arg(hardware: object) -> str | Cluster | list[str | Cluster]:
     if isinstance(hardware, Cluster):
         return hardware
     if isinstance(hardware, (list, tuple)):
-        return [v if isinstance(v, Cluster) else _as_text(v, "hardware") for v in hardware]
-    return _as_text(hardware, "hardware")
+        return [v if isinstance(v, Cluster) else name_or_path_text(v, "hardware") for v in hardware]
+    return name_or_path_text(hardware, "hardware")
 
 
 def _model(model: NameOrPath | ModelSpec) -> ModelSpec:
@@ -409,7 +409,7 @@ def check_arguments(*, mem_headroom: object = 0.0, stack: object = None, bounds:
         if value is not None and not isinstance(value, Mapping):
             raise InputError(f"{name} {value!r}: expected a mapping (a dict) or None")
     if from_launch is not None:
-        _as_text(from_launch, "from_launch")
+        name_or_path_text(from_launch, "from_launch")
 
 
 def check_amount(name: str, value: float | None, minimum: float = 0.0, inclusive: bool = False,

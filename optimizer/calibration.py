@@ -382,17 +382,17 @@ def _undetermined(name: str, error: float) -> bool:
     return bool(error > DETERMINED_SHARE * PARAMETERS[name].span())
 
 
-def standard_errors(jacobian: npt.NDArray[np.float64], log_errors: npt.NDArray[np.float64],
+def standard_errors(jacobian: npt.NDArray[np.float64], residuals: npt.NDArray[np.float64],
                     span: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:  # fmt: skip
     """Each constant's standard error at a fit (module docstring): `jacobian` (runs x constants)
-    and `log_errors` of the runs only (no prior rows), `span` the constants' ranges."""
+    and `residuals` of the runs only (no prior rows), `span` the constants' ranges."""
     runs, p = jacobian.shape
-    variance = max(float(log_errors @ log_errors) / max(runs - p, 1), MIN_RUN_ERROR**2)
+    variance = max(float(residuals @ residuals) / max(runs - p, 1), MIN_RUN_ERROR**2)
     information = jacobian.T @ jacobian + PRIOR_WEIGHT * np.diag(1.0 / span**2)
     return np.asarray(np.sqrt(variance * np.diag(np.linalg.inv(information))))
 
 
-def undetermined_at(jacobian: npt.NDArray[np.float64], log_errors: npt.NDArray[np.float64],
+def undetermined_at(jacobian: npt.NDArray[np.float64], residuals: npt.NDArray[np.float64],
                     names: list[str]) -> dict[str, float]:  # fmt: skip
     """The constants to keep at their preset values, each with its standard error when dropped:
     backward elimination on the runs' information, the least determined (standard error as a share
@@ -402,7 +402,7 @@ def undetermined_at(jacobian: npt.NDArray[np.float64], log_errors: npt.NDArray[n
     dropped: dict[str, float] = {}
     while left:
         spans = _spans([names[i] for i in left])
-        errors = standard_errors(jacobian[:, left], log_errors, spans)
+        errors = standard_errors(jacobian[:, left], residuals, spans)
         worst = int(np.argmax(errors / spans))
         name = names[left[worst]]
         if not _undetermined(name, errors[worst]):
@@ -476,9 +476,8 @@ def source_weights(runs: list[Run]) -> npt.NDArray[np.float64]:
     constants they share. Scaled so the squares sum to the number of runs (the prior keeps its
     weight); a run without a group is a source of its own, so without groups every weight is 1."""
     keys = [run.group or f"run {i}" for i, run in enumerate(runs)]
-    counts = Counter(keys)
-    share = np.array([1.0 / counts[key] for key in keys])
-    return np.asarray(np.sqrt(share * len(runs) / share.sum()))
+    counts = Counter(keys)  # each source's squares sum to len(runs) / len(counts)
+    return np.asarray(np.sqrt([len(runs) / (len(counts) * counts[key]) for key in keys]))
 
 
 def _fit_all(runs: list[Run], cluster: Cluster, names: list[str], layouts: list[Layout]) -> Fit:
@@ -624,7 +623,7 @@ def calibrate(
     """Fit the hardware's efficiency constants to measured runs. The result carries the
     calibrated hardware TOML (`toml`), the errors before and after per run, the runs left out of
     the fit and why, and the constants that ended on a bound."""
-    from paraplan.api import _as_text, load_hardware
+    from paraplan.api import load_hardware, name_or_path_text
     from paraplan.hardware_specs.dump import cluster_to_toml
     from paraplan.results import CalibratedRun, CalibrateResult
 
@@ -635,7 +634,7 @@ def calibrate(
     if isinstance(runs, list):
         source, all_runs = "runs", runs
     else:
-        path = Path(_as_text(runs, "runs"))
+        path = Path(name_or_path_text(runs, "runs"))
         source, all_runs = path.name, load_runs(path)
     models = len({id(r.model) for r in all_runs})
     if notify is not None and models > LONG_FIT_MODELS:
