@@ -33,7 +33,7 @@ from paraplan.cost_models.layout import CpComm, Framework, Layout, Offload, Prec
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
 from paraplan.cost_models.stages import split_valid
-from paraplan.cost_models.units import GB
+from paraplan.cost_models.units import GB, memory_text
 from paraplan.hardware_specs.schema import Cluster
 
 if TYPE_CHECKING:
@@ -307,6 +307,6 @@ def memory_message(ev: Evaluation, i: int) -> str:
         headroom = " (less the requested headroom)"
     return (
         f"memory {total / GB:.1f} GB on the most loaded GPU exceeds the usable "
-        f"{ev.usable_bytes / GB:.1f} GB{headroom} by {(total - ev.usable_bytes) / GB:.1f} GB; "
+        f"{ev.usable_bytes / GB:.1f} GB{headroom} by {memory_text(total - ev.usable_bytes)}; "
         f"largest term: {largest} {float(getattr(ev.memory, largest)[i]) / GB:.1f} GB"
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from paraplan.cost_models.evaluate import TIME_TERMS, Evaluation
 from paraplan.cost_models.layout import KNOBS, CpComm, Layout, Recompute
 from paraplan.cost_models.pipeline import bubble_fraction
+from paraplan.cost_models.units import GB, memory_text
 from paraplan.hardware_specs.topology import group_link
 from paraplan.units import fmt_seconds
 
@@ -129,8 +130,8 @@ def binding_limits(ev: Evaluation, i: int) -> list[str]:
         " -- NEAR THE LIMIT: allocator spikes may run out of memory" if margin < NEAR_LIMIT * ev.capacity_bytes else ""
     )
     out = [
-        f"memory {total / 1e9:.1f} of {ev.usable_bytes / 1e9:.1f} GB usable, reserve "
-        f"{float(ev.memory.other[i]) / 1e9:.1f} GB included ({margin / 1e9:.1f} GB margin){near}"
+        f"memory {total / GB:.1f} of {ev.usable_bytes / GB:.1f} GB usable, reserve "
+        f"{float(ev.memory.other[i]) / GB:.1f} GB included ({memory_text(margin)} margin){near}"
     ]
     if lay.tp == ev.cluster.gpus_per_node:
         out.append(f"TP{lay.tp} fills the {ev.cluster.gpus_per_node}-GPU node: more TP would cross the network")

@@ -25,7 +25,7 @@ from typing import Any
 from paraplan.compare_report import fmt_tokens
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.layout import layout_short, layout_words
-from paraplan.cost_models.units import GB, SECONDS_PER_DAY
+from paraplan.cost_models.units import GB, SECONDS_PER_DAY, memory_text
 from paraplan.report import MEMORY_WORDS, TIME_WORDS, error_words, safe
 from paraplan.results import (
     CompareEntry,
@@ -409,7 +409,7 @@ def _step_facts(e: EvaluatedLayout) -> list[tuple[str, object]]:
         (
             "memory",
             f"{e.memory_bytes.total / GB:.1f} of {e.memory_bytes.capacity / GB:.1f} GB, margin "
-            f"{e.memory_margin_bytes / GB:.1f} GB"
+            f"{memory_text(e.memory_margin_bytes)}"
             + (" (near the limit)" if e.near_memory_limit and e.feasible else ""),
         ),
     ]

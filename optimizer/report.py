@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from paraplan.cost_models.layout import Layout, layout_short, layout_words, legend
-from paraplan.cost_models.units import GB
+from paraplan.cost_models.units import GB, memory_text
 from paraplan.results import EvaluatedLayout, HardwareResult, OptimizeResult, TimeOut, ValidateResult
 from paraplan.units import fmt_seconds, fmt_usd
 
@@ -121,9 +121,8 @@ def _memory_table(out: Console, e: EvaluatedLayout) -> None:
     table.add_row(Text("total", "bold"), Text(f"{memory.total / GB:.1f}", "bold"), f"{memory.total / capacity:.0%}",
                   _bar(memory.total / capacity))  # fmt: skip
     out.print(table)
-    margin = e.memory_margin_bytes / GB
     flag = ("  NEAR THE LIMIT", "yellow") if e.near_memory_limit and e.feasible else ""
-    out.print(styled(f"  margin    {margin:.1f} GB usable memory left after the reserve", flag))
+    out.print(styled(f"  margin    {memory_text(e.memory_margin_bytes)} usable memory left after the reserve", flag))
     if memory.host_bytes_per_gpu > 0:
         out.print(styled(f"  host      {memory.host_bytes_per_gpu / GB:.1f} GB per GPU offloaded to host memory"))
 

@@ -44,7 +44,7 @@ from paraplan.cost_models.layout import KNOBS, CpComm, Framework, Layout, Offloa
 from paraplan.cost_models.models import GPT_OSS_GLU, ModelSpec
 from paraplan.cost_models.stack import CUDA_GRAPH_SCOPES, DEFAULT_RECOMPUTE_MODULES, Fp8Recipe, Stack, module_list
 from paraplan.cost_models.stages import chunk_layers
-from paraplan.cost_models.units import GB
+from paraplan.cost_models.units import GB, memory_text
 
 from .megatron_deepspeed import MDS, to_megatron_deepspeed
 from .schema import DEEPSPEED_VERSION, MEGATRON_COMMIT, TORCHTITAN_VERSION, Flag, render_layer_pattern
@@ -330,7 +330,7 @@ def _header(ctx: _Ctx, pinned: str) -> list[str]:
         lines.append(
             f"# predicted step {ev.step_time_s:.3g} s (range {low:.3g}-{high:.3g} s), MFU {ev.mfu:.3f}; "
             f"memory {mem.total / GB:.1f} GB of {usable / GB:.1f} GB usable on the most loaded GPU "
-            f"({verdict}, margin {ev.memory_margin_bytes / GB:.1f} GB)"
+            f"({verdict}, margin {memory_text(ev.memory_margin_bytes)})"
         )
         if not ev.feasible:
             lines.append(f"# NOT feasible: {'; '.join(ev.violations)}")
