@@ -56,7 +56,12 @@ import numpy as np
 
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.flops import causal_keys
-from paraplan.cost_models.frameworks import cp_sdpa_merge, kernel_efficiency_on, per_framework_value
+from paraplan.cost_models.frameworks import (
+    MOE_HOST_EXPOSED_SHARE,
+    cp_sdpa_merge,
+    kernel_efficiency_on,
+    per_framework_value,
+)
 from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
 from paraplan.cost_models.memory import StageParams, cpu_checkpointed, kv_repeats, layer_input_bytes_per_token
 from paraplan.cost_models.models import ModelSpec
@@ -1092,18 +1097,21 @@ def mamba_mixer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> tuple[Flo
 
 
 def moe_host_wait_s(model: ModelSpec, lay: Layouts, stack: Stack, layer_gpu_s: FloatArray) -> FloatArray:
-    """Per micro-batch, what one (mean) layer waits on the host beyond its GPU time: a dropless MoE
-    layer's forward + backward takes max(GPU time, H), H = its dispatches (`moe_layer_ops`) x the
-    stack's host time per dispatch (`frameworks.MOE_HOST_S_PER_OP`: mechanism and evidence there).
-    `layer_gpu_s` is the mean layer's forward, backward, recompute and exposed communication; the
-    MoE layers (`moe_share` of them) wait H - that where it is shorter, the dense ones never. The
+    """Per micro-batch, what one (mean) layer waits on the host beyond its GPU time G: a dropless
+    MoE layer's forward + backward takes max(H, G + k H), H = its dispatches (`moe_layer_ops`) x
+    the stack's host time per dispatch (`frameworks.MOE_HOST_S_PER_OP`: mechanism and evidence
+    there), k the share of H that follows the layer's host sync with the GPU idle
+    (`frameworks.MOE_HOST_EXPOSED_SHARE`, why there). `layer_gpu_s` is the mean layer's forward,
+    backward, recompute and exposed communication; the MoE layers (`moe_share` of them) wait
+    max(H - G, k H), the dense ones never. The
     mean layer's GPU time stands for an MoE layer's: exact for all-MoE models, an average over
     DeepSeek-style leading dense layers otherwise. Token dropping (`Stack.token_drop`: static
     shapes, no device-to-host copy) and dense models wait nothing."""
     if model.moe_share == 0.0 or stack.token_drop:
         return np.zeros(len(lay))
     floor = per_framework_value(lay, lambda spec: spec.moe_host_s_per_op) * moe_layer_ops(model, lay, stack)
-    return np.asarray(model.moe_share * np.maximum(floor - layer_gpu_s, 0.0), dtype=np.float64)
+    exposed = MOE_HOST_EXPOSED_SHARE * floor
+    return np.asarray(model.moe_share * np.maximum(floor - layer_gpu_s, exposed), dtype=np.float64)
 
 
 def fastest_rate_flops(cluster: Cluster, lay: Layouts) -> FloatArray:

@@ -628,16 +628,22 @@ def test_more_dispatches_never_lower_the_floor(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_moe_host_wait_by_hand(monkeypatch: pytest.MonkeyPatch) -> None:
-    # H = 10 ms (TINY_MOE_OPS dispatches). A layer of 4 ms GPU time waits 6 ms; one of 20 ms waits nothing. With a dense
-    # first layer (3 of 4 layers route) the mean layer waits 3/4 of that: 4.5 ms. Token dropping
-    # (static shapes, no host copy) and a dense model never wait.
+    # H = 10 ms (TINY_MOE_OPS dispatches), 0.2 of it exposed after the host sync. A layer of 4 ms GPU
+    # time takes max(10, 4 + 2) = 10 ms: it waits 6 ms; one of 20 ms takes max(10, 20 + 2) = 22 ms:
+    # it waits 2 ms. With a dense first layer (3 of 4 layers route) the mean layer waits 3/4 of
+    # that: 4.5 ms and 1.5 ms. Token dropping (static shapes, no host copy) and a dense model never wait.
+    from paraplan.cost_models import compute
+
     _with_floor(monkeypatch, 0.010)
+    monkeypatch.setattr(compute, "MOE_HOST_EXPOSED_SHARE", 0.2)
     lay = Layouts.concat([one(micro_batch=1), one(micro_batch=2)])
     gpu = np.array([0.004, 0.020])
-    np.testing.assert_allclose(moe_host_wait_s(_tiny_moe(), lay, Stack(), gpu), [0.006, 0.0], rtol=1e-12)
+    np.testing.assert_allclose(moe_host_wait_s(_tiny_moe(), lay, Stack(), gpu), [0.006, 0.002], rtol=1e-12)
     np.testing.assert_allclose(
-        moe_host_wait_s(_tiny_moe(dense_layer_ids=(0,)), lay, Stack(), gpu), [0.0045, 0.0], rtol=1e-12
+        moe_host_wait_s(_tiny_moe(dense_layer_ids=(0,)), lay, Stack(), gpu), [0.0045, 0.0015], rtol=1e-12
     )
+    monkeypatch.setattr(compute, "MOE_HOST_EXPOSED_SHARE", 0.0)  # the plain maximum: a GPU-bound layer waits nothing
+    np.testing.assert_allclose(moe_host_wait_s(_tiny_moe(), lay, Stack(), gpu), [0.006, 0.0], rtol=1e-12)
     np.testing.assert_array_equal(moe_host_wait_s(_tiny_moe(), lay, Stack(token_drop=True), gpu), [0.0, 0.0])
     np.testing.assert_array_equal(moe_host_wait_s(gpt_spec(), lay, Stack(), gpu), [0.0, 0.0])
     # torchtitan's stack has no floor (0): nothing to wait for
