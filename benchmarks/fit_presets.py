@@ -29,7 +29,9 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
      `cost_models.frameworks.MOE_HOST_S_PER_OP`, mechanism and evidence there), by the same
      search minimizing their MAPE (`host_floor_error` says why not the log error), with the
      hardware constants of step 1 and the stacks' efficiencies of step 2. Token-drop runs (`token_drop`) have no floor
-     and are left out. Stacks with fewer than MIN_STACK_RUNS such runs keep 0 (no floor).
+     and are left out. Stacks with fewer than MIN_STACK_RUNS such runs keep 0 (no floor). The share
+     of the host time a GPU-bound layer still pays (`frameworks.MOE_HOST_EXPOSED_SHARE`) is held
+     as it is: it was chosen by running this whole fit at several values (its comment).
 --write puts the values into hardware_specs/presets/*.toml (with a source line saying how they
 were fitted) and prints the KERNEL_EFFICIENCY and MOE_HOST_S_PER_OP tables to paste into
 cost_models/frameworks.py.
