@@ -19,7 +19,9 @@ def memory_text(nbytes: float) -> str:
     that in MB, kB or bytes, so that a nonzero amount never reads as zero (a plan 28 MB short of
     fitting reads "by 28 MB", not "by 0.0 GB", which contradicts its own verdict)."""
     size = abs(nbytes)
-    if nbytes == 0.0 or size >= 0.1 * GB:
+    if nbytes == 0.0:
+        return "0.0 GB"  # -0.0 too
+    if size >= 0.1 * GB:
         return f"{nbytes / GB:.1f} GB"
     if size >= MB:
         return f"{nbytes / MB:.0f} MB"
