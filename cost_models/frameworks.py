@@ -416,7 +416,7 @@ MOE_HOST_S_PER_OP: dict[Framework, float] = {
 # rows of the small MoE models were too fast where their H100 rows, host-bound, fit: Qwen3-30B-A3B
 # on GB200 at micro-batch 4 with the router graphed -13..-14% (26.02 .. 26.04) while the same
 # recipe with the whole iteration graphed (26.06: no host dispatch per layer) is within 6%; on
-# B200, B300 and GB300 -4..-10%. Chosen by refitting everything (`python benchmarks/fit_presets.py`,
+# B200, B300 and GB300 -4..-12%. Chosen by refitting everything (`python benchmarks/fit_presets.py`,
 # the per-dispatch time refitted with it) at 0, 0.1, 0.15, 0.2, 0.25, 0.3 and 0.5 of H: macro MAPE
 # over the 331 runs 5.87%, 5.78%, 5.71%, 5.67%, 5.72%, 5.74%, 6.72% and micro 8.79%, 8.30%, 8.08%,
 # 7.96%, 7.94%, 8.09%, 8.88%; leave-one-source-out macro 10.5% at 0, 10.4% at 0.2 (Megatron-Bridge's
