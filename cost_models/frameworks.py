@@ -422,9 +422,10 @@ MOE_HOST_S_PER_OP: dict[Framework, float] = {
 # 7.96%, 7.94%, 8.09%, 8.88%; leave-one-source-out macro 10.5% at 0, 10.4% at 0.2 (Megatron-Bridge's
 # performance tables held out 13.3% -> 12.6%). The per-dispatch time moves little with it
 # (161-164 us). Against it: the GB200/GB300 Qwen3-235B-A22B rows of 26.02 .. 26.04.01, within 3%
-# with the plain maximum, are +5..+9% with the share. Tried and not kept: a count of the dispatches between the copy and the first expert
-# GEMM in place of the share (macro 5.82% at that count's time, 5.78% at twice it); a soft maximum
-# (G^p + H^p)^(1/p) (p = 2: 6.01%, p = 3: 5.86%).
+# with the plain maximum, are +5..+9% with the share. Tried and not kept: a count of the
+# dispatches between the copy and the first expert GEMM in place of the share (macro 5.82% at
+# that count's time, 5.78% at twice it); a soft maximum (G^p + H^p)^(1/p) (p = 2: 6.01%,
+# p = 3: 5.86%).
 MOE_HOST_EXPOSED_SHARE = 0.2
 
 # Pipeline transfers per micro-batch and stage that the step waits for, one after another, without

@@ -409,7 +409,7 @@ def _step_facts(e: EvaluatedLayout) -> list[tuple[str, object]]:
         (
             "memory",
             f"{e.memory_bytes.total / GB:.1f} of {e.memory_bytes.capacity / GB:.1f} GB, margin "
-            f"{memory_text(e.memory_margin_bytes)}"
+            + memory_text(e.memory_margin_bytes)
             + (" (near the limit)" if e.near_memory_limit and e.feasible else ""),
         ),
     ]

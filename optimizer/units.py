@@ -1,4 +1,5 @@
-"""Formatting of quantities for people: seconds, bytes, dollars."""
+"""Formatting of quantities for people: seconds and dollars (memory amounts:
+`cost_models.units.memory_text`, which the cost model's own sentences use too)."""
 
 from __future__ import annotations
 
