@@ -16,7 +16,8 @@ of its dropout-free throughput, forward and backward (`efficiency.attention_drop
 FlashAttention-4's on GB200, measured; the A100's from its SM's INT32 lanes per tensor FLOP).
 PyTorch's context parallelism (torchtitan) adds memory-bound fp32 merges of its per-step
 attention outputs and gradients (`cp_merge_bytes`). Without flash attention the scores are
-batched GEMMs over full s x s (their backward twice the forward: four GEMMs to two) plus a
+batched GEMMs over full s x s, one launch each for all b x heads matrices (`batched_gemm_s`;
+their backward twice the forward: four GEMMs to two) plus a
 memory-bound softmax and attention dropout, priced by the bytes each pass moves per score
 element (`UNFUSED_SOFTMAX_BYTES`), not as a multiple of the forward.
 
@@ -108,15 +109,24 @@ class MicroBatchTimes:
 
 def gemm_s(m: FloatArray, n: FloatArray, k: FloatArray, rate_flops: FloatArray | float, cluster: Cluster) -> FloatArray:
     """`rate_flops`: the large-GEMM rate, peak x gemm_max of the precision (`matmul_rate`)."""
+    return batched_gemm_s(1.0, m, n, k, rate_flops, cluster)
+
+
+def batched_gemm_s(
+    batch: FloatArray | float, m: FloatArray, n: FloatArray, k: FloatArray, rate: FloatArray | float, cluster: Cluster
+) -> FloatArray:
+    """`batch` independent m x n x k products in one kernel, as torch.bmm and torch.baddbmm run
+    unfused attention's scores and context (Megatron-LM's CoreAttention over b x heads matrices):
+    each product at the roofline of its own shape, one launch for them all."""
     eff = cluster.efficiency
     half = eff.gemm_half_dim
 
     def q(x: FloatArray) -> FloatArray:
         return np.asarray(x / (x + half))
 
-    compute = 2.0 * m * n * k / (rate_flops * q(m) * q(n) * q(k))
+    compute = 2.0 * m * n * k / (rate * q(m) * q(n) * q(k))
     memory = 2.0 * (m * k + k * n + m * n) / (cluster.gpu.mem_bw_bytes_per_s * eff.memory_bound)
-    return np.asarray(np.maximum(compute, memory) + eff.kernel_overhead_s)
+    return np.asarray(batch * np.maximum(compute, memory) + eff.kernel_overhead_s)
 
 
 def matmul_peak_flops(cluster: Cluster, lay: Layouts) -> FloatArray:
@@ -256,7 +266,9 @@ def _attention_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack)
     q_rows = seq / lay.cp
     d = float(model.head_dim) * np.ones_like(seq)
     rate = bf16_rate(cluster)
-    scores = lay.micro_batch * heads * (gemm_s(q_rows, seq, d, rate, cluster) + gemm_s(q_rows, d, seq, rate, cluster))
+    matrices = lay.micro_batch * heads
+    qk, pv = (batched_gemm_s(matrices, q_rows, n, k, rate, cluster) for n, k in ((seq, d), (d, seq)))
+    scores = qk + pv
     elements = tokens * heads * seq
     dropout = UNFUSED_DROPOUT_BYTES if model.dropout else (0.0, 0.0)
     fwd_bytes, bwd_bytes = (

@@ -149,6 +149,19 @@ def test_attention_dropout_slows_flash_attention_as_measured(dgx: Cluster) -> No
     assert extra == pytest.approx(1.6777216e-4, rel=1e-9)
 
 
+def test_unfused_attention_launches_each_batched_gemm_once(dgx: Cluster) -> None:
+    # Megatron's CoreAttention runs Q K^T and P V each as one torch.baddbmm / torch.bmm over all
+    # b x heads matrices, so a launch of 4 us adds 2 x 4 = 8 us to the forward and 4 x 4 = 16 us
+    # to the backward (four GEMMs), not 8 us per matrix: 2 x 16 = 32 matrices here, which launched
+    # one by one would add 32 x 8 = 256 us.
+    lay = one(micro_batch=2, seq_len=2048, global_batch=2)
+    launch = dgx.model_copy(update={"efficiency": dgx.efficiency.model_copy(update={"kernel_overhead_s": 4e-6})})
+    unfused = Stack(flash_attention=False)
+    with_launch, without = (micro_batch_times(gpt_spec(), lay, c, unfused) for c in (launch, dgx))
+    assert _f(with_launch.attention_fwd_s) - _f(without.attention_fwd_s) == pytest.approx(8e-6, rel=1e-9)
+    assert _f(with_launch.attention_bwd_s) - _f(without.attention_bwd_s) == pytest.approx(16e-6, rel=1e-9)
+
+
 @pytest.mark.parametrize(("dropout", "expected"), [(True, -2.34881024e-4), (False, -6.7108864e-5)])
 def test_unfused_attention_backward_moves_its_own_bytes(dgx: Cluster, dropout: bool, expected: float) -> None:
     # The score GEMMs' backward is twice their forward (four GEMMs to two), so backward - 2 x forward
