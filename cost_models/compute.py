@@ -113,7 +113,12 @@ def gemm_s(m: FloatArray, n: FloatArray, k: FloatArray, rate_flops: FloatArray |
 
 
 def batched_gemm_s(
-    batch: FloatArray | float, m: FloatArray, n: FloatArray, k: FloatArray, rate: FloatArray | float, cluster: Cluster
+    batch: FloatArray | float,
+    m: FloatArray,
+    n: FloatArray,
+    k: FloatArray,
+    rate_flops: FloatArray | float,
+    cluster: Cluster,
 ) -> FloatArray:
     """`batch` independent m x n x k products in one kernel, as torch.bmm and torch.baddbmm run
     unfused attention's scores and context (Megatron-LM's CoreAttention over b x heads matrices):
@@ -124,7 +129,7 @@ def batched_gemm_s(
     def q(x: FloatArray) -> FloatArray:
         return np.asarray(x / (x + half))
 
-    compute = 2.0 * m * n * k / (rate * q(m) * q(n) * q(k))
+    compute = 2.0 * m * n * k / (rate_flops * q(m) * q(n) * q(k))
     memory = 2.0 * (m * k + k * n + m * n) / (cluster.gpu.mem_bw_bytes_per_s * eff.memory_bound)
     return np.asarray(batch * np.maximum(compute, memory) + eff.kernel_overhead_s)
 
