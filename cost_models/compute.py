@@ -1121,8 +1121,9 @@ def moe_host_wait_s(model: ModelSpec, lay: Layouts, stack: Stack, layer_gpu_s: F
     (`frameworks.MOE_HOST_EXPOSED_SHARE`, why there). `layer_gpu_s` is the mean layer's forward,
     backward, recompute and exposed communication; the MoE layers (`moe_share` of them) wait
     max(H - G, k H), the dense ones never. The mean layer's GPU time stands for an MoE layer's:
-    exact for all-MoE models, an average over DeepSeek-style leading dense layers otherwise. Token dropping (`Stack.token_drop`: static
-    shapes, no device-to-host copy) and dense models wait nothing."""
+    exact for all-MoE models, an average over DeepSeek-style leading dense layers otherwise.
+    Token dropping (`Stack.token_drop`: static shapes, no device-to-host copy) and dense models
+    wait nothing."""
     if model.moe_share == 0.0 or stack.token_drop:
         return np.zeros(len(lay))
     floor = per_framework_value(lay, lambda spec: spec.moe_host_s_per_op) * moe_layer_ops(model, lay, stack)
