@@ -1,12 +1,17 @@
 """Compute time of one micro-batch on one GPU: GEMMs by shape, attention, memory-bound ops.
 
 GEMM (m x k) @ (k x n), 2mnk FLOPs, runs at
-    t = max( 2mnk / (peak * e(m, n, k)),  2(mk + kn + mn) bytes / (HBM bw * e_mem) ) + t_launch
-    e(m, n, k) = gemm_max * q(m) q(n) q(k),   q(x) = x / (x + gemm_half_dim)
+    t = max( 2 M N k / (peak * e(M, N, k)),  2(mk + kn + mn) bytes / (HBM bw * e_mem) ) + t_launch
+    e(M, N, k) = gemm_max * q(M) q(N) q(k),   q(x) = x / (x + gemm_half_dim)
+    M, N = m, n rounded up to a multiple of the kernels' output tile (`gemm_tile`)
 a roofline (Williams et al. 2009) whose compute roof falls for small or skinny dimensions, the
 shapes tensor parallelism produces (n or k divided by TP) and that MoE experts see (few tokens
-each). The constants are per hardware (`Efficiency` in the preset). The backward pass of a GEMM
-is two GEMMs of the same three dimensions (dX = dY W^T, dW = X^T dY), so twice the forward time.
+each). The kernel computes whole tiles, so a dimension just past a multiple of the tile pays for
+the whole last tile (tile quantization: NVIDIA Deep Learning Performance Documentation, "Matrix
+Multiplication Background User's Guide", Dimension Quantization Effects); the curve q then applies
+to the tiled dimensions. The constants are per hardware (`Efficiency` in the preset). The
+backward pass of a GEMM is two GEMMs of the same three dimensions (dX = dY W^T, dW = X^T dY), so
+twice the forward time.
 
 Attention: flash attention (Dao 2023, FlashAttention-2) skips the masked half of a causal
 s x s block and runs at `efficiency.attention` of the BF16 peak; its backward does 5 matmuls to
@@ -122,14 +127,17 @@ def batched_gemm_s(
 ) -> FloatArray:
     """`batch` independent m x n x k products in one kernel, as torch.bmm and torch.baddbmm run
     unfused attention's scores and context (Megatron-LM's CoreAttention over b x heads matrices):
-    each product at the roofline of its own shape, one launch for them all."""
+    each product at the roofline of its own shape (m and n tiled: module docstring), one launch
+    for them all."""
     eff = cluster.efficiency
     half = eff.gemm_half_dim
+    tile = float(eff.gemm_tile)
 
     def q(x: FloatArray) -> FloatArray:
         return np.asarray(x / (x + half))
 
-    compute = 2.0 * m * n * k / (rate_flops * q(m) * q(n) * q(k))
+    rows, cols = (np.ceil(x / tile) * tile for x in (m, n))
+    compute = 2.0 * rows * cols * k / (rate_flops * q(rows) * q(cols) * q(k))
     memory = 2.0 * (m * k + k * n + m * n) / (cluster.gpu.mem_bw_bytes_per_s * eff.memory_bound)
     return np.asarray(batch * np.maximum(compute, memory) + eff.kernel_overhead_s)
 

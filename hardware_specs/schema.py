@@ -98,6 +98,9 @@ class Efficiency(_Spec):
         precision inform the one fitted gemm_max.
     gemm_half_dim: a GEMM dimension of this size halves the efficiency along that dimension:
         eff(m, n, k) = gemm_max * q(m) q(n) q(k), q(x) = x / (x + gemm_half_dim).
+    gemm_tile: the output tile of the large-GEMM kernels, in rows and columns: a GEMM computes
+        whole tiles, so its m and n count as rounded up to a multiple of it (tile quantization;
+        `compute.batched_gemm_s`). 1 turns the rounding off.
     attention: fraction of the dense peak reached by fused (flash) attention kernels.
     memory_bound: fraction of HBM bandwidth reached by elementwise / normalization kernels.
     kernel_overhead_s: fixed cost per kernel launch (launch + tail), paid per GEMM and op.
@@ -122,6 +125,7 @@ class Efficiency(_Spec):
     gemm_max: float = Field(ge=0.01, le=1.0)
     fp8_gemm_ratio: float = Field(default=1.0, ge=0.1, le=1.5)
     gemm_half_dim: float = Field(ge=0, le=1e5)
+    gemm_tile: int = Field(default=128, ge=1, le=1024)
     attention: float = Field(ge=0.01, le=1.0)
     memory_bound: float = Field(ge=0.01, le=1.0)
     kernel_overhead_s: float = Field(ge=0, le=1e-2)

@@ -64,7 +64,8 @@ def round_cluster(base: Cluster) -> Cluster:
     """`base` with round figures, so that hand arithmetic stays short and does not move when a
     preset is recalibrated: a GPU of 200e12 FLOP/s in BF16 and FP16, 400e12 in FP8, 2e12 B/s of
     HBM; NVLink 100e9 B/s at 2 us, PCIe 10e9 B/s at 4 us, the network 10e9 B/s at 10 us (all at
-    efficiency 1); GEMMs at gemm_max 0.5 with gemm_half_dim 0 (no shape penalty), attention at
+    efficiency 1); GEMMs at gemm_max 0.5 with gemm_half_dim 0 and gemm_tile 1 (no shape penalty,
+    no tile rounding), attention at
     0.5, memory-bound kernels at the full HBM rate, no launch cost, dp_overlap 0.5; a host of
     1e12 bytes whose CPUs run Adam at 1e9 parameters/s."""
     gpu = base.gpu.model_copy(
@@ -85,7 +86,13 @@ def round_cluster(base: Cluster) -> Cluster:
             "intra_node": intra,
             "inter_node": Link(name="ib", bw_bytes_per_s=10e9, latency_s=10e-6, efficiency=1.0),
             "efficiency": Efficiency(
-                gemm_max=0.5, gemm_half_dim=0, attention=0.5, memory_bound=1.0, kernel_overhead_s=0, dp_overlap=0.5
+                gemm_max=0.5,
+                gemm_half_dim=0,
+                gemm_tile=1,
+                attention=0.5,
+                memory_bound=1.0,
+                kernel_overhead_s=0,
+                dp_overlap=0.5,
             ),
         }
     )

@@ -619,6 +619,8 @@ def test_bad_model_file(invoke: Invoke, tmp_path: Path, name: str, text: str | N
     ("old", "new", "names"),
     [
         ("peak_bf16_flops = 312e12", "peak_bf16_flops = -1", ("peak_bf16_flops", "-1")),
+        ("gemm_tile = 128", "gemm_tile = 0", ("gemm_tile", "0")),
+        ("gemm_tile = 128", "gemm_tile = 96.5", ("gemm_tile", "96.5")),
         ("gpus_per_node = 8", "gpus_per_node = [", ()),
         ("gpus_per_node = 8", "gpus_per_node = " + "9" * 5000, ()),
     ],

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import gpt_spec, one
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from paraplan.cost_models.candidates import Layouts
 from paraplan.cost_models.compute import (
@@ -69,6 +71,40 @@ def test_gemm_half_dim_halves_the_efficiency_per_dimension(dgx: Cluster) -> None
     slow = dgx.model_copy(update={"efficiency": dgx.efficiency.model_copy(update={"gemm_half_dim": 4096.0})})
     x = _a(4096.0)
     assert _f(gemm_s(x, x, x, RATE, slow)) == pytest.approx(1.099511627776e-2, rel=1e-12)
+
+
+def test_a_dimension_past_a_tile_pays_for_the_whole_tile(dgx: Cluster) -> None:
+    # With 128 x 128 output tiles, n = 4097 is one column past 32 tiles: the kernel computes 33
+    # tiles, 4224 columns, 2 * 4096 * 4224 * 4096 = 141,733,920,768 FLOPs at 1e14 FLOP/s
+    # => 1.41733920768e-3 s (bytes 2 * (4096^2 + 2 * 4096 * 4097) = 100,679,680 => 5.03e-5 s:
+    # compute-bound), the time of n = 4224 itself, against 1.374725...e-3 s untiled (4097 / 4096
+    # of the square GEMM above). A multiple of the tile is not rounded.
+    tiled = dgx.model_copy(update={"efficiency": dgx.efficiency.model_copy(update={"gemm_tile": 128})})
+    x = _a(4096.0)
+    assert _f(gemm_s(x, _a(4097.0), x, RATE, tiled)) == pytest.approx(1.41733920768e-3, rel=1e-12)
+    assert _f(gemm_s(x, _a(4224.0), x, RATE, tiled)) == pytest.approx(1.41733920768e-3, rel=1e-12)
+    assert _f(gemm_s(_a(4097.0), x, x, RATE, tiled)) == pytest.approx(1.41733920768e-3, rel=1e-12)
+    assert _f(gemm_s(x, x, x, RATE, tiled)) == _f(gemm_s(x, x, x, RATE, dgx))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    preset=st.sampled_from(["a100-80g", "h100-sxm", "b200", "mi300x"]),
+    m=st.integers(1, 20_000),
+    n=st.integers(1, 20_000),
+    k=st.integers(1, 20_000),
+    grow=st.integers(1, 600),
+)
+def test_gemm_time_never_falls_as_a_dimension_grows(
+    presets: dict[str, Cluster], preset: str, m: int, n: int, k: int, grow: int
+) -> None:
+    # Tile rounding makes time a step function of m and n; it must still never fall as m, n or
+    # k grows (a larger problem is never faster), on every kind of tile.
+    cluster = presets[preset]
+    rate = cluster.gpu.peak_bf16_flops * cluster.efficiency.gemm_max
+    base = _f(gemm_s(_a(m), _a(n), _a(k), rate, cluster))
+    for a, b, c in ((m + grow, n, k), (m, n + grow, k), (m, n, k + grow)):
+        assert _f(gemm_s(_a(a), _a(b), _a(c), rate, cluster)) >= base * (1 - 1e-12)
 
 
 def test_kernel_overhead_is_added_once_per_gemm(dgx: Cluster) -> None:
