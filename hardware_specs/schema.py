@@ -97,7 +97,8 @@ class Efficiency(_Spec):
         80.3%, FP8 70.9%, a ratio of 0.883); one measured ratio per GPU, so that runs in either
         precision inform the one fitted gemm_max.
     gemm_half_dim: a GEMM dimension of this size halves the efficiency along that dimension:
-        eff(m, n, k) = gemm_max * q(m) q(n) q(k), q(x) = x / (x + gemm_half_dim).
+        eff(M, N, k) = gemm_max * q(M) q(N) q(k), q(x) = x / (x + gemm_half_dim), with M and N
+        the GEMM's m and n rounded up to gemm_tile.
     gemm_tile: the output tile of the large-GEMM kernels, in rows and columns: a GEMM computes
         whole tiles, so its m and n count as rounded up to a multiple of it (tile quantization;
         `compute.batched_gemm_s`). 1 turns the rounding off.
