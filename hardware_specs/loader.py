@@ -145,7 +145,9 @@ def _show(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return f"{value:g}"
+        text = f"{value:g}"
+        # an integral float reads as written in TOML (8.0), so "must be a valid integer" makes sense
+        return text if any(c in text for c in ".einf") else f"{text}.0"
     if isinstance(value, dict):
         return "{...}"
     if isinstance(value, list):

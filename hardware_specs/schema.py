@@ -4,7 +4,9 @@ Every figure is in SI base units with the unit in the field name (`_bytes`, `_s`
 `_bytes_per_s`, `_w`), bounded below by a physical floor (100 GFLOP/s, 1 GB, 10 GB/s of HBM,
 100 MB/s of link) so that a figure in the wrong unit is refused at the edge. A preset TOML
 writes the same fields; the loader converts nothing, so a figure read from a data sheet in GB/s
-is entered as e.g. `300e9`.
+is entered as e.g. `300e9`. Numbers and flags are taken as written: a TOML boolean, or a number
+in quotes, where a figure belongs is refused rather than read as 1 or parsed (`gpus_per_node =
+true` would otherwise be one GPU per node); a count (`gpus_per_node`, `gemm_tile`) is an integer.
 
 The efficiency figures (`Efficiency`) are what software reaches on the hardware, not what the
 data sheet promises. They are the constants that `paraplan calibrate` fits.
@@ -12,15 +14,20 @@ data sheet promises. They are the constants that `paraplan calibrate` fits.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 
 # Physical floors: a figure below them is a unit mistake (312 for 312e12 FLOP/s, 200 for a
 # 200 Gb/s link) or nonsense, and would make every step time overflow.
 MIN_FLOPS = 1e11
 
 IntraNodeKind = Literal["nvswitch", "xgmi", "nvlink_bridge", "pcie_p2p", "pcie_host"]
+
+# Strict: no bool or string coercion (module docstring); an integer is still a valid Number.
+Number = Annotated[float, Strict()]
+Count = Annotated[int, Strict()]
+Flag = Annotated[bool, Strict()]
 
 
 class _Spec(BaseModel):
@@ -31,13 +38,13 @@ class GPU(_Spec):
     """One accelerator. Peaks are dense tensor-core rates (sparsity figures halved)."""
 
     name: str = Field(min_length=1)
-    peak_bf16_flops: float = Field(ge=MIN_FLOPS, le=1e17)
-    peak_fp16_flops: float = Field(ge=MIN_FLOPS, le=1e17)
-    peak_fp8_flops: float | None = Field(default=None, ge=MIN_FLOPS, le=1e17)  # None: no FP8 tensor cores
-    memory_bytes: float = Field(ge=1e9, le=1e14)  # capacity the driver exposes (nvidia-smi total)
-    mem_bw_bytes_per_s: float = Field(ge=1e10, le=1e14)
-    tdp_w: float = Field(ge=1, le=1e5)
-    ecc: bool
+    peak_bf16_flops: Number = Field(ge=MIN_FLOPS, le=1e17)
+    peak_fp16_flops: Number = Field(ge=MIN_FLOPS, le=1e17)
+    peak_fp8_flops: Number | None = Field(default=None, ge=MIN_FLOPS, le=1e17)  # None: no FP8 tensor cores
+    memory_bytes: Number = Field(ge=1e9, le=1e14)  # capacity the driver exposes (nvidia-smi total)
+    mem_bw_bytes_per_s: Number = Field(ge=1e10, le=1e14)
+    tdp_w: Number = Field(ge=1, le=1e5)
+    ecc: Flag
     sources: tuple[str, ...] = ()
 
 
@@ -45,9 +52,9 @@ class Link(_Spec):
     """A point-to-point path: bandwidth per direction per GPU, latency, achievable fraction."""
 
     name: str = Field(min_length=1)
-    bw_bytes_per_s: float = Field(ge=1e8, le=1e14)
-    latency_s: float = Field(ge=0, le=1.0)
-    efficiency: float = Field(ge=0.01, le=1.0)  # bus bandwidth reached by collectives / nominal
+    bw_bytes_per_s: Number = Field(ge=1e8, le=1e14)
+    latency_s: Number = Field(ge=0, le=1.0)
+    efficiency: Number = Field(ge=0.01, le=1.0)  # bus bandwidth reached by collectives / nominal
     sources: tuple[str, ...] = ()
 
     @property
@@ -78,8 +85,8 @@ class StackKernelEfficiency(_Spec):
     named by its label (`cost_models.layout.Framework`; tests/test_hardware.py holds the two lists
     equal: this package cannot import that one)."""
 
-    deepspeed: float | None = Field(default=None, ge=0.1, le=1.5)
-    torchtitan: float | None = Field(default=None, ge=0.1, le=1.5)
+    deepspeed: Number | None = Field(default=None, ge=0.1, le=1.5)
+    torchtitan: Number | None = Field(default=None, ge=0.1, le=1.5)
 
     def of(self, stack: str) -> float | None:
         """The stack's figure on this hardware, by its label; None where none was measured (and for
@@ -123,42 +130,42 @@ class Efficiency(_Spec):
         the presets leave it empty.
     """
 
-    gemm_max: float = Field(ge=0.01, le=1.0)
-    fp8_gemm_ratio: float = Field(default=1.0, ge=0.1, le=1.5)
-    gemm_half_dim: float = Field(ge=0, le=1e5)
-    gemm_tile: int = Field(default=128, ge=1, le=1024)
-    attention: float = Field(ge=0.01, le=1.0)
-    memory_bound: float = Field(ge=0.01, le=1.0)
-    kernel_overhead_s: float = Field(ge=0, le=1e-2)
-    dp_overlap: float = Field(ge=0, le=1.0)
-    attention_dropout_fwd: float = Field(default=0.80, gt=0, le=1.0)
-    attention_dropout_bwd: float = Field(default=0.65, gt=0, le=1.0)
+    gemm_max: Number = Field(ge=0.01, le=1.0)
+    fp8_gemm_ratio: Number = Field(default=1.0, ge=0.1, le=1.5)
+    gemm_half_dim: Number = Field(ge=0, le=1e5)
+    gemm_tile: Count = Field(default=128, ge=1, le=1024)
+    attention: Number = Field(ge=0.01, le=1.0)
+    memory_bound: Number = Field(ge=0.01, le=1.0)
+    kernel_overhead_s: Number = Field(ge=0, le=1e-2)
+    dp_overlap: Number = Field(ge=0, le=1.0)
+    attention_dropout_fwd: Number = Field(default=0.80, gt=0, le=1.0)
+    attention_dropout_bwd: Number = Field(default=0.65, gt=0, le=1.0)
     stack_kernel_efficiency: StackKernelEfficiency = StackKernelEfficiency()
     sources: tuple[str, ...] = ()
 
 
 class Price(_Spec):
-    gpu_usd: float | None = Field(default=None, ge=0, le=1e8)
-    server_share_usd: float | None = Field(default=None, ge=0, le=1e8)  # per GPU: chassis, CPU, RAM, NIC
-    network_share_usd: float | None = Field(default=None, ge=0, le=1e8)  # per GPU: switches, cables
-    cloud_usd_per_gpu_hour: float | None = Field(default=None, ge=0, le=1e5)
-    lifetime_years: float = Field(default=4.0, ge=0.1, le=50)
+    gpu_usd: Number | None = Field(default=None, ge=0, le=1e8)
+    server_share_usd: Number | None = Field(default=None, ge=0, le=1e8)  # per GPU: chassis, CPU, RAM, NIC
+    network_share_usd: Number | None = Field(default=None, ge=0, le=1e8)  # per GPU: switches, cables
+    cloud_usd_per_gpu_hour: Number | None = Field(default=None, ge=0, le=1e5)
+    lifetime_years: Number = Field(default=4.0, ge=0.1, le=50)
     sources: tuple[str, ...] = ()
 
 
 class Power(_Spec):
-    node_overhead_w: float = Field(default=0.0, ge=0, le=1e6)  # CPUs, fans, NICs per node
-    idle_fraction: float = Field(default=0.25, ge=0, le=1)  # GPU draw when idle / TDP
-    pue: float = Field(default=1.3, ge=1.0, le=5.0)
-    usd_per_kwh: float | None = Field(default=None, ge=0, le=1e3)  # None: no energy price, no energy cost
+    node_overhead_w: Number = Field(default=0.0, ge=0, le=1e6)  # CPUs, fans, NICs per node
+    idle_fraction: Number = Field(default=0.25, ge=0, le=1)  # GPU draw when idle / TDP
+    pue: Number = Field(default=1.3, ge=1.0, le=5.0)
+    usd_per_kwh: Number | None = Field(default=None, ge=0, le=1e3)  # None: no energy price, no energy cost
     sources: tuple[str, ...] = ()
 
 
 class Reliability(_Spec):
-    gpu_mtbf_hours: float = Field(ge=0.1, le=1e9)
-    node_mtbf_hours: float = Field(ge=0.1, le=1e9)  # non-GPU failures of one server
-    storage_write_bytes_per_s: float = Field(default=5e9, ge=1e6, le=1e15)  # per node checkpoint write
-    restart_s: float = Field(default=600.0, ge=0, le=1e7)
+    gpu_mtbf_hours: Number = Field(ge=0.1, le=1e9)
+    node_mtbf_hours: Number = Field(ge=0.1, le=1e9)  # non-GPU failures of one server
+    storage_write_bytes_per_s: Number = Field(default=5e9, ge=1e6, le=1e15)  # per node checkpoint write
+    restart_s: Number = Field(default=600.0, ge=0, le=1e7)
     sources: tuple[str, ...] = ()
 
 
@@ -166,8 +173,8 @@ class Host(_Spec):
     """The servers' CPUs and memory, for offloading optimizer states and weights (ZeRO-Offload,
     ZeRO-Infinity, FSDP2 CPU offload). Host <-> GPU transfers use `intra_node.pcie`."""
 
-    memory_bytes: float = Field(ge=1e9, le=1e15)  # host DRAM per node
-    cpu_adam_params_per_s: float = Field(ge=1e6, le=1e13)  # Adam steps per second on one node's CPUs
+    memory_bytes: Number = Field(ge=1e9, le=1e15)  # host DRAM per node
+    cpu_adam_params_per_s: Number = Field(ge=1e6, le=1e13)  # Adam steps per second on one node's CPUs
     sources: tuple[str, ...] = ()
 
 
@@ -178,16 +185,16 @@ class Cluster(_Spec):
     family: str = Field(default="", max_length=64)  # GPU generation, to match validation runs ("" = name)
     description: str = ""
     gpu: GPU
-    gpus_per_node: int = Field(ge=1, le=1024)
+    gpus_per_node: Count = Field(ge=1, le=1024)
     intra_node: IntraNode
     inter_node: Link  # per-GPU share of the node's NICs, across the network
     efficiency: Efficiency
-    memory_reserve_bytes: float = Field(ge=0)  # CUDA context, NCCL buffers, allocator slack
+    memory_reserve_bytes: Number = Field(ge=0)  # CUDA context, NCCL buffers, allocator slack
     # NCCL's NVLink SHARP (NVLS) buffers per GPU of the node a communicator spans, for every
     # communicator with more than two of the node's GPUs (NCCL's NVLS heads: at most 32 of them,
     # cost_models/memory.NVLS_MAX_HEADS); 0 where the node has no NVLS
     # (cost_models/memory.nvls_buffer_bytes).
-    nvls_bytes_per_rank: float = Field(default=0.0, ge=0, le=1e10)
+    nvls_bytes_per_rank: Number = Field(default=0.0, ge=0, le=1e10)
     price: Price | None = None
     power: Power | None = None
     reliability: Reliability | None = None

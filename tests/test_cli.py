@@ -621,6 +621,12 @@ def test_bad_model_file(invoke: Invoke, tmp_path: Path, name: str, text: str | N
         ("peak_bf16_flops = 312e12", "peak_bf16_flops = -1", ("peak_bf16_flops", "-1")),
         ("gemm_tile = 128", "gemm_tile = 0", ("gemm_tile", "0")),
         ("gemm_tile = 128", "gemm_tile = 96.5", ("gemm_tile", "96.5")),
+        # taken as written: a boolean or a quoted number is no figure, a count no float
+        ("gpus_per_node = 8", "gpus_per_node = true", ("gpus_per_node", "true", "integer")),
+        ("gpus_per_node = 8", 'gpus_per_node = "8"', ("gpus_per_node", "integer")),
+        ("gpus_per_node = 8", "gpus_per_node = 8.0", ("gpus_per_node", "8.0", "integer")),
+        ("peak_bf16_flops = 312e12", 'peak_bf16_flops = "312e12"', ("peak_bf16_flops", "number")),
+        ("ecc = true", "ecc = 1", ("ecc", "boolean")),
         ("gpus_per_node = 8", "gpus_per_node = [", ()),
         ("gpus_per_node = 8", "gpus_per_node = " + "9" * 5000, ()),
     ],
