@@ -147,7 +147,7 @@ def _show(value: object) -> str:
     if isinstance(value, float):
         text = f"{value:g}"
         # an integral float reads as written in TOML (8.0), so "must be a valid integer" makes sense
-        return text if any(c in text for c in ".einf") else f"{text}.0"
+        return f"{text}.0" if value.is_integer() and "e" not in text else text
     if isinstance(value, dict):
         return "{...}"
     if isinstance(value, list):
