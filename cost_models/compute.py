@@ -1105,19 +1105,41 @@ def mamba_mixer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> tuple[Flo
       scan I/O       read x, B, C, z, dt once 2(c + d + H), write the gated output and the
                      pre-gate output it keeps for the backward 4d
       gated norm     read and write 4d
-    The backward moves twice the forward's bytes in twice the kernels, as the other elementwise
-    work (module docstring)."""
+    The backward moves twice these bytes in twice the kernels, as the other elementwise work
+    (module docstring). Besides, the SSD kernels pass fp32 intermediates between them through
+    memory, per chunk of Q tokens (N state size, G groups, P head dim; bytes per token):
+      forward  `_chunk_cumsum_fwd` writes dA_cumsum and dt in fp32 (8H), which `_chunk_state_fwd`
+               and `_chunk_scan_fwd` read again (16H); x, B and C are read a second time (2c);
+               the chunk states (H P N = d N per chunk) are written in fp32 by `_chunk_state_fwd`,
+               read by `_state_passing_fwd`, which writes them in bf16 for `_chunk_scan_fwd` to
+               read: (4 + 4 + 2 + 2) d N / Q; C B^T (G Q Q per chunk, fp32) is written by
+               `_bmm_chunk_fwd` and read by `_chunk_scan_fwd`: 8 G Q.
+      backward `_mamba_chunk_scan_combined_bwd` recomputes the states (fp32 written, read, and
+               written by the state passing, which returns fp32 here: 12 d N / Q) and C B^T
+               (4 G Q); `_chunk_scan_bwd_dstates` writes the state gradients in fp32 (4),
+               `_state_passing_bwd` reads states and gradients in fp32 and writes both in bf16
+               (4 + 4 + 2 + 2), `_chunk_scan_chunk_state_bwd_dx`, `_chunk_state_bwd_db` and
+               `_chunk_scan_bwd_dC` read a bf16 copy each (6): 34 d N / Q; C B^T is read by
+               `_chunk_scan_chunk_state_bwd_dx` and `_chunk_scan_bwd_ddAcs_stable` (8), its fp32
+               gradient written by `_chunk_scan_bwd_dcb` and read by the two `_bmm_chunk_bwd` (12):
+               24 G Q.
+    (mamba_ssm/ops/triton/ssd_combined.py `_mamba_chunk_scan_combined_fwd` and `_bwd` at
+    state-spaces/mamba e9594ce; the small per-chunk dA and final-state tensors are left out.)
+    Nemotron-3-Nano (d 4096, N 128, G 8, Q 128, H 64, c 6144): 71,168 bytes a token forward
+    beside the 135,552 above, 163,840 backward."""
     tokens = lay.tokens_per_micro_batch
     tp = lay.floats("tp")
     rate = cluster.gpu.peak_bf16_flops * cluster.efficiency.attention
     scan = model.mamba_scan_flops_per_token
     d, c, w = float(model.mamba_inner), float(model.mamba_conv_channels), float(model.mamba_in_width)
     per_token = 4.0 * w + 4.0 * d + 4.0 * c + 2.0 * (c + d + model.mamba_heads) + 4.0 * d + 4.0 * d
+    fwd_between, bwd_between = model.mamba_scan_intermediate_bytes_per_token
     nbytes = tokens * per_token / tp
     kernels = np.full(len(lay), float(MAMBA_KERNELS_FWD))
-    fwd = tokens * scan / tp / rate + _kernels_s(nbytes, kernels, cluster)
+    fwd = tokens * scan / tp / rate + _kernels_s(nbytes + tokens * fwd_between / tp, kernels, cluster)
     bwd_flops = 2.0 * scan + model.mamba_scan_recompute_flops_per_token
-    bwd = tokens * bwd_flops / tp / rate + _kernels_s(2.0 * nbytes, 2.0 * kernels, cluster)
+    bwd_bytes = 2.0 * nbytes + tokens * bwd_between / tp
+    bwd = tokens * bwd_flops / tp / rate + _kernels_s(bwd_bytes, 2.0 * kernels, cluster)
     return np.asarray(fwd), np.asarray(bwd)
 
 

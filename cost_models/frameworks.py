@@ -384,7 +384,8 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # of its docstring; 114 runs with every GB200, GB300 and B300 row of the tables, each row's CUDA
 # graphs counted (`Stack.cuda_graph_scope`) and each row's load-balancing loss (`Stack.moe_aux_loss`:
 # GPT-OSS's 26 rows run none), with MOE_HOST_EXPOSED_SHARE (below): 163.6 us per dispatch, their
-# MAPE 21.3% -> 11.6% (21.7% -> 11.9% before GEMM tile rounding, `Efficiency.gemm_tile`;
+# MAPE 20.8% -> 11.4% (21.3% -> 11.6% before the SSD kernels' intermediates in `mamba_mixer_s`,
+# 21.7% -> 11.9% before GEMM tile rounding, `Efficiency.gemm_tile`;
 # 163.5 us, 14.4% with the plain maximum, max(H, G); before that, with it:
 # 160.3 us, 14.5% with an aux loss in every router; 155.9 us, 15.7% with every dispatch counted
 # whatever the graphs); on the first 45: 159.0 us, 29.7% -> 14.1%; on the 40 runs it

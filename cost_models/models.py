@@ -515,6 +515,17 @@ class ModelSpec(BaseModel):
         q, n, d = float(self.mamba_chunk), float(self.mamba_state_dim), float(self.mamba_inner)
         return 2.0 * q * n * self.mamba_groups + 2.0 * n * d
 
+    @property
+    def mamba_scan_intermediate_bytes_per_token(self) -> tuple[float, float]:
+        """Bytes per token, (forward, backward), one mixer's SSD kernels pass between them through
+        memory beyond reading their inputs and writing their outputs once (derivation and source:
+        `compute.mamba_mixer_s`): 24 H + 2 c + 12 d N / Q + 8 G Q forward, 34 d N / Q + 24 G Q
+        backward, before tensor parallelism splits heads and groups."""
+        q, n, d = float(self.mamba_chunk), float(self.mamba_state_dim), float(self.mamba_inner)
+        states, cb = d * n / q, self.mamba_groups * q
+        fwd = 24.0 * self.mamba_heads + 2.0 * self.mamba_conv_channels + 12.0 * states + 8.0 * cb
+        return fwd, 34.0 * states + 24.0 * cb
+
     def _hybrid_block_params(self) -> dict[str, int]:
         """Parameters of each kind of `layer_pattern` block, its pre-norm included (the MoE
         block with all its E routed experts)."""

@@ -12,6 +12,7 @@ import pytest
 
 import paraplan
 from paraplan.cost_models.candidates import Layouts
+from paraplan.cost_models.compute import mamba_mixer_s
 from paraplan.cost_models.errors import InputError
 from paraplan.cost_models.flops import forward_flops_per_token
 from paraplan.cost_models.layout import Framework, Layout
@@ -20,6 +21,7 @@ from paraplan.cost_models.memory import mamba_saved_bytes
 from paraplan.cost_models.models import ModelSpec, load_hf_config, model_from_config
 from paraplan.cost_models.traffic import linear_blocks
 from paraplan.hardware_specs.loader import load_cluster
+from paraplan.hardware_specs.schema import Cluster
 from paraplan.launch.emitters import check_emitted, emit_launch
 from paraplan.launch.importer import layout_from_launch, read_launch_text
 
@@ -140,6 +142,31 @@ def test_shares_of_a_pattern() -> None:
 def test_mamba_saved_bytes_by_hand() -> None:
     # in_proj output 2 x 584, out_x, norm input, out_proj input 3 x 2 x 256, rstd 4 x 2 groups
     assert mamba_saved_bytes(_toy("M*")) == 2 * 584 + 6 * 256 + 8
+
+
+def test_mamba_mixer_time_by_hand(dgx: Cluster) -> None:
+    # toy "M*": d 256 (8 heads x 32), N 16, G 2, Q 128, c = 256 + 2 x 2 x 16 = 320, in_proj width
+    # w = 2 x 256 + 2 x 2 x 16 + 8 = 584; 1,024 tokens at TP1 on the round cluster (attention at
+    # 1e14 FLOP/s, HBM 2e12 B/s, no launch cost).
+    # scan FLOPs a token: 2 Q N G + (Q + 1) d + 4 N d = 8,192 + 33,024 + 16,384 = 57,600;
+    #   recomputed in the backward: 2 Q N G + 2 N d = 16,384
+    # bytes a token: copies, conv, scan I/O, norm 4w + 4d + 4c + 2(c + d + H) + 4d + 4d = 7,856;
+    #   between the SSD kernels, forward 24 H + 2 c + 12 d N / Q + 8 G Q = 192 + 640 + 384 + 2,048
+    #   = 3,264; backward 34 d N / Q + 24 G Q = 1,088 + 6,144 = 7,232
+    # forward 1024 x 57,600 / 1e14 + 1024 x (7,856 + 3,264) / 2e12 = 0.589824 + 5.69344 us;
+    # backward 1024 x 131,584 / 1e14 + 1024 x (2 x 7,856 + 7,232) / 2e12 = 1.34742016 + 11.747328 us
+    m = _toy("M*")
+    assert m.mamba_scan_intermediate_bytes_per_token == (3_264.0, 7_232.0)
+    fwd, bwd = mamba_mixer_s(m, Layouts.of([Layout(global_batch=8, seq_len=1024)]), dgx)
+    assert float(fwd[0]) == pytest.approx(6.283264e-6, rel=1e-9)
+    assert float(bwd[0]) == pytest.approx(1.309474816e-5, rel=1e-9)
+
+
+def test_nemotron_3_nano_ssd_intermediates_by_hand() -> None:
+    # d 4096, N 128, Q 128, G 8, H 64, c = 4096 + 2 x 8 x 128 = 6144:
+    # forward 24 x 64 + 2 x 6144 + 12 x 4096 + 8 x 1024 = 71,168; backward 34 x 4096 + 24 x 1024
+    m = _real("nemotron-3-nano-30b-a3b")
+    assert m.mamba_scan_intermediate_bytes_per_token == (71_168.0, 163_840.0)
 
 
 # ===================================================================== frameworks and limits
