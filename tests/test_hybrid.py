@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import paraplan
 from paraplan.cost_models.candidates import Layouts
@@ -160,6 +162,25 @@ def test_mamba_mixer_time_by_hand(dgx: Cluster) -> None:
     fwd, bwd = mamba_mixer_s(m, Layouts.of([Layout(global_batch=8, seq_len=1024)]), dgx)
     assert float(fwd[0]) == pytest.approx(6.283264e-6, rel=1e-9)
     assert float(bwd[0]) == pytest.approx(1.309474816e-5, rel=1e-9)
+
+
+@given(
+    seq=st.sampled_from([256, 1000, 4096]),
+    tp=st.sampled_from([1, 2]),
+    state=st.sampled_from([16, 64, 128]),
+    chunk=st.sampled_from([64, 128, 256]),
+)
+def test_mamba_mixer_time_is_per_token_and_split_over_tp(
+    dgx: Cluster, seq: int, tp: int, state: int, chunk: int
+) -> None:
+    # without launch costs every term of the mixer is per token and per head (or group) on the
+    # GPU: twice the tokens take twice the time, TP ranks each do 1/TP of it
+    m = _toy("M*", ssm_state_size=state, chunk_size=chunk)
+    one = [mamba_mixer_s(m, Layouts.of([Layout(global_batch=8, seq_len=seq, tp=t)]), dgx) for t in (1, tp)]
+    two = mamba_mixer_s(m, Layouts.of([Layout(global_batch=8, seq_len=2 * seq)]), dgx)
+    for k in (0, 1):
+        assert float(two[k][0]) == pytest.approx(2.0 * float(one[0][k][0]), rel=1e-12)
+        assert float(one[1][k][0]) == pytest.approx(float(one[0][k][0]) / tp, rel=1e-12)
 
 
 def test_nemotron_3_nano_ssd_intermediates_by_hand() -> None:
