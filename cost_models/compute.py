@@ -1127,19 +1127,16 @@ def mamba_mixer_s(model: ModelSpec, lay: Layouts, cluster: Cluster) -> tuple[Flo
     state-spaces/mamba e9594ce; the small per-chunk dA and final-state tensors are left out.)
     Nemotron-3-Nano (d 4096, N 128, G 8, Q 128, H 64, c 6144): 71,168 bytes a token forward
     beside the 135,552 above, 163,840 backward."""
-    tokens = lay.tokens_per_micro_batch
-    tp = lay.floats("tp")
+    rank_tokens = lay.tokens_per_micro_batch / lay.floats("tp")  # the heads and groups are split over TP
     rate = cluster.gpu.peak_bf16_flops * cluster.efficiency.attention
     scan = model.mamba_scan_flops_per_token
     d, c, w = float(model.mamba_inner), float(model.mamba_conv_channels), float(model.mamba_in_width)
-    per_token = 4.0 * w + 4.0 * d + 4.0 * c + 2.0 * (c + d + model.mamba_heads) + 4.0 * d + 4.0 * d
+    io = 4.0 * w + 4.0 * d + 4.0 * c + 2.0 * (c + d + model.mamba_heads) + 4.0 * d + 4.0 * d
     fwd_between, bwd_between = model.mamba_scan_intermediate_bytes_per_token
-    nbytes = tokens * per_token / tp
     kernels = np.full(len(lay), float(MAMBA_KERNELS_FWD))
-    fwd = tokens * scan / tp / rate + _kernels_s(nbytes + tokens * fwd_between / tp, kernels, cluster)
+    fwd = rank_tokens * scan / rate + _kernels_s(rank_tokens * (io + fwd_between), kernels, cluster)
     bwd_flops = 2.0 * scan + model.mamba_scan_recompute_flops_per_token
-    bwd_bytes = 2.0 * nbytes + tokens * bwd_between / tp
-    bwd = tokens * bwd_flops / tp / rate + _kernels_s(bwd_bytes, 2.0 * kernels, cluster)
+    bwd = rank_tokens * bwd_flops / rate + _kernels_s(rank_tokens * (2.0 * io + bwd_between), 2.0 * kernels, cluster)
     return np.asarray(fwd), np.asarray(bwd)
 
 
