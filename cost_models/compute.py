@@ -65,8 +65,10 @@ from paraplan.cost_models.flops import causal_keys
 from paraplan.cost_models.frameworks import (
     MOE_HOST_EXPOSED_SHARE,
     cp_sdpa_merge,
+    gather_copies,
     kernel_efficiency_on,
     per_framework_value,
+    sharded_collectives_per_step,
 )
 from paraplan.cost_models.layout import Framework, Offload, Precision, Recompute
 from paraplan.cost_models.memory import StageParams, cpu_checkpointed, kv_repeats, layer_input_bytes_per_token
@@ -1205,6 +1207,28 @@ def optimizer_step_s(params: StageParams, lay: Layouts, cluster: Cluster, stack:
     master = -2.0 * stack.master_bytes_saved + (2.0 if stack.master_bytes_saved else 0.0)
     adam = on_gpu * shard * (26.0 - 2.0 * stack.moment_bytes_saved + master + stack.grad_bytes + loss_scale_check)
     return _memory_s(np.asarray(adam + 2.0 * stack.grad_bytes * grads), cluster)
+
+
+def fsdp_copy_s(params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:
+    """Per step, the copies FSDP2 runs around its collectives on the compute stream, memory-bound
+    (mechanism and source: frameworks `GATHER_COPIES`); 0 where the framework makes none or the
+    layout does not shard (ZeRO 0/1). Per parameter of the GPU's unsharded layers (TP, EP split):
+    - each all-gather: the fp32 shard cast into the bf16 input (4 + 2 B per parameter of the shard,
+      `FrameworkSpec.param_bytes` + 2) and the gathered buffer copied out (2 + 2 B);
+    - each reduce-scatter: the bf16 gradient copied into the reduce-dtype input (2 +
+      `Stack.grad_bytes` B).
+    How many of each a step runs: `frameworks.sharded_collectives_per_step`. Like the optimizer
+    step it is priced per step, outside the pipeline's slot: the bubble does not stretch it."""
+    on = gather_copies(lay)
+    if not np.any(on):
+        return np.zeros(len(lay))  # Megatron and DeepSpeed layouts: skip the arithmetic
+    gathers, scatters = sharded_collectives_per_step(lay)
+    whole = params.dense + params.expert
+    stored = per_framework_value(lay, lambda fs: float(fs.param_bytes))
+    gather_bytes = 2.0 * BF16_BYTES * whole + (stored + BF16_BYTES) * local_params(params, lay, 2)
+    scatter_bytes = (BF16_BYTES + stack.grad_bytes) * whole
+    copied = np.asarray(gathers * gather_bytes + scatters * scatter_bytes)
+    return np.asarray(np.where(on, _memory_s(copied, cluster), 0.0))
 
 
 def offload_s(params: StageParams, lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArray:

@@ -27,6 +27,7 @@ import numpy.typing as npt
 from paraplan.cost_models.candidates import BoolArray, FloatArray, Layouts
 from paraplan.cost_models.compute import (
     cpu_checkpoint_s,
+    fsdp_copy_s,
     matmul_peak_flops,
     micro_batch_times,
     moe_host_wait_s,
@@ -219,7 +220,8 @@ def evaluate(model: ModelSpec, cluster: Cluster, lay: Layouts, stack: Stack, mem
     params = StageParams(*(_pick(heaviest, [getattr(c, f) for c in candidates]) for f in StageParams.FIELDS))
     breakdown = {
         "compute": m * (n * layer + 3.0 * h + d * (layer + 3.0 * (times.eh_proj_fwd_s + head)))
-        + optimizer_step_s(params, lay, cluster, stack),
+        + optimizer_step_s(params, lay, cluster, stack)
+        + fsdp_copy_s(params, lay, cluster, stack),
         "recompute": m * (n + d) * times.layer_recompute_s,
         "tp_comm": m * (n + d) * comm.tp_layer_s,
         "cp_comm": m * (n + d) * comm.cp_layer_s,

@@ -134,6 +134,7 @@ class FrameworkSpec:
     loss_bytes_per_logit: int  # bytes per logit of the TP shard at the loss's peak (see LOSS_BYTES below)
     tp_loss_bytes_per_logit: int  # the same with TP > 1, where the loss runs on vocab-sharded logits
     head_gathered: bool  # ZeRO-3 keeps the LM head gathered from its forward to its backward (see HEAD_GATHERED)
+    gather_copies: bool  # ZeRO-2/3 copies weights and gradients around its collectives (see GATHER_COPIES)
     head_input_gathered: bool  # the LM head saves its TP-gathered input, not the SP shard (HEAD_INPUT_GATHERED)
     fp8_saves_quantized_inputs: bool  # FP8 GEMMs keep their FP8 input for the backward (see FP8_SAVES below)
     model_parallel_comms: bool  # communicators over TP x PP and, with FP8, TP x DP x CP (see MODEL_PARALLEL_COMMS)
@@ -171,7 +172,7 @@ class FrameworkSpec:
 KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.MEGATRON: 1.0,
     Framework.DEEPSPEED: 0.811,
-    Framework.TORCHTITAN: 0.896,
+    Framework.TORCHTITAN: 0.923,
 }
 
 # The loss at its peak, bytes per token and vocabulary entry of the TP shard, on top of the stored
@@ -218,6 +219,27 @@ TP_LOSS_BYTES: dict[Framework, int] = {Framework.MEGATRON: 6, Framework.DEEPSPEE
 # at 4f9e9a47; with tied weights the group also holds tok_embeddings). Megatron-FSDP and
 # DeepSpeed ZeRO-3 are priced with the layer buffers only.
 HEAD_GATHERED: dict[Framework, bool] = {
+    Framework.MEGATRON: False,
+    Framework.DEEPSPEED: False,
+    Framework.TORCHTITAN: True,
+}
+# FSDP2 (torchtitan's ZeRO-2/3) runs its collectives on flat buffers and copies on the compute
+# stream around them, per FSDP unit (a layer) and collective (torch/distributed/fsdp/_fully_shard/
+# _fsdp_collectives.py at 010ae4a89; the same ops at 415cc2628 under _composable/fsdp):
+#  * all-gather: `_get_param_all_gather_inputs` casts the fp32 shard into a bf16 input
+#    (`torch._foreach_copy_`, 4 + 2 B per parameter of the shard), and
+#    `foreach_all_gather_copy_out` copies the gathered bf16 buffer out to the unsharded
+#    parameters (`split_with_sizes_copy`, 2 + 2 B per parameter of the layer);
+#  * reduce-scatter: `foreach_reduce_scatter_copy_in` concatenates the layer's bf16 gradients
+#    into the reduce-dtype input (`torch._chunk_cat`, 2 B read, 4 B written at torchtitan's fp32
+#    reduce dtype); the division by the group size runs inside NCCL (ReduceOp.AVG for fp32 and
+#    bf16, `_get_gradient_divide_factors`), not as a kernel.
+# The copy-in of the reduce-scatter is waited on by the compute stream before the gradients are
+# freed, and the copy-out runs on it: exposed, memory-bound (`compute.fsdp_copy_s`). Megatron's
+# distributed optimizer and Megatron-FSDP gather into and reduce out of the buffers the
+# parameters and main gradients live in, and DeepSpeed ZeRO-3 gathers into the flat buffer its
+# parameters view: no copies priced there.
+GATHER_COPIES: dict[Framework, bool] = {
     Framework.MEGATRON: False,
     Framework.DEEPSPEED: False,
     Framework.TORCHTITAN: True,
@@ -489,7 +511,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         precisions=frozenset(Precision), uneven_split=True, cp_shards=False, pp_defers_grad_sync=False, pp_recv_buffers=False, sp_regathers_input=True, tp_allreduce_overlap=True,
         cp_sdpa_merge=False, block_recompute=True, even_split_divides=True, selective="core_attention", param_bytes=2, optimizer_bytes=12,
         params_sharded_from=3, kernel_efficiency=1.0, loss_bytes_per_logit=LOSS_BYTES[Framework.MEGATRON],
-        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON],
+        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.MEGATRON], head_gathered=HEAD_GATHERED[Framework.MEGATRON], gather_copies=GATHER_COPIES[Framework.MEGATRON],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.MEGATRON],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.MEGATRON],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.MEGATRON], token_drop=TOKEN_DROP[Framework.MEGATRON], mtp=MTP[Framework.MEGATRON],
@@ -507,7 +529,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         cp_sdpa_merge=False, block_recompute=False, even_split_divides=False, selective="unfused_core_attention", param_bytes=2,
         optimizer_bytes=12, params_sharded_from=3, kernel_efficiency=KERNEL_EFFICIENCY[Framework.DEEPSPEED],
         loss_bytes_per_logit=LOSS_BYTES[Framework.DEEPSPEED],
-        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED],
+        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.DEEPSPEED], head_gathered=HEAD_GATHERED[Framework.DEEPSPEED], gather_copies=GATHER_COPIES[Framework.DEEPSPEED],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.DEEPSPEED],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.DEEPSPEED],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.DEEPSPEED], token_drop=TOKEN_DROP[Framework.DEEPSPEED], mtp=MTP[Framework.DEEPSPEED],
@@ -524,7 +546,7 @@ FRAMEWORKS: dict[Framework, FrameworkSpec] = {
         uneven_split=True, cp_shards=True, pp_defers_grad_sync=True, pp_recv_buffers=True, sp_regathers_input=False, tp_allreduce_overlap=True, cp_sdpa_merge=True, block_recompute=False, even_split_divides=False, selective="op", param_bytes=4, optimizer_bytes=8,
         params_sharded_from=2, kernel_efficiency=KERNEL_EFFICIENCY[Framework.TORCHTITAN],
         loss_bytes_per_logit=LOSS_BYTES[Framework.TORCHTITAN],
-        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN],
+        tp_loss_bytes_per_logit=TP_LOSS_BYTES[Framework.TORCHTITAN], head_gathered=HEAD_GATHERED[Framework.TORCHTITAN], gather_copies=GATHER_COPIES[Framework.TORCHTITAN],
         head_input_gathered=HEAD_INPUT_GATHERED[Framework.TORCHTITAN],
         fp8_saves_quantized_inputs=FP8_SAVES[Framework.TORCHTITAN],
         model_parallel_comms=MODEL_PARALLEL_COMMS[Framework.TORCHTITAN], token_drop=TOKEN_DROP[Framework.TORCHTITAN], mtp=MTP[Framework.TORCHTITAN],
@@ -646,6 +668,25 @@ def zero2_regathers(lay: Layouts) -> BoolArray:
     re-all-gathered before the next forward")."""
     deferred = deferred_grad_sync(lay)
     return per_framework(lay, lambda fs, x: np.full(len(x), fs.params_sharded_from <= 2)) & ~deferred
+
+
+def sharded_collectives_per_step(lay: Layouts) -> tuple[FloatArray, FloatArray]:
+    """How often a step gathers each layer's weights and reduce-scatters its gradients at ZeRO-2
+    and 3, (gathers, reduce-scatters): ZeRO-3 gathers for every micro-batch's forward and again
+    for its backward, ZeRO-2 for every forward where the framework regathers (`zero2_regathers`)
+    and once after the optimizer step otherwise; the gradients are reduce-scattered after every
+    micro-batch's backward, or once where the sync is deferred (`deferred_grad_sync`). 0 at ZeRO 0
+    and 1, which reduce the whole gradient once a step."""
+    m = np.maximum(lay.num_micro_batches, 1.0)
+    sharded = lay.zero >= 2
+    gathers = np.where(lay.zero >= 3, 2.0 * m, np.where(zero2_regathers(lay), m, 1.0))
+    scatters = np.where(deferred_grad_sync(lay), 1.0, m)
+    return np.asarray(np.where(sharded, gathers, 0.0)), np.asarray(np.where(sharded, scatters, 0.0))
+
+
+def gather_copies(lay: Layouts) -> BoolArray:
+    """Sharded layouts whose framework copies around its collectives (`gather_copies`)."""
+    return per_framework(lay, lambda fs, x: np.full(len(x), fs.gather_copies)) & (lay.zero >= 2)
 
 
 def tp_allreduce_overlap(lay: Layouts) -> FloatArray:

@@ -107,9 +107,9 @@ from paraplan.cost_models.frameworks import (
     offload_blocks_grad_reduce,
     pp_partition_gathers,
     pp_serial_transfers,
+    sharded_collectives_per_step,
     sp_regathers_input,
     tp_allreduce_overlap,
-    zero2_regathers,
     zero3_live_limited,
 )
 from paraplan.cost_models.layout import CpComm, Framework
@@ -726,6 +726,7 @@ def dp_exposed_s(
     fwd = overlap * windows[0]
     bwd = overlap * windows[1]
     deferred = deferred_grad_sync(lay)
+    gathers, scatters = sharded_collectives_per_step(lay)  # read for ZeRO-2 only
 
     def exposed(comm: FloatArray, window: FloatArray) -> FloatArray:
         return np.asarray(np.maximum(comm - window, 0.0))
@@ -743,10 +744,8 @@ def dp_exposed_s(
     by_stage = (
         exposed(all_reduce, bwd),  # ZeRO-0
         exposed(scatter, bwd) + exposed(gather, fwd),  # ZeRO-1
-        # ZeRO-2: the weights gathered once after the optimizer step, or per micro-batch where the
-        # framework stores them sharded and frees them after each backward (`zero2_regathers`)
-        np.where(deferred, 1.0, m) * exposed(scatter, bwd)
-        + np.where(zero2_regathers(lay), m, 1.0) * exposed(gather, fwd),
+        # ZeRO-2: as often as `sharded_collectives_per_step` counts
+        scatters * exposed(scatter, bwd) + gathers * exposed(gather, fwd),
         m * (exposed(layer_gathers - wait_fwd, fwd) + wait_fwd) + backward_3,  # ZeRO-3
     )
     return np.asarray(np.choose(np.minimum(lay.zero, 3), by_stage))

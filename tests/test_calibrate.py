@@ -96,7 +96,8 @@ def _runs(labels: list[str]) -> list[Run]:
 
 def test_a_stack_s_kernel_efficiency_is_fitted_beside_the_hardware_s() -> None:
     """Known answer: the runs' "measured" times are the model's own predictions on the preset with
-    torchtitan's kernels at 0.95 of Megatron-LM's on this hardware (the preset holds 0.884).
+    torchtitan's kernels at 0.85 of Megatron-LM's on this hardware (away from the preset's own
+    figure, which the test asserts before fitting).
     With 5 Megatron-LM runs beside 5 torchtitan ones the default fit takes the stack's figure in
     beside the hardware's constants and recovers it, with gemm_max where it was; the calibrated
     TOML stores it, and validate's predictions read it back."""
@@ -106,14 +107,15 @@ def test_a_stack_s_kernel_efficiency_is_fitted_beside_the_hardware_s() -> None:
     from paraplan.calibration import with_constants as with_values
 
     shipped = load_cluster("a100-80g")
-    truth = with_values(shipped, {"kernel_efficiency.torchtitan": 0.95})
+    assert abs(shipped.efficiency.stack_kernel_efficiency.of("torchtitan") - 0.85) > 0.05
+    truth = with_values(shipped, {"kernel_efficiency.torchtitan": 0.85})
     runs = _runs(MEGATRON_A100 + TORCHTITAN_A100)
     exact = predict(runs, chosen_layouts(runs, truth), truth)
     runs = [replace(r, measured_s=float(s)) for r, s in zip(runs, exact, strict=True)]
     assert stacks_to_fit(runs) == ["torchtitan"]
     result = calibrate(shipped, runs)
     assert result.fitted == default_names(runs) and "kernel_efficiency.torchtitan" in result.fitted
-    assert result.constants["kernel_efficiency.torchtitan"] == pytest.approx(0.95, abs=0.01)
+    assert result.constants["kernel_efficiency.torchtitan"] == pytest.approx(0.85, abs=0.01)
     assert result.constants["gemm_max"] == pytest.approx(shipped.efficiency.gemm_max, abs=0.01)
     assert result.mape_after < 0.005 < result.mape_before
     assert "--fit " in result.command and "kernel_efficiency.torchtitan" in result.command

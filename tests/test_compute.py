@@ -20,6 +20,7 @@ from paraplan.cost_models.compute import (
     eager_extra_kernels,
     expert_epilogue_bytes,
     fp8_cast_bytes,
+    fsdp_copy_s,
     gemm_s,
     matmul_peak_flops,
     micro_batch_times,
@@ -29,6 +30,7 @@ from paraplan.cost_models.compute import (
 )
 from paraplan.cost_models.evaluate import Evaluation, evaluate
 from paraplan.cost_models.layout import Framework, Precision
+from paraplan.cost_models.memory import StageParams
 from paraplan.cost_models.models import ModelSpec
 from paraplan.cost_models.stack import Stack
 from paraplan.hardware_specs.schema import Cluster
@@ -368,6 +370,52 @@ def test_optimizer_step_by_hand(dgx: Cluster, knobs: dict[str, Any], stack: Stac
     ev = _gpt(dgx, stack, dp=8, global_batch=8, **knobs)
     step = _f(ev.times["compute"]) - (FORWARD + BACKWARD)
     assert step == pytest.approx(bytes_per_n * GPT_N / 2e12, rel=1e-6)
+
+
+# torchtitan's FSDP2 copies around its collectives (frameworks GATHER_COPIES), for a stage holding
+# N = 1e8 parameters unsharded, over DP8, two micro-batches (global batch 16 of micro-batch 1):
+# each all-gather casts the fp32 shard into the bf16 input, (4 + 2) B x N/8 = 0.75 N, and copies
+# the gathered buffer out, (2 + 2) B x N: 4.75 N; each reduce-scatter copies the bf16 gradients
+# into the fp32 input, (2 + 4) B x N = 6 N (bf16 reduce dtype: 4 N). At 2e12 B/s, 1 N B = 5e-5 s.
+@pytest.mark.parametrize(
+    ("knobs", "stack", "bytes_per_n"),
+    [
+        # ZeRO-3 gathers in both micro-batches' forward and backward, scatters after each backward:
+        # 4 x 4.75 + 2 x 6 = 31
+        ({"zero": 3}, Stack(), 31.0),
+        # bf16 gradients reduced in bf16: 4 x 4.75 + 2 x 4 = 27
+        ({"zero": 3}, Stack(main_grads="bf16"), 27.0),
+        # ZeRO-2 regathers for every forward (reshard after backward): 2 x 4.75 + 2 x 6 = 21.5
+        ({"zero": 2}, Stack(), 21.5),
+        # with PP the pipeline keeps the gradients whole and the weights gathered across the step:
+        # one gather, one reduce-scatter, 4.75 + 6 = 10.75
+        ({"zero": 2, "pp": 2}, Stack(), 10.75),
+        # without sharding (DDP) no copies
+        ({"zero": 0}, Stack(), 0.0),
+    ],
+)
+def test_fsdp_copies_by_hand(dgx: Cluster, knobs: dict[str, Any], stack: Stack, bytes_per_n: float) -> None:
+    lay = one(dp=8, micro_batch=1, seq_len=2048, global_batch=16, framework=Framework.TORCHTITAN, **knobs)
+    params = StageParams(dense=_a(8e7), expert=_a(2e7), layer_max=_a(2.5e7), layers=_a(4.0))
+    assert _f(fsdp_copy_s(params, lay, dgx, stack)) == pytest.approx(bytes_per_n * 1e8 / 2e12, rel=1e-12)
+
+
+@pytest.mark.parametrize("framework", [Framework.MEGATRON, Framework.DEEPSPEED])
+def test_frameworks_that_gather_into_their_own_buffers_copy_nothing(dgx: Cluster, framework: Framework) -> None:
+    # Megatron-FSDP and DeepSpeed ZeRO-3 gather into the flat buffers their parameters view
+    lay = one(dp=8, zero=3, micro_batch=1, seq_len=2048, global_batch=16, framework=framework)
+    params = StageParams(dense=_a(1e8), expert=_a(0.0), layer_max=_a(2.5e7), layers=_a(4.0))
+    assert _f(fsdp_copy_s(params, lay, dgx, Stack())) == 0.0
+
+
+def test_fsdp_copies_are_in_the_step(dgx: Cluster) -> None:
+    # The GPT on DP8 under torchtitan, one micro-batch: ZeRO-3 against DDP (ZeRO 0) runs the same
+    # forward and backward; its compute differs by the copies, 2 gathers x 4.75 + 1 scatter x 6 =
+    # 15.5 B per parameter, and by the optimizer step over the shard, 30/8 + 8/8 = 4.75 B against
+    # 30 + 8 = 38 B (`test_optimizer_step_by_hand`): (15.5 + 4.75 - 38) N B at 2e12 B/s
+    sharded, ddp = (_gpt(dgx, dp=8, zero=z, global_batch=8, framework=Framework.TORCHTITAN) for z in (3, 0))
+    difference = _f(sharded.times["compute"]) - _f(ddp.times["compute"])
+    assert difference == pytest.approx((15.5 + 4.75 - 38.0) * GPT_N / 2e12, rel=1e-6)
 
 
 def test_offload_by_hand(dgx: Cluster) -> None:
