@@ -107,7 +107,8 @@ def test_a_stack_s_kernel_efficiency_is_fitted_beside_the_hardware_s() -> None:
     from paraplan.calibration import with_constants as with_values
 
     shipped = load_cluster("a100-80g")
-    assert abs(shipped.efficiency.stack_kernel_efficiency.of("torchtitan") - 0.85) > 0.05
+    own = shipped.efficiency.stack_kernel_efficiency.of("torchtitan")
+    assert own is not None and abs(own - 0.85) > 0.05
     truth = with_values(shipped, {"kernel_efficiency.torchtitan": 0.85})
     runs = _runs(MEGATRON_A100 + TORCHTITAN_A100)
     exact = predict(runs, chosen_layouts(runs, truth), truth)
