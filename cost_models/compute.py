@@ -51,6 +51,10 @@ The optimizer step (fused Adam) streams per local parameter: fp32 master, m, v r
 (24 bytes), the gradient read, the bf16 weight written (2 bytes). FP16 training adds dynamic
 loss scaling (Micikevicius et al. 2018): the gradients are read once more to check for inf/NaN
 before the step (the scaling itself folds into the loss and the unscale into Adam).
+
+FSDP2 (torchtitan's ZeRO-2/3) copies around each collective on the compute stream: the gathered
+bf16 buffer out to the parameters, the bf16 gradients into the fp32 reduce-scatter input
+(`fsdp_copy_s`, per micro-batch at ZeRO-3).
 """
 
 from __future__ import annotations
