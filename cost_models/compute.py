@@ -1217,8 +1217,9 @@ def fsdp_copy_s(params: StageParams, lay: Layouts, cluster: Cluster, stack: Stac
     """Per step, the copies FSDP2 runs around its collectives on the compute stream, memory-bound
     (mechanism and source: frameworks `GATHER_COPIES`); 0 where the framework makes none or the
     layout does not shard (ZeRO 0/1). Per parameter of the GPU's unsharded layers (TP, EP split):
-    - each all-gather: the fp32 shard cast into the bf16 input (4 + 2 B per parameter of the shard,
-      `FrameworkSpec.param_bytes` + 2) and the gathered buffer copied out (2 + 2 B);
+    - each all-gather: the fp32 shard cast to bf16 and copied into the gather buffer (4 + 2 + 2 + 2
+      B per parameter of the shard, `FrameworkSpec.param_bytes` + 6) and the gathered buffer copied
+      out (2 + 2 B);
     - each reduce-scatter: the bf16 gradient copied into the reduce-dtype input (2 +
       `Stack.grad_bytes` B).
     How many of each a step runs: `frameworks.sharded_collectives_per_step`. Like the optimizer
@@ -1229,7 +1230,7 @@ def fsdp_copy_s(params: StageParams, lay: Layouts, cluster: Cluster, stack: Stac
     gathers, scatters = sharded_collectives_per_step(lay)
     whole = params.dense + params.expert
     stored = per_framework_value(lay, lambda fs: float(fs.param_bytes))
-    gather_bytes = 2.0 * BF16_BYTES * whole + (stored + BF16_BYTES) * local_params(params, lay, 2)
+    gather_bytes = 2.0 * BF16_BYTES * whole + (stored + 3.0 * BF16_BYTES) * local_params(params, lay, 2)
     scatter_bytes = (BF16_BYTES + stack.grad_bytes) * whole
     copied = np.asarray(gathers * gather_bytes + scatters * scatter_bytes)
     return np.asarray(np.where(on, _memory_s(copied, cluster), 0.0))

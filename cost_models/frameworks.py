@@ -172,7 +172,7 @@ class FrameworkSpec:
 KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.MEGATRON: 1.0,
     Framework.DEEPSPEED: 0.811,
-    Framework.TORCHTITAN: 0.923,
+    Framework.TORCHTITAN: 0.925,
 }
 
 # The loss at its peak, bytes per token and vocabulary entry of the TP shard, on top of the stored
@@ -226,10 +226,11 @@ HEAD_GATHERED: dict[Framework, bool] = {
 # FSDP2 (torchtitan's ZeRO-2/3) runs its collectives on flat buffers and copies on the compute
 # stream around them, per FSDP unit (a layer) and collective (torch/distributed/fsdp/_fully_shard/
 # _fsdp_collectives.py at 010ae4a89; the same ops at 415cc2628 under _composable/fsdp):
-#  * all-gather: `_get_param_all_gather_inputs` casts the fp32 shard into a bf16 input
-#    (`torch._foreach_copy_`, 4 + 2 B per parameter of the shard), and
-#    `foreach_all_gather_copy_out` copies the gathered bf16 buffer out to the unsharded
-#    parameters (`split_with_sizes_copy`, 2 + 2 B per parameter of the layer);
+#  * all-gather: `_get_param_all_gather_inputs` casts the fp32 shard to bf16 (`torch._foreach_copy_`,
+#    4 + 2 B per parameter of the shard), `all_gather_copy_in` copies that into its rank's slice
+#    of the gather buffer (`torch._foreach_copy_`, 2 + 2 B), and `foreach_all_gather_copy_out`
+#    copies the gathered buffer out to the unsharded parameters (`split_with_sizes_copy`, 2 + 2 B
+#    per parameter of the layer);
 #  * reduce-scatter: `foreach_reduce_scatter_copy_in` concatenates the layer's bf16 gradients
 #    into the reduce-dtype input (`torch._chunk_cat`, 2 B read, 4 B written at torchtitan's fp32
 #    reduce dtype); the division by the group size runs inside NCCL (ReduceOp.AVG for fp32 and

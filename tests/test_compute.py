@@ -374,22 +374,23 @@ def test_optimizer_step_by_hand(dgx: Cluster, knobs: dict[str, Any], stack: Stac
 
 # torchtitan's FSDP2 copies around its collectives (frameworks GATHER_COPIES), for a stage holding
 # N = 1e8 parameters unsharded, over DP8, two micro-batches (global batch 16 of micro-batch 1):
-# each all-gather casts the fp32 shard into the bf16 input, (4 + 2) B x N/8 = 0.75 N, and copies
-# the gathered buffer out, (2 + 2) B x N: 4.75 N; each reduce-scatter copies the bf16 gradients
+# each all-gather casts the fp32 shard to bf16 and copies it into the gather buffer,
+# (4 + 2 + 2 + 2) B x N/8 = 1.25 N, and copies the gathered buffer out, (2 + 2) B x N: 5.25 N;
+# each reduce-scatter copies the bf16 gradients
 # into the fp32 input, (2 + 4) B x N = 6 N (bf16 reduce dtype: 4 N). At 2e12 B/s, 1 N B = 5e-5 s.
 @pytest.mark.parametrize(
     ("knobs", "stack", "bytes_per_n"),
     [
         # ZeRO-3 gathers in both micro-batches' forward and backward, scatters after each backward:
-        # 4 x 4.75 + 2 x 6 = 31
-        ({"zero": 3}, Stack(), 31.0),
-        # bf16 gradients reduced in bf16: 4 x 4.75 + 2 x 4 = 27
-        ({"zero": 3}, Stack(main_grads="bf16"), 27.0),
-        # ZeRO-2 regathers for every forward (reshard after backward): 2 x 4.75 + 2 x 6 = 21.5
-        ({"zero": 2}, Stack(), 21.5),
+        # 4 x 5.25 + 2 x 6 = 33
+        ({"zero": 3}, Stack(), 33.0),
+        # bf16 gradients reduced in bf16: 4 x 5.25 + 2 x 4 = 29
+        ({"zero": 3}, Stack(main_grads="bf16"), 29.0),
+        # ZeRO-2 regathers for every forward (reshard after backward): 2 x 5.25 + 2 x 6 = 22.5
+        ({"zero": 2}, Stack(), 22.5),
         # with PP the pipeline keeps the gradients whole and the weights gathered across the step:
-        # one gather, one reduce-scatter, 4.75 + 6 = 10.75
-        ({"zero": 2, "pp": 2}, Stack(), 10.75),
+        # one gather, one reduce-scatter, 5.25 + 6 = 11.25
+        ({"zero": 2, "pp": 2}, Stack(), 11.25),
         # without sharding (DDP) no copies
         ({"zero": 0}, Stack(), 0.0),
     ],
@@ -410,12 +411,12 @@ def test_frameworks_that_gather_into_their_own_buffers_copy_nothing(dgx: Cluster
 
 def test_fsdp_copies_are_in_the_step(dgx: Cluster) -> None:
     # The GPT on DP8 under torchtitan, one micro-batch: ZeRO-3 against DDP (ZeRO 0) runs the same
-    # forward and backward; its compute differs by the copies, 2 gathers x 4.75 + 1 scatter x 6 =
-    # 15.5 B per parameter, and by the optimizer step over the shard, 30/8 + 8/8 = 4.75 B against
-    # 30 + 8 = 38 B (`test_optimizer_step_by_hand`): (15.5 + 4.75 - 38) N B at 2e12 B/s
+    # forward and backward; its compute differs by the copies, 2 gathers x 5.25 + 1 scatter x 6 =
+    # 16.5 B per parameter, and by the optimizer step over the shard, 30/8 + 8/8 = 4.75 B against
+    # 30 + 8 = 38 B (`test_optimizer_step_by_hand`): (16.5 + 4.75 - 38) N B at 2e12 B/s
     sharded, ddp = (_gpt(dgx, dp=8, zero=z, global_batch=8, framework=Framework.TORCHTITAN) for z in (3, 0))
     difference = _f(sharded.times["compute"]) - _f(ddp.times["compute"])
-    assert difference == pytest.approx((15.5 + 4.75 - 38.0) * GPT_N / 2e12, rel=1e-6)
+    assert difference == pytest.approx((16.5 + 4.75 - 38.0) * GPT_N / 2e12, rel=1e-6)
 
 
 def test_offload_by_hand(dgx: Cluster) -> None:
