@@ -225,7 +225,7 @@ HEAD_GATHERED: dict[Framework, bool] = {
 }
 # FSDP2 (torchtitan's ZeRO-2/3) runs its collectives on flat buffers and copies on the compute
 # stream around them, per FSDP unit (a layer) and collective (torch/distributed/fsdp/_fully_shard/
-# _fsdp_collectives.py at 010ae4a89; the same ops at 415cc2628 under _composable/fsdp):
+# _fsdp_collectives.py at 010ae4a89; the same copies at 01d66d21d under _composable/fsdp):
 #  * all-gather: `_get_param_all_gather_inputs` casts the fp32 shard to bf16 (`torch._foreach_copy_`,
 #    4 + 2 B per parameter of the shard), `all_gather_copy_in` copies that into its rank's slice
 #    of the gather buffer (`torch._foreach_copy_`, 2 + 2 B), and `foreach_all_gather_copy_out`
@@ -234,12 +234,18 @@ HEAD_GATHERED: dict[Framework, bool] = {
 #  * reduce-scatter: `foreach_reduce_scatter_copy_in` concatenates the layer's bf16 gradients
 #    into the reduce-dtype input (`torch._chunk_cat`, 2 B read, 4 B written at torchtitan's fp32
 #    reduce dtype); the division by the group size runs inside NCCL (ReduceOp.AVG for fp32 and
-#    bf16, `_get_gradient_divide_factors`), not as a kernel.
+#    bf16, `_get_gradient_divide_factors`), not as a kernel. (At 01d66d21d
+#    FSDP2 still pre-divided the reduce-scatter input, 8 B more per fp32 parameter: not priced.)
 # The copy-in of the reduce-scatter is waited on by the compute stream before the gradients are
 # freed, and the copy-out runs on it: exposed, memory-bound (`compute.fsdp_copy_s`). Megatron's
-# distributed optimizer and Megatron-FSDP gather into and reduce out of the buffers the
-# parameters and main gradients live in, and DeepSpeed ZeRO-3 gathers into the flat buffer its
-# parameters view: no copies priced there.
+# distributed optimizer gathers into and reduces out of the buffers the parameters and main
+# gradients are views of (megatron/core/distributed/param_and_grad_buffer.py); Megatron-FSDP's
+# copies were not read and are not priced. DeepSpeed ZeRO-3 gathers into the flat buffer its
+# parameters view, and copies the gradients into its bucket (`__add_grad_to_ipg_bucket`),
+# concatenates and pre-divides them (`reduce_scatter_coalesced`,
+# deepspeed/runtime/comm/coalesced_collectives.py at 17b3b5571) on its reduce stream
+# (`reduce_and_partition_stream`, deepspeed/runtime/zero/stage3.py at 007cca6a2), beside the
+# compute: no copies priced there.
 GATHER_COPIES: dict[Framework, bool] = {
     Framework.MEGATRON: False,
     Framework.DEEPSPEED: False,
