@@ -45,7 +45,9 @@ class TimeOut(_Out):
     """Exposed (not overlapped) time per step by term; the terms sum to `step_time_s`."""
 
     compute: float = Field(
-        ge=0, description="GEMMs, attention and memory-bound kernels of every micro-batch, and the optimizer step"
+        ge=0,
+        description="GEMMs, attention and memory-bound kernels of every micro-batch, the optimizer step, and "
+        "FSDP2's copies around its collectives (torchtitan at ZeRO-2/3)",
     )
     recompute: float = Field(ge=0, description="forward work run again by activation recompute")
     tp_comm: float = Field(ge=0, description="tensor-parallel collectives not hidden under GEMMs")
