@@ -419,6 +419,39 @@ def test_fsdp_copies_are_in_the_step(dgx: Cluster) -> None:
     assert difference == pytest.approx((16.5 + 4.75 - 38.0) * GPT_N / 2e12, rel=1e-6)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    dp=st.sampled_from([2, 4, 8, 16, 64]),
+    micro_batches=st.integers(1, 12),
+    more=st.integers(1, 12),
+    pp=st.sampled_from([1, 2, 4]),
+    dense=st.floats(1e6, 1e10),
+    expert=st.sampled_from([0.0, 1e8, 3e9]),
+    stack=st.sampled_from([Stack(), Stack(main_grads="bf16")]),
+)
+def test_fsdp_copies_grow_with_the_work_they_copy(
+    dgx: Cluster, dp: int, micro_batches: int, more: int, pp: int, dense: float, expert: float, stack: Stack
+) -> None:
+    # More micro-batches of the same size add collectives, so copies: ZeRO-3 gathers in every
+    # micro-batch, ZeRO-2 too without PP (with PP the pipeline gathers and reduces once a step, so
+    # its copies stay); ZeRO-3, which gathers for the backward too, copies at least what ZeRO-2
+    # does; without sharding there is nothing to copy.
+    params = StageParams(dense=_a(dense), expert=_a(expert), layer_max=_a(dense + expert), layers=_a(4.0))
+
+    def copies(zero: int, m: int) -> float:
+        lay = one(dp=dp, pp=pp, zero=zero, micro_batch=1, seq_len=2048, global_batch=dp * m,
+                  framework=Framework.TORCHTITAN)  # fmt: skip
+        return _f(fsdp_copy_s(params, lay, dgx, stack))
+
+    assert 0.0 < copies(3, micro_batches) < copies(3, micro_batches + more)
+    if pp == 1:
+        assert 0.0 < copies(2, micro_batches) < copies(2, micro_batches + more)
+    else:
+        assert 0.0 < copies(2, micro_batches) == pytest.approx(copies(2, micro_batches + more), rel=1e-12)
+    assert copies(3, micro_batches) >= copies(2, micro_batches) * (1 - 1e-12)
+    assert copies(0, micro_batches) == 0.0
+
+
 def test_offload_by_hand(dgx: Cluster) -> None:
     # ZeRO-Offload (Ren et al. 2021), the GPT on DP8 with ZeRO-1: each GPU's shard N/8 =
     # 12,960,512 parameters. The node's CPUs step 8 shards at 1e9 parameters/s: N / 1e9 =
