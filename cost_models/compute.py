@@ -69,8 +69,8 @@ from paraplan.cost_models.flops import causal_keys
 from paraplan.cost_models.frameworks import (
     MOE_HOST_EXPOSED_SHARE,
     cp_sdpa_merge,
-    gather_copies,
     kernel_efficiency_on,
+    per_framework_field,
     per_framework_value,
     sharded_collectives_per_step,
 )
@@ -1159,7 +1159,7 @@ def moe_host_wait_s(model: ModelSpec, lay: Layouts, stack: Stack, layer_gpu_s: F
     wait nothing."""
     if model.moe_share == 0.0 or stack.token_drop:
         return np.zeros(len(lay))
-    floor = per_framework_value(lay, lambda spec: spec.moe_host_s_per_op) * moe_layer_ops(model, lay, stack)
+    floor = per_framework_field(lay, "moe_host_s_per_op") * moe_layer_ops(model, lay, stack)
     exposed = MOE_HOST_EXPOSED_SHARE * floor
     return np.asarray(model.moe_share * np.maximum(floor - layer_gpu_s, exposed), dtype=np.float64)
 
@@ -1224,12 +1224,12 @@ def fsdp_copy_s(params: StageParams, lay: Layouts, cluster: Cluster, stack: Stac
       `Stack.grad_bytes` B).
     How many of each a step runs: `frameworks.sharded_collectives_per_step`. Like the optimizer
     step it is priced per step, outside the pipeline's slot: the bubble does not stretch it."""
-    on = gather_copies(lay)
+    on = per_framework_field(lay, "gather_copies") > 0
     if not np.any(on):
         return np.zeros(len(lay))  # Megatron and DeepSpeed layouts: skip the arithmetic
-    gathers, scatters = sharded_collectives_per_step(lay)
+    gathers, scatters = sharded_collectives_per_step(lay)  # none at ZeRO 0/1
     whole = params.dense + params.expert
-    stored = per_framework_value(lay, lambda fs: float(fs.param_bytes))
+    stored = per_framework_field(lay, "param_bytes")
     gather_bytes = 2.0 * BF16_BYTES * whole + (stored + 3.0 * BF16_BYTES) * local_params(params, lay, 2)
     scatter_bytes = (BF16_BYTES + stack.grad_bytes) * whole
     copied = np.asarray(gathers * gather_bytes + scatters * scatter_bytes)

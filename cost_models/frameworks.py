@@ -608,6 +608,11 @@ def per_framework_value(lay: Layouts, value: Callable[[FrameworkSpec], float]) -
     return out
 
 
+def per_framework_field(lay: Layouts, field: str) -> FloatArray:
+    """A `FrameworkSpec` field (a number or a flag, as 0/1) for each candidate."""
+    return per_framework_value(lay, lambda fs: float(getattr(fs, field)))
+
+
 def _in(
     values: np.ndarray, allowed: frozenset[int] | frozenset[CpComm] | frozenset[Offload] | frozenset[Precision]
 ) -> BoolArray:
@@ -689,11 +694,6 @@ def sharded_collectives_per_step(lay: Layouts) -> tuple[FloatArray, FloatArray]:
     gathers = np.where(lay.zero >= 3, 2.0 * m, np.where(zero2_regathers(lay), m, 1.0))
     scatters = np.where(deferred_grad_sync(lay), 1.0, m)
     return np.asarray(np.where(sharded, gathers, 0.0)), np.asarray(np.where(sharded, scatters, 0.0))
-
-
-def gather_copies(lay: Layouts) -> BoolArray:
-    """Sharded layouts whose framework copies around its collectives (`gather_copies`)."""
-    return per_framework(lay, lambda fs, x: np.full(len(x), fs.gather_copies)) & (lay.zero >= 2)
 
 
 def tp_allreduce_overlap(lay: Layouts) -> FloatArray:

@@ -105,7 +105,7 @@ from paraplan.cost_models.frameworks import (
     LOSS_CHUNKS,
     cp_sdpa_merge,
     deferred_grad_sync,
-    per_framework_value,
+    per_framework_field,
 )
 from paraplan.cost_models.layout import CpComm, Framework, Offload, Precision, Recompute
 from paraplan.cost_models.models import ModelSpec
@@ -188,15 +188,11 @@ def stage_params(model: ModelSpec, lay: Layouts, layers: FloatArray, first: Stag
     )  # fmt: skip
 
 
-def _per_framework(lay: Layouts, attribute: str) -> FloatArray:
-    return per_framework_value(lay, lambda fs: float(getattr(fs, attribute)))
-
-
 def optimizer_state_bytes(lay: Layouts, stack: Stack) -> FloatArray:
     """Optimizer state per parameter: the framework's (fp32 master and moments) less what bf16
     moments save (`Stack.adam_moments`) and what a partial or absent master copy saves
     (`Stack.master_weights`)."""
-    return np.asarray(_per_framework(lay, "optimizer_bytes") - stack.moment_bytes_saved - stack.master_bytes_saved)
+    return np.asarray(per_framework_field(lay, "optimizer_bytes") - stack.moment_bytes_saved - stack.master_bytes_saved)
 
 
 def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -208,17 +204,17 @@ def model_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> tuple[
         dense = np.where(sharded, params.dense / dp_dense, params.dense)
         return np.asarray(dense + np.where(sharded, params.expert / dp_expert, params.expert))
 
-    params_sharded = lay.zero >= _per_framework(lay, "params_sharded_from")
+    params_sharded = lay.zero >= per_framework_field(lay, "params_sharded_from")
     on_host_all = lay.offload == Offload.ALL
     # ZeRO-3: two gathered layers, and the gathered LM head where the framework keeps it
     # (frameworks.HEAD_GATHERED; with tied embeddings the shared matrix, gathered for the head).
-    head = np.where(_per_framework(lay, "head_gathered") > 0, params.head, 0.0)
+    head = np.where(per_framework_field(lay, "head_gathered") > 0, params.head, 0.0)
     gathered = np.where(
         lay.zero >= 3,
         BF16_BYTES * (ZERO3_PREFETCH_LAYERS * params.layer_max + head),
         np.where(params_sharded, BF16_BYTES * (params.dense + params.expert), 0.0),
     )
-    stored = _per_framework(lay, "param_bytes") * count(params_sharded)
+    stored = per_framework_field(lay, "param_bytes") * count(params_sharded)
     weights = np.where(on_host_all, 0.0, stored) + gathered
     # Deferred sync (torchtitan with PP): whole gradients accumulate, plus the shard the final
     # reduce-scatter writes.
@@ -237,7 +233,9 @@ def host_state_bytes(params: StageParams, lay: Layouts, stack: Stack) -> FloatAr
     dp_dense = lay.dp_cp
     local = params.dense / dp_dense + params.expert / lay.expert_dp
     optimizer = np.where(lay.offload != Offload.NONE, optimizer_state_bytes(lay, stack) * local, 0.0)
-    rest = np.where(lay.offload == Offload.ALL, (_per_framework(lay, "param_bytes") + stack.grad_bytes) * local, 0.0)
+    rest = np.where(
+        lay.offload == Offload.ALL, (per_framework_field(lay, "param_bytes") + stack.grad_bytes) * local, 0.0
+    )
     return np.asarray(optimizer + rest)
 
 
@@ -272,7 +270,7 @@ def activation_bytes_per_token_layer(model: ModelSpec, lay: Layouts, stack: Stac
             (lay.recompute == Recompute.SELECTIVE) & ("core_attn" not in stack.recompute_modules)
         )
         split = split + np.where(kept, scores, 0.0)
-    fp8_inputs = (lay.precision == Precision.FP8) & (_per_framework(lay, "fp8_saves_quantized_inputs") > 0)
+    fp8_inputs = (lay.precision == Precision.FP8) & (per_framework_field(lay, "fp8_saves_quantized_inputs") > 0)
     # FP8 GEMM inputs kept at 1 B (module docstring): the two norm outputs, the second MLP GEMM's
     # input and the dispatched copies shrink; the attention output gains an FP8 copy.
     # Flash attention keeps its bf16 output for its own backward, so the projection's FP8 input is a
@@ -348,7 +346,7 @@ def selective_dropped_bytes(model: ModelSpec, lay: Layouts, stack: Stack) -> Flo
         return np.zeros(len(lay))
     h = float(model.hidden_size)
     tp = lay.floats("tp")
-    fp8 = (lay.precision == Precision.FP8) & (_per_framework(lay, "fp8_saves_quantized_inputs") > 0)
+    fp8 = (lay.precision == Precision.FP8) & (per_framework_field(lay, "fp8_saves_quantized_inputs") > 0)
     gemm_input = np.where(fp8, 1.0, 2.0)  # bytes per element of a saved linear input
     inner = 6.0 if model.mlp == "gated" else 4.0
     inner_kept = inner - np.where(fp8, 1.0, 0.0)  # fc2's input at 1 B under FP8
@@ -528,7 +526,7 @@ def recv_buffer_bytes(model: ModelSpec, lay: Layouts, in_flight: FloatArray, fir
     micro-batch (their sequence shard with SP). The buffers of the micro-batches in flight are
     the first layer's stored inputs already: in_flight x v chunk-micro-batches are alive, the
     share (v - first) / v of them with a received input."""
-    held = (lay.pp > 1) & (_per_framework(lay, "pp_recv_buffers") > 0)
+    held = (lay.pp > 1) & (per_framework_field(lay, "pp_recv_buffers") > 0)
     if not held.any():
         return np.zeros(len(lay))
     boundary = _boundary_bytes(model, lay)
@@ -559,7 +557,7 @@ def stage_output_bytes(model: ModelSpec, lay: Layouts, stack: Stack, in_flight: 
       buffer's `.grad` until the next step's `clear_runtime_states` (#164329 "Optimize memory by
       early releasing stage inputs' gradients" sets `val.grad = None`): the last stage holds those of
       its m - 1 earlier micro-batches. Other stages peak at their first backward, with none done."""
-    held = (lay.pp > 1) & (_per_framework(lay, "pp_recv_buffers") > 0)
+    held = (lay.pp > 1) & (per_framework_field(lay, "pp_recv_buffers") > 0)
     if not held.any():
         return np.zeros(len(lay))
     boundary = _boundary_bytes(model, lay)
@@ -573,10 +571,10 @@ def stage_output_bytes(model: ModelSpec, lay: Layouts, stack: Stack, in_flight: 
 def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatArray:
     """What the loss holds at its peak per token of the last stage (module docstring)."""
     vocab_shard = model.vocab_size / lay.floats("tp")
-    eager = _per_framework(lay, "loss_bytes_per_logit")
+    eager = per_framework_field(lay, "loss_bytes_per_logit")
     # A whole loss also holds the LM head's saved input (frameworks.HEAD_INPUT_GATHERED); the
     # chunked loss frees it chunk by chunk (its chunk copies below).
-    sharded = lay.seq_parallel_active & (_per_framework(lay, "head_input_gathered") == 0)
+    sharded = lay.seq_parallel_active & (per_framework_field(lay, "head_input_gathered") == 0)
     head_input = BF16_BYTES * model.hidden_size / np.where(sharded, lay.tp, 1.0)
     if stack.loss == "compiled":
         return np.asarray(COMPILED_LOSS_BYTES * vocab_shard + head_input)
@@ -585,7 +583,7 @@ def loss_bytes_per_token(model: ModelSpec, lay: Layouts, stack: Stack) -> FloatA
         copies = np.where(lay.micro_batch > 1, BF16_BYTES * h, 0.0)
         return np.asarray(eager * vocab_shard / LOSS_CHUNKS + FP32_BYTES * h + copies)
     # the whole loss, vocab-parallel with TP > 1 (frameworks.TP_LOSS_BYTES)
-    whole = np.where(lay.tp > 1, _per_framework(lay, "tp_loss_bytes_per_logit"), eager)
+    whole = np.where(lay.tp > 1, per_framework_field(lay, "tp_loss_bytes_per_logit"), eager)
     return np.asarray(whole * vocab_shard + head_input)
 
 
@@ -633,7 +631,7 @@ def nvls_buffer_bytes(lay: Layouts, cluster: Cluster, stack: Stack) -> FloatArra
         _node_ranks(cp, tp, g),
         _node_ranks(lay.ep, lay.etp, g),
     ]
-    extra = _per_framework(lay, "model_parallel_comms") > 0
+    extra = per_framework_field(lay, "model_parallel_comms") > 0
     # TP x PP: the node's TP ranks times the stages it holds (stages are TP x CP x DP ranks apart)
     model_parallel = _node_ranks(tp, one, g) * _node_ranks(pp, tp * cp * dp, g)
     amax = _node_ranks(tp * dp * cp, one, g)
@@ -707,7 +705,7 @@ def peak_memory(model: ModelSpec, lay: Layouts, stack: Stack, reserve_bytes: flo
     # of the rows (a small table's evaluation costs the count of array operations, not their length).
     piped = np.flatnonzero(~single)
     uneven = (lay.first_stage_layers > 0) | (lay.last_stage_layers > 0)
-    mid = np.flatnonzero((lay.pp > 2) & (uneven | (_per_framework(lay, "pp_recv_buffers") > 0)))
+    mid = np.flatnonzero((lay.pp > 2) & (uneven | (per_framework_field(lay, "pp_recv_buffers") > 0)))
     k, j = len(piped), len(mid)
     rows = np.concatenate([np.arange(n), piped, mid])
     stages = stage_memory(
