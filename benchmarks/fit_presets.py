@@ -6,7 +6,10 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
   1. Per hardware, on its dense Megatron-family runs (NeMo, Megatron-Bridge, Megatron-LM: the
      Transformer Engine kernels the presets' efficiencies describe): `paraplan calibrate --fit`
      the GEMM efficiency (BF16, and FP8 where FP8 runs exist) and the attention efficiency (by
-     calibrate's objective: Huber's loss on the log errors, each source weighing the same).
+     calibrate's objective: Huber's loss on the log errors, each source weighing the same). A
+     constant the die's runs do not determine (`calibrate`'s standard error) is not fitted: it
+     keeps the preset's value, which its source line names (`STARTING_ESTIMATES`), and no other
+     die's prior averages it.
      Mixture-of-experts runs are left out of this fit: their router, token permutation and
      grouped-GEMM costs are not kernel efficiencies of the hardware, and fitting them in would
      bend every dense prediction (they remain validation runs, with their own error bars).
@@ -46,7 +49,7 @@ import statistics
 import sys
 import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -57,7 +60,7 @@ sys.path.insert(0, str(REPO))
 from paraplan.calibration import MIN_STACK_RUNS, Run, calibrate, load_runs, with_constants  # noqa: E402
 from paraplan.cost_models import frameworks  # noqa: E402
 from paraplan.cost_models.layout import Framework  # noqa: E402
-from paraplan.fit_parameters import PARAMETERS, STACK_PREFIX  # noqa: E402
+from paraplan.fit_parameters import DETERMINED_SHARE, PARAMETERS, STACK_PREFIX  # noqa: E402
 from paraplan.hardware_specs.loader import load_cluster  # noqa: E402
 from paraplan.hardware_specs.schema import Cluster, StackKernelEfficiency  # noqa: E402
 
@@ -85,14 +88,24 @@ MAMF_SHARE: dict[str, float] = {
     "b200": 0.776,  # 1745.0 / 2250
     "mi300x": 0.511,  # 668.4 / 1307.4 (ROCm 6.3, PYTORCH_TUNABLEOP_ENABLED=1)
 }
-# Attention at 0.6 of the GEMM share where no die has been fitted at all: FlashAttention-2 reaches
+# Attention at 0.6 of the GEMM share where no die's runs determine it: FlashAttention-2 reaches
 # 50-73% of A100 peak (Dao 2023, arXiv:2307.08691).
 ATTENTION_PER_GEMM = 0.6
+# The source of a fitted die's constant that its runs do not determine (`calibrate`'s standard
+# error over DETERMINED_SHARE of its range), which keeps the preset's value (`fit_hardware`). No
+# A100 Megatron-family run here runs flash attention (Megatron-LM 2021-2022), so the A100 die's
+# attention is this estimate, at the low end of the paper's range because those are kernel
+# benchmarks, not training steps.
+STARTING_ESTIMATES: dict[tuple[str, str], str] = {
+    ("a100-80g", "attention"): "an estimate: FlashAttention-2 at 50-73% of A100 peak forward and backward "
+    "(Dao 2023, arXiv:2307.08691, abstract), taken at the low end as the paper's figures are kernel benchmarks",
+}
 
 
 def prior(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float] | None:
     """The constants of a die without enough Megatron-family runs (in a fold, or at all): its MAMF
-    share times the mean ratio (fitted constant / MAMF share) over the dies that were fitted.
+    share times the mean ratio (fitted constant / MAMF share) over the dies whose runs fitted
+    that constant.
 
     MAMF is the best single-shape matmul of a short benchmark; in training no fitted die reaches
     it (the fits land at 0.70-0.89 of it: model shapes, sustained power-limited clocks, kernels
@@ -102,13 +115,13 @@ def prior(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float] | N
     attention at ATTENTION_PER_GEMM of it."""
     if die not in MAMF_SHARE:
         return None
-    known = [d for d in fitted if d in MAMF_SHARE and d != die]
-    if not known:
-        return {"gemm_max": MAMF_SHARE[die], "attention": ATTENTION_PER_GEMM * MAMF_SHARE[die]}
-    return {
-        name: round(MAMF_SHARE[die] * statistics.fmean(fitted[d][name] / MAMF_SHARE[d] for d in known), 3)
-        for name in ("gemm_max", "attention")
-    }
+    share = MAMF_SHARE[die]
+    out = {}
+    for name, alone in (("gemm_max", share), ("attention", ATTENTION_PER_GEMM * share)):
+        # a die whose runs left this constant undetermined has none fitted (`fit_hardware`)
+        ratios = [fitted[d][name] / MAMF_SHARE[d] for d in fitted if d in MAMF_SHARE and d != die and name in fitted[d]]
+        out[name] = round(share * statistics.fmean(ratios), 3) if ratios else alone
+    return out
 
 
 def fit_sharers(hardware: str, fitted: dict[str, dict[str, float]]) -> list[tuple[str, str]]:
@@ -135,9 +148,15 @@ def fits_hardware(run: Run) -> bool:
     return run.framework == Framework.MEGATRON and run.model.num_experts <= 1
 
 
-def fit_hardware(runs: list[Run], quiet: bool = False) -> dict[str, dict[str, float]]:
-    """Per hardware with enough Megatron-family runs: the fitted efficiency constants."""
+def fit_hardware(
+    runs: list[Run], quiet: bool = False
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
+    """Per hardware with enough Megatron-family runs: the efficiency constants its runs determine,
+    fitted, and those they do not, each with its standard error (`Fit.undetermined`). An
+    undetermined constant is no fit: it keeps the preset's value (where the fit started; its source
+    line says where that came from, `STARTING_ESTIMATES`) and no other die's prior averages it."""
     out: dict[str, dict[str, float]] = {}
+    loose: dict[str, dict[str, float]] = {}
     by_hw: dict[str, list[Run]] = {}
     for run in runs:
         if fits_hardware(run):
@@ -147,14 +166,18 @@ def fit_hardware(runs: list[Run], quiet: bool = False) -> dict[str, dict[str, fl
             continue  # too few runs, or a variant of a die fitted on its main preset
         names = ["gemm_max", "attention"]
         result = calibrate(hardware, mine, fit_names=names)
-        out[hardware] = result.constants
+        out[hardware] = {k: v for k, v in result.constants.items() if k not in result.undetermined}
+        if result.undetermined:
+            loose[hardware] = dict(result.undetermined)
         if quiet:
             continue
         print(f"{hardware}: {len(mine)} Megatron-family runs, fit {', '.join(names)}: "
-              + ", ".join(f"{k} {v:.3f}" for k, v in result.constants.items())
+              + ", ".join(f"{k} {v:.3f}" for k, v in out[hardware].items())
+              + "".join(f", {k} {result.constants[k]:.3f} kept (not determined: standard error {e:.3f})"
+                        for k, e in result.undetermined.items())
               + f"; MAPE {result.mape_before:.1%} -> {result.mape_after:.1%}"
               + (f"; ON A BOUND: {result.at_bound}" if result.at_bound else ""))  # fmt: skip
-    return out
+    return out, loose
 
 
 def with_values(cluster: Cluster, values: dict[str, float]) -> Cluster:
@@ -336,12 +359,14 @@ class FitResult:
     own: dict[str, dict[str, float]]  # per preset, the stacks' figures on it (step 2b)
     clusters: dict[str, Cluster]  # the presets the runs name, with this fit's constants
     floors: dict[Framework, float]  # per stack, the MoE host time per dispatch (step 3)
+    # per fitted die, the constants its runs do not determine, with their standard errors
+    undetermined: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 def fit_all(runs: list[Run], quiet: bool = False) -> FitResult:
     """The whole procedure. The stack figures are left in `frameworks.FRAMEWORKS` afterwards only
     by `apply_stacks`."""
-    fitted = fit_hardware(runs, quiet)
+    fitted, undetermined = fit_hardware(runs, quiet)
     clusters = {hardware: fold_cluster(hardware, fitted) for hardware in {r.hardware for r in runs if r.hardware}}
     stacks = {fw: 1.0 for fw in (Framework.DEEPSPEED, Framework.TORCHTITAN)}
     for framework, mine in _stack_runs(runs, clusters, stacks, lambda r, fw: r.framework == fw):
@@ -357,7 +382,7 @@ def fit_all(runs: list[Run], quiet: bool = False) -> FitResult:
         frameworks.FRAMEWORKS.update(saved)
     clusters = {hardware: fold_cluster(hardware, fitted, own) for hardware in clusters}
     floors = fit_floors(runs, clusters, stacks, quiet)
-    return FitResult(fitted, stacks, own, clusters, floors)
+    return FitResult(fitted, stacks, own, clusters, floors, undetermined)
 
 
 def _stack_runs(runs: list[Run], clusters: dict[str, Cluster], stacks: dict[Framework, float],
@@ -409,6 +434,19 @@ def stacks_basis(preset: str, own: dict[str, float], runs: list[Run]) -> str:
             "with the hardware constants above")  # fmt: skip
 
 
+def undetermined_note(hardware: str, errors: dict[str, float]) -> str:
+    """The source line's words for the constants these runs do not determine (`fit_hardware`):
+    each keeps the preset's value, named with its standard error and, where known, its source."""
+    cluster = load_cluster(hardware)
+    parts = []
+    for name, error in errors.items():
+        start = STARTING_ESTIMATES.get((hardware, name))
+        parts.append(f"{name} {PARAMETERS[name].get(cluster):.3f} kept, not fitted: they do not determine it "
+                     f"(calibrate's standard error {error:.3f}, over {DETERMINED_SHARE} of its range)"
+                     + (f"; it is {start}" if start else ""))  # fmt: skip
+    return "".join(f"; {part}" for part in parts)
+
+
 def write_all(result: FitResult, runs: list[Run]) -> None:
     """Every preset the fit sets: each fitted die, the presets that share its fit, the dies that
     take their prior, and any other preset with stack figures of its own."""
@@ -417,17 +455,21 @@ def write_all(result: FitResult, runs: list[Run]) -> None:
     for hardware, values in fitted.items():
         count = sum(1 for r in runs if r.hardware == hardware and fits_hardware(r))
         basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {count} dense Megatron-family runs of "
-                 f"{hardware} in benchmarks/data/runs_public.csv")  # fmt: skip
+                 f"{hardware} in benchmarks/data/runs_public.csv"
+                 + undetermined_note(hardware, result.undetermined.get(hardware, {})))  # fmt: skip
         bases[hardware] = (values, basis, "fitted")
         for other, why in fit_sharers(hardware, fitted):
             bases[other] = (values, f"taken from {hardware} ({why}: its variants share the main preset's fit) {basis}",
                             "fitted")  # fmt: skip
-    shares = ", ".join(f"{d} {MAMF_SHARE[d]}" for d in sorted(fitted) if d in MAMF_SHARE)
+    shares = "; ".join(
+        f"{name}: " + ", ".join(f"{d} {MAMF_SHARE[d]}" for d in sorted(fitted) if d in MAMF_SHARE and name in fitted[d])
+        for name in ("gemm_max", "attention")
+    )
     for die in sorted(set(MAMF_SHARE) - set(fitted)):
         bases[die] = (prior(die, fitted) or {},
-                      f"= its MAMF share {MAMF_SHARE[die]} x the mean over the fitted dies of fitted constant / MAMF share "
-                      f"({shares}), by `python benchmarks/fit_presets.py` (`prior`): {die} has no Megatron-family runs to fit",
-                      "transferred")  # fmt: skip
+                      f"= its MAMF share {MAMF_SHARE[die]} x the mean over the dies that fitted it of fitted constant / MAMF "
+                      f"share ({shares}), by `python benchmarks/fit_presets.py` (`prior`): {die} has no Megatron-family runs "
+                      "to fit", "transferred")  # fmt: skip
     # any other preset with stack figures, its own now or from an earlier fit (which this clears)
     for path in sorted(PRESETS.glob("*.toml")):
         held = "stack_kernel_efficiency" in tomllib.loads(path.read_text()).get("efficiency", {})
