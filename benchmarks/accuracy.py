@@ -140,7 +140,7 @@ def fitted_without(runs: list[Run], source: str) -> Iterator[Callable[[str], Clu
     fit = fit_all([r for r in runs if r.group != source], quiet=True)
     saved = apply_stacks(fit.stacks, fit.floors)
     try:
-        yield lambda hardware: fit.clusters.get(hardware) or fold_cluster(hardware, fit.fitted)
+        yield lambda hardware: fit.clusters.get(hardware) or fold_cluster(hardware, fit.fitted, None, fit.undetermined)
     finally:
         frameworks.FRAMEWORKS.update(saved)
 

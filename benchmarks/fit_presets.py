@@ -7,9 +7,9 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
      Transformer Engine kernels the presets' efficiencies describe): `paraplan calibrate --fit`
      the GEMM efficiency (BF16, and FP8 where FP8 runs exist) and the attention efficiency (by
      calibrate's objective: Huber's loss on the log errors, each source weighing the same). A
-     constant the die's runs do not determine (`calibrate`'s standard error) is not fitted: it
-     keeps the preset's value, which its source line names (`STARTING_ESTIMATES`), and no other
-     die's prior averages it.
+     constant the die's runs do not determine (`calibrate`'s standard error) is fitted all the
+     same, as calibrate fits it, but the preset's source line says so (and where it started,
+     `STARTING_ESTIMATES`), and no other die's prior averages it.
      Mixture-of-experts runs are left out of this fit: their router, token permutation and
      grouped-GEMM costs are not kernel efficiencies of the hardware, and fitting them in would
      bend every dense prediction (they remain validation runs, with their own error bars).
@@ -91,21 +91,22 @@ MAMF_SHARE: dict[str, float] = {
 # Attention at 0.6 of the GEMM share where no die's runs determine it: FlashAttention-2 reaches
 # 50-73% of A100 peak (Dao 2023, arXiv:2307.08691).
 ATTENTION_PER_GEMM = 0.6
-# The source of a fitted die's constant that its runs do not determine (`calibrate`'s standard
-# error over DETERMINED_SHARE of its range), which keeps the preset's value (`fit_hardware`). No
-# A100 Megatron-family run here runs flash attention (Megatron-LM 2021-2022), so the A100 die's
-# attention is this estimate, at the low end of the paper's range because those are kernel
-# benchmarks, not training steps.
+# Where a fitted die's constant starts when its runs do not determine it (`calibrate`'s standard
+# error over DETERMINED_SHARE of its range): the fit leaves it about there. No A100 Megatron-family
+# run here runs flash attention (Megatron-LM 2021-2022), so the A100 die's attention stays at this
+# estimate, the low end of the paper's range because those are kernel benchmarks, not training.
 STARTING_ESTIMATES: dict[tuple[str, str], str] = {
     ("a100-80g", "attention"): "an estimate: FlashAttention-2 at 50-73% of A100 peak forward and backward "
     "(Dao 2023, arXiv:2307.08691, abstract), taken at the low end as the paper's figures are kernel benchmarks",
 }
 
 
-def prior(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float] | None:
+def prior(
+    die: str, fitted: dict[str, dict[str, float]], undetermined: dict[str, dict[str, float]] | None = None
+) -> dict[str, float] | None:
     """The constants of a die without enough Megatron-family runs (in a fold, or at all): its MAMF
-    share times the mean ratio (fitted constant / MAMF share) over the dies whose runs fitted
-    that constant.
+    share times the mean ratio (fitted constant / MAMF share) over the dies whose runs determined
+    that constant (none in `undetermined`).
 
     MAMF is the best single-shape matmul of a short benchmark; in training no fitted die reaches
     it (the fits land at 0.70-0.89 of it: model shapes, sustained power-limited clocks, kernels
@@ -118,8 +119,7 @@ def prior(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float] | N
     share = MAMF_SHARE[die]
     out = {}
     for name, alone in (("gemm_max", share), ("attention", ATTENTION_PER_GEMM * share)):
-        # a die whose runs left this constant undetermined has none fitted (`fit_hardware`)
-        ratios = [fitted[d][name] / MAMF_SHARE[d] for d in fitted if d in MAMF_SHARE and d != die and name in fitted[d]]
+        ratios = [fitted[d][name] / MAMF_SHARE[d] for d in determining_dies(name, fitted, undetermined) if d != die]
         out[name] = round(share * statistics.fmean(ratios), 3) if ratios else alone
     return out
 
@@ -137,10 +137,20 @@ def main_preset(hardware: str) -> str:
     return next((main for main, others in SAME_DIE.items() if hardware in others), hardware)
 
 
-def die_values(die: str, fitted: dict[str, dict[str, float]]) -> dict[str, float] | None:
+def determining_dies(
+    name: str, fitted: dict[str, dict[str, float]], undetermined: dict[str, dict[str, float]] | None
+) -> list[str]:
+    """The fitted dies with a MAMF figure whose runs determined constant `name` (sorted)."""
+    loose = undetermined or {}
+    return [d for d in sorted(fitted) if d in MAMF_SHARE and name in fitted[d] and name not in loose.get(d, {})]
+
+
+def die_values(
+    die: str, fitted: dict[str, dict[str, float]], undetermined: dict[str, dict[str, float]] | None = None
+) -> dict[str, float] | None:
     """The die's own fit, else its architecture's fitted die's (`SAME_ARCH`), else its `prior`."""
     arch = next((main for main, others in SAME_ARCH.items() if die in others), None)
-    return fitted.get(die) or (fitted.get(arch) if arch else None) or prior(die, fitted)
+    return fitted.get(die) or (fitted.get(arch) if arch else None) or prior(die, fitted, undetermined)
 
 
 def fits_hardware(run: Run) -> bool:
@@ -151,10 +161,11 @@ def fits_hardware(run: Run) -> bool:
 def fit_hardware(
     runs: list[Run], quiet: bool = False
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
-    """Per hardware with enough Megatron-family runs: the efficiency constants its runs determine,
-    fitted, and those they do not, each with its standard error (`Fit.undetermined`). An
-    undetermined constant is no fit: it keeps the preset's value (where the fit started; its source
-    line says where that came from, `STARTING_ESTIMATES`) and no other die's prior averages it."""
+    """Per hardware with enough Megatron-family runs: the fitted efficiency constants, and those of
+    them the runs do not determine, each with its standard error (`Fit.undetermined`): fitted all
+    the same (calibrate's policy with more runs than constants), they stay about where they
+    started, which the preset's source line says (`STARTING_ESTIMATES`), and no prior averages
+    them."""
     out: dict[str, dict[str, float]] = {}
     loose: dict[str, dict[str, float]] = {}
     by_hw: dict[str, list[Run]] = {}
@@ -166,15 +177,14 @@ def fit_hardware(
             continue  # too few runs, or a variant of a die fitted on its main preset
         names = ["gemm_max", "attention"]
         result = calibrate(hardware, mine, fit_names=names)
-        out[hardware] = {k: v for k, v in result.constants.items() if k not in result.undetermined}
+        out[hardware] = result.constants
         if result.undetermined:
             loose[hardware] = dict(result.undetermined)
         if quiet:
             continue
         print(f"{hardware}: {len(mine)} Megatron-family runs, fit {', '.join(names)}: "
               + ", ".join(f"{k} {v:.3f}" for k, v in out[hardware].items())
-              + "".join(f", {k} {result.constants[k]:.3f} kept (not determined: standard error {e:.3f})"
-                        for k, e in result.undetermined.items())
+              + "".join(f"; {k} not determined (standard error {e:.3f})" for k, e in result.undetermined.items())
               + f"; MAPE {result.mape_before:.1%} -> {result.mape_after:.1%}"
               + (f"; ON A BOUND: {result.at_bound}" if result.at_bound else ""))  # fmt: skip
     return out, loose
@@ -343,12 +353,16 @@ def write_preset(
 
 
 def fold_cluster(
-    hardware: str, fitted: dict[str, dict[str, float]], own: dict[str, dict[str, float]] | None = None
+    hardware: str,
+    fitted: dict[str, dict[str, float]],
+    own: dict[str, dict[str, float]] | None = None,
+    undetermined: dict[str, dict[str, float]] | None = None,
 ) -> Cluster:
-    """The preset with the constants of its die from this fit (or the die's `prior`) and the stack
-    figures fitted on that very preset (`own`, from `fit_preset_stacks`); a preset without
-    constants is used as it is (without stack figures of an earlier fit)."""
-    values = die_values(main_preset(hardware), fitted) or {}
+    """The preset with the constants of its die from this fit (or the die's `prior`, from the
+    constants the fitted dies' runs determined: not `undetermined`) and the stack figures fitted
+    on that very preset (`own`, from `fit_preset_stacks`); a preset without constants is used as
+    it is (without stack figures of an earlier fit)."""
+    values = die_values(main_preset(hardware), fitted, undetermined) or {}
     return with_values(load_cluster(hardware), {**values, **(own or {}).get(hardware, {})})
 
 
@@ -367,7 +381,8 @@ def fit_all(runs: list[Run], quiet: bool = False) -> FitResult:
     """The whole procedure. The stack figures are left in `frameworks.FRAMEWORKS` afterwards only
     by `apply_stacks`."""
     fitted, undetermined = fit_hardware(runs, quiet)
-    clusters = {hardware: fold_cluster(hardware, fitted) for hardware in {r.hardware for r in runs if r.hardware}}
+    hardware_named = {r.hardware for r in runs if r.hardware}
+    clusters = {hardware: fold_cluster(hardware, fitted, None, undetermined) for hardware in hardware_named}
     stacks = {fw: 1.0 for fw in (Framework.DEEPSPEED, Framework.TORCHTITAN)}
     for framework, mine in _stack_runs(runs, clusters, stacks, lambda r, fw: r.framework == fw):
         stacks[framework] = fit_stack(mine, clusters, framework)
@@ -380,7 +395,7 @@ def fit_all(runs: list[Run], quiet: bool = False) -> FitResult:
         own = fit_preset_stacks(runs, clusters, quiet)
     finally:
         frameworks.FRAMEWORKS.update(saved)
-    clusters = {hardware: fold_cluster(hardware, fitted, own) for hardware in clusters}
+    clusters = {hardware: fold_cluster(hardware, fitted, own, undetermined) for hardware in clusters}
     floors = fit_floors(runs, clusters, stacks, quiet)
     return FitResult(fitted, stacks, own, clusters, floors, undetermined)
 
@@ -434,16 +449,16 @@ def stacks_basis(preset: str, own: dict[str, float], runs: list[Run]) -> str:
             "with the hardware constants above")  # fmt: skip
 
 
-def undetermined_note(hardware: str, errors: dict[str, float]) -> str:
+def undetermined_note(hardware: str, values: dict[str, float], errors: dict[str, float]) -> str:
     """The source line's words for the constants these runs do not determine (`fit_hardware`):
-    each keeps the preset's value, named with its standard error and, where known, its source."""
-    cluster = load_cluster(hardware)
+    each stays about where the fit started, named with its standard error and, where known, what
+    that start is (`STARTING_ESTIMATES`)."""
     parts = []
     for name, error in errors.items():
         start = STARTING_ESTIMATES.get((hardware, name))
-        parts.append(f"{name} {PARAMETERS[name].get(cluster):.3f} kept, not fitted: they do not determine it "
-                     f"(calibrate's standard error {error:.3f}, over {DETERMINED_SHARE} of its range)"
-                     + (f"; it is {start}" if start else ""))  # fmt: skip
+        parts.append(f"{name} {values[name]:.3f} is not determined by them (calibrate's standard error {error:.3f}, "
+                     f"over {DETERMINED_SHARE} of its range): the fit leaves it about where it started"
+                     + (f", {start}" if start else ""))  # fmt: skip
     return "".join(f"; {part}" for part in parts)
 
 
@@ -456,17 +471,17 @@ def write_all(result: FitResult, runs: list[Run]) -> None:
         count = sum(1 for r in runs if r.hardware == hardware and fits_hardware(r))
         basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {count} dense Megatron-family runs of "
                  f"{hardware} in benchmarks/data/runs_public.csv"
-                 + undetermined_note(hardware, result.undetermined.get(hardware, {})))  # fmt: skip
+                 + undetermined_note(hardware, values, result.undetermined.get(hardware, {})))  # fmt: skip
         bases[hardware] = (values, basis, "fitted")
         for other, why in fit_sharers(hardware, fitted):
             bases[other] = (values, f"taken from {hardware} ({why}: its variants share the main preset's fit) {basis}",
                             "fitted")  # fmt: skip
     shares = "; ".join(
-        f"{name}: " + ", ".join(f"{d} {MAMF_SHARE[d]}" for d in sorted(fitted) if d in MAMF_SHARE and name in fitted[d])
+        f"{name}: " + ", ".join(f"{d} {MAMF_SHARE[d]}" for d in determining_dies(name, fitted, result.undetermined))
         for name in ("gemm_max", "attention")
     )
     for die in sorted(set(MAMF_SHARE) - set(fitted)):
-        bases[die] = (prior(die, fitted) or {},
+        bases[die] = (prior(die, fitted, result.undetermined) or {},
                       f"= its MAMF share {MAMF_SHARE[die]} x the mean over the dies that fitted it of fitted constant / MAMF "
                       f"share ({shares}), by `python benchmarks/fit_presets.py` (`prior`): {die} has no Megatron-family runs "
                       "to fit", "transferred")  # fmt: skip
