@@ -135,12 +135,12 @@ def fitted_without(runs: list[Run], source: str) -> Iterator[Callable[[str], Clu
     preset name to that preset with this fold's constants (hardware only the held-out source ran
     on takes its die's constants from this fold too)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
-    from fit_presets import apply_stacks, fit_all, fold_cluster
+    from fit_presets import apply_stacks, fit_all
 
     fit = fit_all([r for r in runs if r.group != source], quiet=True)
     saved = apply_stacks(fit.stacks, fit.floors)
     try:
-        yield lambda hardware: fit.clusters.get(hardware) or fold_cluster(hardware, fit.fitted, None, fit.undetermined)
+        yield fit.cluster
     finally:
         frameworks.FRAMEWORKS.update(saved)
 

@@ -376,6 +376,11 @@ class FitResult:
     # per fitted die, the constants its runs do not determine, with their standard errors
     undetermined: dict[str, dict[str, float]] = field(default_factory=dict)
 
+    def cluster(self, hardware: str) -> Cluster:
+        """The preset with this fit's constants: its own, or its die's (or prior) for a preset
+        none of the fitted runs named (`fold_cluster`)."""
+        return self.clusters.get(hardware) or fold_cluster(hardware, self.fitted, self.own, self.undetermined)
+
 
 def fit_all(runs: list[Run], quiet: bool = False) -> FitResult:
     """The whole procedure. The stack figures are left in `frameworks.FRAMEWORKS` afterwards only
