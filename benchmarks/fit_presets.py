@@ -13,8 +13,10 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
      Mixture-of-experts runs are left out of this fit: their router, token permutation and
      grouped-GEMM costs are not kernel efficiencies of the hardware, and fitting them in would
      bend every dense prediction (they remain validation runs, with their own error bars).
-     Hardware of the same die without such runs (H200, H800, the 96 GB H100) takes the fitted
-     H100 fractions (`SAME_DIE`); a die of a fitted die's architecture with fewer than MIN_RUNS
+     A die's variants (`SAME_DIE`: H200, H800, the 96 GB H100; the A800, the 40 GB A100; GB200)
+     are the same chip in another system, so their runs join the die's fit, each predicted on its
+     own preset (its links, memory and power: `calibration.Presets`), and they take the fitted
+     fractions; a die of a fitted die's architecture with fewer than MIN_RUNS
      such runs takes that die's fit (`SAME_ARCH`: Blackwell Ultra B200's, e.g. in a fold of the
      cross-validation without its runs); a die with a published MAMF but no such runs (MI300X)
      takes its MAMF share times the fitted dies' mean ratio of constant to MAMF share (`prior`).
@@ -48,6 +50,7 @@ import re
 import statistics
 import sys
 import tomllib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -170,11 +173,11 @@ def fit_hardware(
     loose: dict[str, dict[str, float]] = {}
     by_hw: dict[str, list[Run]] = {}
     for run in runs:
-        if fits_hardware(run):
-            by_hw.setdefault(run.hardware, []).append(run)
+        if fits_hardware(run):  # a variant's runs join its die's fit, each on its own preset
+            by_hw.setdefault(main_preset(run.hardware), []).append(run)
     for hardware, mine in sorted(by_hw.items()):
-        if len(mine) < MIN_RUNS or main_preset(hardware) != hardware:
-            continue  # too few runs, or a variant of a die fitted on its main preset
+        if len(mine) < MIN_RUNS:
+            continue
         names = ["gemm_max", "attention"]
         result = calibrate(hardware, mine, fit_names=names)
         out[hardware] = result.constants
@@ -467,15 +470,25 @@ def undetermined_note(hardware: str, values: dict[str, float], errors: dict[str,
     return "".join(f"; {part}" for part in parts)
 
 
+def die_runs_words(hardware: str, runs: list[Run]) -> str:
+    """The runs a die's fit took, counted per preset: its own and its variants' (each predicted on
+    its own preset), e.g. '28 dense Megatron-family runs of a100-80g (21) and a800-80g (7)'."""
+    counts = Counter(r.hardware for r in runs if fits_hardware(r) and main_preset(r.hardware) == hardware)
+    total = sum(counts.values())
+    if set(counts) <= {hardware}:
+        return f"{total} dense Megatron-family runs of {hardware}"
+    each = [f"{name} ({n})" for name, n in sorted(counts.items(), key=lambda kv: (kv[0] != hardware, kv[0]))]
+    return f"{total} dense Megatron-family runs of {', '.join(each[:-1])} and {each[-1]} (the same die)"
+
+
 def write_all(result: FitResult, runs: list[Run]) -> None:
     """Every preset the fit sets: each fitted die, the presets that share its fit, the dies that
     take their prior, and any other preset with stack figures of its own."""
     fitted, own = result.fitted, result.own
     bases: dict[str, tuple[dict[str, float], str, str]] = {}
     for hardware, values in fitted.items():
-        count = sum(1 for r in runs if r.hardware == hardware and fits_hardware(r))
-        basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {count} dense Megatron-family runs of "
-                 f"{hardware} in benchmarks/data/runs_public.csv"
+        basis = (f"by `python benchmarks/fit_presets.py` (paraplan calibrate) on the {die_runs_words(hardware, runs)} "
+                 "in benchmarks/data/runs_public.csv"
                  + undetermined_note(hardware, values, result.undetermined.get(hardware, {})))  # fmt: skip
         bases[hardware] = (values, basis, "fitted")
         for other, why in fit_sharers(hardware, fitted):

@@ -3,7 +3,9 @@
 Constants fitted (each a property of the hardware and its software stack, bounded to a physical
 range): `efficiency.gemm_max`, `efficiency.gemm_half_dim` (the GEMM efficiency curve),
 `efficiency.attention`, `efficiency.memory_bound`, the intra-node and inter-node link
-efficiencies, and `efficiency.dp_overlap`.
+efficiencies, and `efficiency.dp_overlap`. Runs measured on another preset of the same die (the
+A800 or the 40 GB A100 beside a100-80g) are fitted too, each predicted on its own preset with the
+constants being fitted (`Presets`).
 
 Method: bounded, damped Gauss-Newton (Levenberg-Marquardt) in numpy on the residuals
     w_i psi(r_i),   r_i = ln(predicted_i / measured_i)
@@ -73,6 +75,7 @@ from paraplan.cost_models.models import ModelSpec, load_model, model_from_config
 from paraplan.cost_models.stack import STACK_CHOICES, STACK_FIELDS, STACK_NUMBERS, STACK_SETS, Stack
 from paraplan.fit_parameters import DETERMINED_SHARE, HARDWARE_PARAMETERS, PARAMETERS, STACK_PREFIX, STACKS
 from paraplan.hardware_specs.files import is_regular_file, read_text_file
+from paraplan.hardware_specs.loader import load_cluster, preset_names
 from paraplan.hardware_specs.schema import Cluster
 from paraplan.plan import parse_plan
 from paraplan.question import Question, knobs_from, stack_from
@@ -272,16 +275,40 @@ def run_from_row(row: dict[str, str], path: Path, line: int) -> Run:
 
 
 @dataclass(frozen=True)
+class Presets:
+    """The preset being calibrated and the other presets of its die (the same `family`) that runs
+    were measured on, by name. Each run is predicted on its own preset, with its own memory, links
+    and host; the constants being fitted are set alike on every one of them, since they describe
+    the chip and its kernels, which the variants share (an A800 is an A100 whose NVLink is capped
+    at 400 GB/s; a GB200 is B200 silicon in another system)."""
+
+    main: Cluster
+    others: dict[str, Cluster] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, presets: Cluster | Presets) -> Presets:
+        return presets if isinstance(presets, Presets) else cls(presets)
+
+    def for_run(self, run: Run) -> Cluster:
+        return self.others.get(run.hardware.strip().lower(), self.main)
+
+    def with_constants(self, values: dict[str, float]) -> Presets:
+        return Presets(with_constants(self.main, values), {n: with_constants(c, values) for n, c in self.others.items()})
+
+
+@dataclass(frozen=True)
 class _Choice:
     layout: Layout | None  # the best layout, else the closest to feasible; None: no layout at all
     step_s: float | None  # its step time when feasible
     reason: str | None  # why none is feasible
 
 
-def _choose(run: Run, cluster: Cluster, cache: dict[str, _Choice]) -> _Choice:
-    """The search `validate` runs for the run's plan, once per distinct question (a runs file
-    often repeats a configuration)."""
-    key = repr((id(run.model), run.plan_text, run.gpus, sorted(run.knobs.items()), sorted(run.stack.items())))
+def _choose(run: Run, presets: Cluster | Presets, cache: dict[str, _Choice]) -> _Choice:
+    """The search `validate` runs for the run's plan on its preset, once per distinct question (a
+    runs file often repeats a configuration)."""
+    cluster = Presets.of(presets).for_run(run)
+    key = repr((cluster.name, id(run.model), run.plan_text, run.gpus, sorted(run.knobs.items()),
+                sorted(run.stack.items())))  # fmt: skip
     if key not in cache:
         question = run.question(cluster)
         ev = question.evaluate(question.space(run.gpus))
@@ -297,37 +324,42 @@ def _choose(run: Run, cluster: Cluster, cache: dict[str, _Choice]) -> _Choice:
     return cache[key]
 
 
-def chosen_layouts(runs: list[Run], cluster: Cluster, cache: dict[str, _Choice] | None = None) -> list[Layout]:
+def chosen_layouts(
+    runs: list[Run], presets: Cluster | Presets, cache: dict[str, _Choice] | None = None
+) -> list[Layout]:
     """Each run's layout with its open knobs chosen as validate chooses them (`cache`: searches
     already run, shared with `infeasible_reasons`)."""
     cache = {} if cache is None else cache
     out = []
     for run in runs:
-        choice = _choose(run, cluster, cache)
+        choice = _choose(run, presets, cache)
         if choice.layout is None:
             raise InputError(f"run {run.label}: its plan admits no layout")
         out.append(choice.layout)
     return out
 
 
-def infeasible_reasons(runs: list[Run], cluster: Cluster, cache: dict[str, _Choice] | None = None) -> list[str | None]:
+def infeasible_reasons(
+    runs: list[Run], presets: Cluster | Presets, cache: dict[str, _Choice] | None = None
+) -> list[str | None]:
     """Per run, why `validate` finds its published plan infeasible under its stack (None: it fits).
     A plan that trained in public is feasible; a reason here is a model or rule to fix."""
     cache = {} if cache is None else cache
-    return [_choose(run, cluster, cache).reason for run in runs]
+    return [_choose(run, presets, cache).reason for run in runs]
 
 
-def predict(runs: list[Run], layouts: list[Layout], cluster: Cluster) -> npt.NDArray[np.float64]:
-    """Each run's predicted step time. Runs of the same model and stack are evaluated together,
-    in one vectorized call: the fit calls this a few hundred times."""
-    groups: dict[tuple[int, Stack], list[int]] = {}
+def predict(runs: list[Run], layouts: list[Layout], presets: Cluster | Presets) -> npt.NDArray[np.float64]:
+    """Each run's predicted step time on its preset. Runs of the same preset, model and stack are
+    evaluated together, in one vectorized call: the fit calls this a few hundred times."""
+    on = Presets.of(presets)
+    groups: dict[tuple[str, int, Stack], list[int]] = {}
     stacks = [stack_from(lay.framework, r.stack) for r, lay in zip(runs, layouts, strict=True)]
     for i, (run, stack) in enumerate(zip(runs, stacks, strict=True)):
-        groups.setdefault((id(run.model), stack), []).append(i)
+        groups.setdefault((on.for_run(run).name, id(run.model), stack), []).append(i)
     steps = np.zeros(len(runs))
-    for (_, stack), members in groups.items():
-        model = runs[members[0]].model
-        ev = evaluate(model, cluster, Layouts.of([layouts[i] for i in members]), stack)
+    for (_, _, stack), members in groups.items():
+        first = runs[members[0]]
+        ev = evaluate(first.model, on.for_run(first), Layouts.of([layouts[i] for i in members]), stack)
         steps[members] = ev.step_time_s
     return np.asarray(steps, dtype=np.float64)
 
@@ -348,10 +380,12 @@ def relative_errors(predicted: npt.NDArray[np.float64], measured: npt.NDArray[np
     return np.asarray(predicted / measured - 1.0)
 
 
-def fit(runs: list[Run], cluster: Cluster, names: list[str], *, determined_only: bool = False) -> Fit:
-    """Fit the named constants to the runs (module docstring). `determined_only`: fit only the
-    constants the runs determine, keeping the others at the cluster's values; `Fit.undetermined`
-    names the undetermined ones either way, each with its standard error."""
+def fit(runs: list[Run], presets: Cluster | Presets, names: list[str], *, determined_only: bool = False) -> Fit:
+    """Fit the named constants to the runs (module docstring), each run on its preset (`Presets`).
+    `determined_only`: fit only the constants the runs determine, keeping the others at the
+    cluster's values; `Fit.undetermined` names the undetermined ones either way, each with its
+    standard error."""
+    cluster = Presets.of(presets)
     if len(runs) < len(names) and not determined_only:
         raise InputError(
             f"{len(runs)} run(s) cannot determine {len(names)} constants ({', '.join(names)}); "
@@ -436,17 +470,17 @@ class _Problem:
         return jac
 
 
-def _problem(runs: list[Run], cluster: Cluster, names: list[str], layouts: list[Layout]) -> _Problem:
+def _problem(runs: list[Run], cluster: Presets, names: list[str], layouts: list[Layout]) -> _Problem:
     params = [PARAMETERS[n] for n in names]
     lower = np.array([p.lower for p in params])
     upper = np.array([p.upper for p in params])
     span = upper - lower
-    theta0 = np.clip(np.array([p.get(cluster) for p in params]), lower, upper)
+    theta0 = np.clip(np.array([p.get(cluster.main) for p in params]), lower, upper)
     measured = np.array([r.measured_s for r in runs])
     weights = source_weights(runs)
 
     def residuals(theta: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        trial = with_constants(cluster, dict(zip(names, map(float, theta), strict=True)))
+        trial = cluster.with_constants(dict(zip(names, map(float, theta), strict=True)))
         fit_part = weights * robust_log_errors(np.log(predict(runs, layouts, trial) / measured))
         prior = math.sqrt(PRIOR_WEIGHT) * (theta - theta0) / span
         return np.concatenate([fit_part, prior])
@@ -480,7 +514,7 @@ def source_weights(runs: list[Run]) -> npt.NDArray[np.float64]:
     return np.asarray(np.sqrt([len(runs) / (len(counts) * counts[key]) for key in keys]))
 
 
-def _fit_all(runs: list[Run], cluster: Cluster, names: list[str], layouts: list[Layout]) -> Fit:
+def _fit_all(runs: list[Run], cluster: Presets, names: list[str], layouts: list[Layout]) -> Fit:
     problem = _problem(runs, cluster, names, layouts)
     lower, upper, span, theta0 = problem.lower, problem.upper, problem.span, problem.theta0
     residuals, jacobian = problem.residuals, problem.jacobian
@@ -505,10 +539,10 @@ def _fit_all(runs: list[Run], cluster: Cluster, names: list[str], layouts: list[
         if not improved or np.max(np.abs(delta) / span) < 1e-6:
             break
     n = len(runs)
-    fitted = with_constants(cluster, dict(zip(names, map(float, theta), strict=True)))
+    fitted = cluster.with_constants(dict(zip(names, map(float, theta), strict=True)))
     before = predict(runs, layouts, cluster)
     after = predict(runs, chosen_layouts(runs, fitted), fitted)
-    return Fit(fitted, dict(zip(names, map(float, theta), strict=True)), before, after, measured,
+    return Fit(fitted.main, dict(zip(names, map(float, theta), strict=True)), before, after, measured,
                jacobian(theta, r)[:n], r[:n])  # fmt: skip
 
 
@@ -586,20 +620,42 @@ FAR_OFF = 3.0  # a run predicted more than 3x off (either way) is left out of th
 BOUND_TOLERANCE = 1e-3  # a constant within this share of its range from a bound "sits on" it
 
 
-def _screen(runs: list[Run], cluster: Cluster) -> tuple[list[Run], dict[str, str]]:
-    """Runs fit for fitting, and why each other one is left out: a `hardware` column naming other
-    hardware than the one calibrated (neither its name nor its family); the model finds its plan
-    infeasible (its prediction would be for a plan that cannot run), or predicts it more than
-    3x off (a different regime, or a mistake in the row; fitting through it would distort every
-    constant)."""
+def _own_preset(run: Run, cluster: Cluster, others: dict[str, Cluster]) -> str | None:
+    """Why the run cannot be fitted for its `hardware` column, else None; a column naming another
+    preset of the die records it in `others` (`Presets`)."""
+    key = run.hardware.strip().lower()
+    if not key or key in (cluster.name.lower(), cluster.gpu_family.lower()) or key in others:
+        return None
+    if key not in preset_names():
+        return f"measured on {run.hardware}, not {cluster.name} (the file's hardware column) nor a preset of its die"
+    own = load_cluster(key)
+    if own.gpu_family != cluster.gpu_family:
+        return f"measured on {run.hardware}, another GPU than {cluster.name}'s (the file's hardware column)"
+    others[key] = own
+    return None
+
+
+def _screen(runs: list[Run], cluster: Cluster) -> tuple[list[Run], dict[str, str], Presets]:
+    """Runs fit for fitting, why each other one is left out, and the presets they run on. Left
+    out: a `hardware` column naming other hardware than the one calibrated (neither its name, its
+    family, nor another preset of its die, on which the run is then predicted: `Presets`); the
+    model finds its plan infeasible (its prediction would be for a plan that cannot run), or
+    predicts it more than 3x off (a different regime, or a mistake in the row; fitting through it
+    would distort every constant)."""
     flagged: dict[str, str] = {}
+    others: dict[str, Cluster] = {}
+    placed = []
+    for run in runs:
+        why = _own_preset(run, cluster, others)
+        if why is None:
+            placed.append(run)
+        else:
+            flagged[run.label] = why
+    presets = Presets(cluster, others)
     keep = []
     cache: dict[str, _Choice] = {}
-    for run in runs:
-        if run.hardware and run.hardware not in (cluster.name, cluster.gpu_family):
-            flagged[run.label] = f"measured on {run.hardware}, not {cluster.name} (the file's hardware column)"
-            continue
-        choice = _choose(run, cluster, cache)
+    for run in placed:
+        choice = _choose(run, presets, cache)
         if choice.step_s is None:
             flagged[run.label] = "infeasible under the model: " + (choice.reason or "no layout")
             continue
@@ -608,7 +664,16 @@ def _screen(runs: list[Run], cluster: Cluster) -> tuple[list[Run], dict[str, str
             flagged[run.label] = f"predicted {ratio:.2f}x the measured step time (beyond {FAR_OFF:g}x)"
             continue
         keep.append(run)
-    return keep, flagged
+    return keep, flagged, presets
+
+
+def _variant_words(runs: list[Run], presets: Presets) -> str:
+    """How many of the fitted runs ran on each other preset of the die, for the TOML's header."""
+    counts = Counter(presets.for_run(r).name for r in runs if presets.for_run(r) is not presets.main)
+    if not counts:
+        return ""
+    each = ", ".join(f"{n} on {name}" for name, n in sorted(counts.items()))
+    return f" ({each}: the same die, each run predicted on its own preset)"
 
 
 def calibrate(
@@ -641,12 +706,12 @@ def calibrate(
         # The fit evaluates each distinct model's runs together, a few hundred times over.
         notify(f"fitting {len(all_runs)} runs of {models} distinct models: this takes about "
                f"{models * SECONDS_PER_MODEL:.0f} s")  # fmt: skip
-    usable, flagged = _screen(all_runs, cluster)
+    usable, flagged, presets = _screen(all_runs, cluster)
     if not usable:
         raise InputError(f"no run can be fitted: {'; '.join(f'{k}: {v}' for k, v in list(flagged.items())[:3])}")
     asked = chosen if chosen is not None else default_names(usable)
     # no more runs than the default constants: fit the ones they determine (module docstring)
-    result = fit(usable, cluster, asked, determined_only=chosen is None and len(usable) <= len(asked))
+    result = fit(usable, presets, asked, determined_only=chosen is None and len(usable) <= len(asked))
     names = list(result.values)
     calibrated = calibrated_cluster(result.cluster, source, len(usable), name)
     at_bound = [
@@ -658,7 +723,7 @@ def calibrate(
     fit_flag = f" --fit {','.join(names)}" if names else ""
     line = command or f"paraplan calibrate --hardware {cluster.name} --runs {source}"
     line = line if chosen is not None and command else f"{line}{fit_flag}"
-    header = f"{line}\nfitted {', '.join(names) or 'nothing'} on {len(usable)} run(s); left out {len(flagged)}"
+    header = f"{line}\nfitted {', '.join(names) or 'nothing'} on {len(usable)} run(s){_variant_words(usable, presets)}; left out {len(flagged)}"
     if result.undetermined:
         header += f"\n{undetermined_words(result.undetermined, names)}"
     if at_bound:

@@ -368,6 +368,33 @@ def test_runs_of_other_hardware_are_not_fitted(invoke: Invoke, tmp_path: Path) -
     assert "an_h100_run" not in used
 
 
+def test_runs_on_another_preset_of_the_die_are_fitted_on_their_own_preset(table1: list[Run]) -> None:
+    """An A800 is the A100's die with NVLink capped at 400 GB/s (a800-80g's source lines): its runs
+    calibrate the die's constants, each predicted on its own preset. Runs timed exactly at
+    gemm_max 0.70, three on a100-80g and a TP8 one on a800-80g (7% slower there than on the
+    A100's 600 GB/s links at the same constants, so the preset matters), are fitted from the data
+    sheet's 0.86 back to 0.70; a run of another die is left out, and the TOML says which ran where."""
+    from dataclasses import replace
+
+    from paraplan.calibration import Presets, calibrate, with_constants
+
+    a100, a800 = load_cluster("a100-80g"), load_cluster("a800-80g")
+    truth = Presets(with_constants(a100, {"gemm_max": 0.70}), {"a800-80g": with_constants(a800, {"gemm_max": 0.70})})
+    tp8 = replace(table1[3], label="tp8_on_a800", hardware="a800-80g")
+    assert tp8.plan_text.startswith("TP8")
+    same_die = [*table1[:3], tp8]
+    exact = predict(same_die, chosen_layouts(same_die, truth), truth)
+    on_a100 = predict([table1[3]], chosen_layouts([table1[3]], truth.main), truth.main)[0]
+    assert exact[3] > 1.05 * on_a100
+    runs = [replace(r, measured_s=float(s)) for r, s in zip(same_die, exact, strict=True)]
+    other_die = replace(runs[1], label="on_h100", hardware="h100-sxm")
+    result = calibrate(data_sheet_a100(), [*runs, other_die], fit_names="gemm_max")
+    assert result.constants["gemm_max"] == pytest.approx(0.70, abs=2e-3)
+    flagged = {r.run: r.flagged for r in result.runs if r.flagged}
+    assert set(flagged) == {"on_h100"} and "another GPU" in str(flagged["on_h100"])
+    assert "1 on a800-80g" in result.toml.splitlines()[1]
+
+
 # --- bad run files ---------------------------------------------------------------------------------------
 
 ROW = {"model": "llama2-7b", "gpus": 8, "plan": "TP1/PP1/DP8", "global_batch": 256, "seq_len": 4096,

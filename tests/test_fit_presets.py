@@ -76,6 +76,21 @@ def test_the_a100_runs_do_not_determine_attention_as_none_runs_flash_attention()
     assert f"attention {start:.3f} is not determined by them" in note and "arXiv:2307.08691" in note
 
 
+def test_a_die_variants_runs_join_the_die_fit_and_determine_its_attention() -> None:
+    """FlagPerf's A800 rows are Megatron-LM runs with flash attention on the A100's die: they join
+    a100-80g's fit (each predicted on the A800 preset; a800-80g gets no fit of its own), and with
+    them the A100's flash attention figure is determined, as the 21 runs on a100-80g alone leave it
+    (the test above)."""
+    from paraplan.calibration import load_runs
+
+    runs = [r for r in load_runs(fit_presets.RUNS) if r.hardware in ("a100-80g", "a800-80g")]
+    runs = [r for r in runs if fit_presets.fits_hardware(r)]
+    assert any(r.hardware == "a800-80g" and r.stack.get("flash_attention") for r in runs)
+    fitted, undetermined = fit_presets.fit_hardware(runs, quiet=True)
+    assert set(fitted) == {"a100-80g"}
+    assert "attention" not in undetermined.get("a100-80g", {})
+
+
 def test_with_nothing_fitted_the_mamf_share_and_attention_at_0_6_of_it() -> None:
     values = fit_presets.prior("mi300x", {})
     assert values == {"gemm_max": 0.511, "attention": pytest.approx(0.3066)}
