@@ -81,6 +81,13 @@ from paraplan.cost_models.stack import BF16_BYTES, Stack
 from paraplan.hardware_specs.schema import Cluster
 
 FLASH_BACKWARD_RATIO = 2.5
+# FlashAttention in Triton (`Stack.triton_attention`) keeps this fraction of FlashAttention-2's
+# throughput, (forward, backward): Dao 2023 (FlashAttention-2, arXiv:2307.08691) Sec 4.1, A100 80GB
+# SXM4, head dimension 64 and 128, causal or not: FlashAttention-2 is "around 1.3-1.5x faster than
+# FlashAttention in Triton in the forward pass and around 2x faster in the backward pass" (the
+# midpoint 1.4). Measured on the A100 only; elsewhere an estimate (the Triton kernel has no
+# Hopper-specific path, nor has FlashAttention-2).
+TRITON_FLASH_THROUGHPUT = (1 / 1.4, 1 / 2.0)
 # Unfused attention's memory-bound passes, bytes per score element (forward, backward), 16-bit scores:
 #  * softmax (Megatron's FusedScaleMaskSoftmax, megatron/core/fusions/fused_softmax.py at d98e8a64;
 #    Megatron-LM 2021's megatron/model/fused_softmax.py the same): the forward reads the scores and
@@ -278,10 +285,10 @@ def _attention_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack)
     seq = lay.floats("seq_len")
     if stack.flash_attention:
         causal_flops = 2.0 * tokens * causal_keys(model, seq) * model.attention_core_width / lay.tp
-        kept = _flash_kept(model, cluster)[0]
+        kept = _flash_kept(model, cluster, stack)[0]
         fwd = causal_flops / (cluster.gpu.peak_bf16_flops * cluster.efficiency.attention * kept)
         fwd = share * (fwd + cluster.efficiency.kernel_overhead_s)
-        return np.asarray(fwd), np.asarray(fwd * _flash_backward_ratio(model, cluster))
+        return np.asarray(fwd), np.asarray(fwd * _flash_backward_ratio(model, cluster, stack))
     q_rows = seq / lay.cp
     d = float(model.head_dim) * np.ones_like(seq)
     rate = bf16_rate(cluster)
@@ -297,18 +304,23 @@ def _attention_s(model: ModelSpec, lay: Layouts, cluster: Cluster, stack: Stack)
     return np.asarray(share * fwd), np.asarray(share * bwd)
 
 
-def _flash_kept(model: ModelSpec, cluster: Cluster) -> tuple[float, float]:
-    """The fractions of its dropout-free throughput flash attention keeps, (forward, backward): the
-    hardware's `efficiency.attention_dropout_fwd`, `_bwd` where the model trains with dropout."""
-    if not model.dropout:
-        return 1.0, 1.0
-    return cluster.efficiency.attention_dropout_fwd, cluster.efficiency.attention_dropout_bwd
+def _flash_kept(model: ModelSpec, cluster: Cluster, stack: Stack) -> tuple[float, float]:
+    """The fractions of the hardware's flash attention throughput (`efficiency.attention`) that
+    this model and stack keep, (forward, backward): the hardware's `efficiency.attention_dropout_fwd`,
+    `_bwd` where the model trains with dropout, times the Triton kernel's
+    (`TRITON_FLASH_THROUGHPUT`) where the stack runs it (`Stack.triton_attention`)."""
+    fwd, bwd = 1.0, 1.0
+    if model.dropout:
+        fwd, bwd = cluster.efficiency.attention_dropout_fwd, cluster.efficiency.attention_dropout_bwd
+    if stack.triton_attention:
+        fwd, bwd = fwd * TRITON_FLASH_THROUGHPUT[0], bwd * TRITON_FLASH_THROUGHPUT[1]
+    return fwd, bwd
 
 
-def _flash_backward_ratio(model: ModelSpec, cluster: Cluster) -> float:
-    """Flash attention's backward time over its forward's: 2.5 (5 matmuls to 2), its dropout
-    slowing the backward more than the forward (`_flash_kept`)."""
-    fwd, bwd = _flash_kept(model, cluster)
+def _flash_backward_ratio(model: ModelSpec, cluster: Cluster, stack: Stack) -> float:
+    """Flash attention's backward time over its forward's: 2.5 (5 matmuls to 2), scaled by how
+    much more of its throughput the backward loses than the forward (`_flash_kept`)."""
+    fwd, bwd = _flash_kept(model, cluster, stack)
     return FLASH_BACKWARD_RATIO * fwd / bwd
 
 

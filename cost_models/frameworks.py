@@ -171,8 +171,8 @@ class FrameworkSpec:
 # it stays a per-stack residual until its mechanism is found.
 KERNEL_EFFICIENCY: dict[Framework, float] = {
     Framework.MEGATRON: 1.0,
-    Framework.DEEPSPEED: 0.811,
-    Framework.TORCHTITAN: 0.925,
+    Framework.DEEPSPEED: 0.81,
+    Framework.TORCHTITAN: 0.937,
 }
 
 # The loss at its peak, bytes per token and vocabulary entry of the TP shard, on top of the stored
@@ -431,7 +431,7 @@ EP_DISPATCHERS: dict[Framework, frozenset[str]] = {
 # each local expert's GEMM launch as a dispatch (`compute.moe_layer_ops` says why not). The other
 # stacks' MoE is not modelled: 0 (no floor).
 MOE_HOST_S_PER_OP: dict[Framework, float] = {
-    Framework.MEGATRON: 0.0001636, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
+    Framework.MEGATRON: 0.0001634, Framework.DEEPSPEED: 0.0, Framework.TORCHTITAN: 0.0,
 }  # fmt: skip
 
 # The share of that host time a dropless MoE layer pays even when its GPU work is the longer:
@@ -956,6 +956,9 @@ def stack_unsupported(framework: Framework, stack: Stack) -> list[tuple[str, str
     if stack.zero3_max_live_params != DEFAULT_ZERO3_MAX_LIVE_PARAMS and not ZERO3_LIVE_LIMIT[framework]:
         out.append(("zero3_max_live_params", f"zero3-max-live-params {stack.zero3_max_live_params:g}: {release} has no "
                     "live-parameter limit on its weight gathers; that is DeepSpeed's stage3_max_live_parameters"))  # fmt: skip
+    if stack.triton_attention and not stack.flash_attention:
+        out.append(("triton_attention", "triton-attention needs flash-attention: FlashAttention in Triton is a flash "
+                    "attention kernel, and unfused attention runs none"))  # fmt: skip
     if stack.delay_wgrad and not stack.moe_a2a_overlap:
         # transformer_config.py at d98e8a64 asserts it
         out.append(("delay_wgrad", "delay-wgrad needs moe-a2a-overlap (Megatron-LM: 'overlap_moe_expert_parallel_comm "

@@ -74,6 +74,12 @@ what the published torchtitan benchmarks mostly ran; a launch file read without 
 `fused_norm`: with `compiled` false, torchtitan's norm is the Triton `FusedRMSNorm`
 (norm_type "fused_rmsnorm", torchtitan/models/norms.py at 9dec370; the llama3_8b and llama2_13b
 tomls of April 2024 set it), one kernel each way, instead of the eager `RMSNorm`.
+`triton_attention`: the flash attention kernel is HazyResearch's FlashAttention in Triton
+(flash_attn/flash_attn_triton.py, "*Experimental* implementation of FlashAttention in Triton", of
+late 2022), as llm-foundry's MPT models ran it with attn_impl "triton" (the default of its
+benchmarking script, scripts/train/benchmarking/submit_benchmarks.py at 5e85bd62), instead of the
+fused attention the hardware's `efficiency.attention` describes (FlashAttention-2, cuDNN); its
+throughput is `compute.TRITON_FLASH_THROUGHPUT` of that one's.
 `cpu_checkpointing`: DeepSpeed's activation checkpointing keeps each checkpointed layer's input in
 host memory instead of the GPU's (DeepSpeed JSON activation_checkpointing.cpu_checkpointing;
 Megatron-DeepSpeed's --checkpoint-in-cpu, which overrides that key: megatron/initialize.py at
@@ -315,6 +321,10 @@ class Stack:
     fused_norm: bool = field(
         default=False,
         metadata={"help": "In eager torchtitan, the norm is the Triton fused_rmsnorm (norm_type, 2024)."},
+    )
+    triton_attention: bool = field(
+        default=False,
+        metadata={"help": "Flash attention is FlashAttention in Triton (2022; llm-foundry's attn_impl triton)."},
     )
 
     adam_moments: AdamMoments = field(

@@ -6,7 +6,8 @@ Keyword arguments take the CLI's defaults. Layout knobs (`micro_batch=2`, `recom
 `framework="torchtitan"`, ...; the fields of `paraplan.Layout`) go as keyword arguments: a
 searched knob given is fixed, one left out is chosen. Stack settings (`flash_attention`,
 `dp_overlap`, `main_grads`, `tp_overlap`, `p2p_overlap`, `loss`, `fp8_recipe`, `attention_saved`,
-`pp_outputs_kept`, `kv_repeated`, `compiled`, `fused_norm`, `adam_moments`, `master_weights`, `nvls`)
+`pp_outputs_kept`, `kv_repeated`, `compiled`, `fused_norm`, `triton_attention`, `adam_moments`,
+`master_weights`, `nvls`)
 go in `stack={...}` and default to the framework's. Bad input raises `paraplan.InputError` with a one-line message.
 """
 

@@ -595,6 +595,10 @@ def _deepspeed(**settings: object) -> Stack:
         ("megatron", "llama2-7b", {"pp": 2}, Stack(pp_outputs_kept=True), "pp_outputs_kept"),
         ("megatron", "mixtral-8x7b", {"tp": 8}, Stack(moe_gather_scatter=True), "moe_gather_scatter"),
         ("megatron", "llama3-8b", {}, Stack(kv_repeated=True), "kv_repeated"),
+        # 2022's FlashAttention in Triton (llm-foundry's attn_impl triton): no pinned framework runs it
+        ("megatron", "llama3-8b", {}, Stack(triton_attention=True), "triton_attention"),
+        ("torchtitan", "llama3-8b", {}, _titan(triton_attention=True), "triton_attention"),
+        ("deepspeed", "llama3-8b", {}, _deepspeed(triton_attention=True), "triton_attention"),
         # Megatron-DeepSpeed repeats K/V to every query head (ParallelAttention.repeat_kv): always
         ("deepspeed", "llama3-8b", {}, _deepspeed(kv_repeated=False), "kv_repeated"),
         # bf16 Adam moments: Megatron's precision-aware optimizer, with its distributed optimizer only

@@ -130,6 +130,15 @@ def test_validate_refuses_what_only_the_launch_config_refused(invoke: Invoke, fr
     assert framework.replace("megatron", "Megatron-LM").replace("deepspeed", "DeepSpeed") in line
 
 
+def test_the_triton_flash_kernel_needs_flash_attention(invoke: Invoke) -> None:
+    """FlashAttention in Triton is a flash kernel: asked for beside unfused attention it would be
+    priced as nothing, so the question refuses the pair with one error line."""
+    args = ["validate", "--model", "llama3-8b", "--gpus", "8", "--hardware", "a100-80g", "--plan", "TP1/PP1/DP8",
+            "--framework", "torchtitan", "--zero", "3", "--triton-attention"]  # fmt: skip
+    one_error_line(invoke(*args, "--no-flash-attention"), "triton-attention needs flash-attention")
+    assert invoke(*args).code == 0
+
+
 def test_pool_questions_check_the_model_as_plain_questions_do(invoke: Invoke) -> None:
     """`pool_question` refused mtp only where the model has MTP modules and never asked the
     recompute modules of the model; it now runs Question.of's checks (`question.stack_for_model`)."""
@@ -169,11 +178,13 @@ PLANS = {
 # other releases (the published runs of those releases are calibrated with them), not rules of what
 # a framework runs. The emitter may refuse these and nothing else of an accepted stack.
 VERSION_ONLY = {
-    Framework.MEGATRON: {"tp_overlap", "loss", "pp_outputs_kept", "kv_repeated", "master_weights", "moe_gather_scatter"},
-    Framework.DEEPSPEED: {"tp_overlap", "p2p_overlap", "loss", "pp_outputs_kept", "kv_repeated", "moe_gather_scatter"},
+    Framework.MEGATRON: {"tp_overlap", "loss", "pp_outputs_kept", "kv_repeated", "master_weights", "moe_gather_scatter",
+                         "triton_attention"},
+    Framework.DEEPSPEED: {"tp_overlap", "p2p_overlap", "loss", "pp_outputs_kept", "kv_repeated", "moe_gather_scatter",
+                          "triton_attention"},
     Framework.TORCHTITAN: {"flash_attention", "dp_overlap", "main_grads", "p2p_overlap", "attention_saved",
                            "pp_outputs_kept", "kv_repeated", "tp_overlap", "fused_norm", "loss", "moe_gather_scatter",
-                           "layer_sac"},
+                           "layer_sac", "triton_attention"},
 }  # fmt: skip
 
 

@@ -244,9 +244,9 @@ def _refuse(ctx: _Ctx, knob: str, why: str) -> NoReturn:
 
 def _refuse_older_stack(ctx: _Ctx, release: str, repeats_kv: bool = False) -> None:
     """Stack settings that describe older releases (`Stack.pp_outputs_kept`, `Stack.kv_repeated`,
-    `Stack.moe_gather_scatter`, `Stack.layer_sac`), which the pinned frameworks' flags cannot bring
-    back. `repeats_kv`: the emitted attention repeats K/V itself (Megatron-LM's unfused
-    DotProductAttention, `key.repeat_interleave`)."""
+    `Stack.moe_gather_scatter`, `Stack.layer_sac`, `Stack.triton_attention`), which the pinned
+    frameworks' flags cannot bring back. `repeats_kv`: the emitted attention repeats K/V itself
+    (Megatron-LM's unfused DotProductAttention, `key.repeat_interleave`)."""
     if ctx.stack.pp_outputs_kept:
         _refuse(ctx, "pp_outputs_kept", f"{release}'s pipeline schedules keep no micro-batch's output to the step's end "
                 "(PyTorch's pipelining did until torchtitan passed return_outputs=False, e5ef99aab)")  # fmt: skip
@@ -256,6 +256,9 @@ def _refuse_older_stack(ctx: _Ctx, release: str, repeats_kv: bool = False) -> No
     if ctx.stack.layer_sac:
         _refuse(ctx, "layer_sac", f"{release} has no selective_ac_option (torchtitan v0.2.2's checkpointing of every "
                 "Nth layer)")  # fmt: skip
+    if ctx.stack.triton_attention:
+        _refuse(ctx, "triton_attention", f"{release} runs no FlashAttention in Triton (2022's flash_attn_triton.py, "
+                "llm-foundry's attn_impl triton); its flash attention is FlashAttention-2, cuDNN or SDPA's")  # fmt: skip
     if ctx.stack.kv_repeated and not repeats_kv:
         _refuse(ctx, "kv_repeated", f"{release}'s attention takes the K/V heads as they are (torchtitan repeated them "
                 "to every query head before ff0829c10); no flag repeats them")  # fmt: skip
