@@ -9,7 +9,7 @@ Two steps, each a constant of the hardware or of the stack, never of a run or a 
      calibrate's objective: Huber's loss on the log errors, each source weighing the same). A
      constant the die's runs do not determine (`calibrate`'s standard error) is fitted all the
      same, as calibrate fits it, but the preset's source line says so (and where it started,
-     `STARTING_ESTIMATES`), and no other die's prior averages it.
+     `starting_values`, never the preset's stored fit), and no other die's prior averages it.
      Mixture-of-experts runs are left out of this fit: their router, token permutation and
      grouped-GEMM costs are not kernel efficiencies of the hardware, and fitting them in would
      bend every dense prediction (they remain validation runs, with their own error bars).
@@ -94,14 +94,23 @@ MAMF_SHARE: dict[str, float] = {
 # Attention at 0.6 of the GEMM share where no die's runs determine it: FlashAttention-2 reaches
 # 50-73% of A100 peak (Dao 2023, arXiv:2307.08691).
 ATTENTION_PER_GEMM = 0.6
-# Where a fitted die's constant starts when its runs do not determine it (`calibrate`'s standard
-# error over DETERMINED_SHARE of its range): the fit leaves it about there. No A100 Megatron-family
-# run here runs flash attention (Megatron-LM 2021-2022), so the A100 die's attention stays at this
-# estimate, the low end of the paper's range because those are kernel benchmarks, not training.
-STARTING_ESTIMATES: dict[tuple[str, str], str] = {
-    ("a100-80g", "attention"): "an estimate: FlashAttention-2 at 50-73% of A100 peak forward and backward "
-    "(Dao 2023, arXiv:2307.08691, abstract), taken at the low end as the paper's figures are kernel benchmarks",
+# What a die's fit starts from, where the die has a MAMF figure (`starting_values`), in words for
+# the source line of a constant the runs leave about there (`undetermined_note`).
+STARTING_ESTIMATES: dict[str, str] = {
+    "gemm_max": "the die's MAMF share (its best measured matmul over its peak)",
+    "attention": f"an estimate: {ATTENTION_PER_GEMM} of the die's MAMF share, as FlashAttention-2 reaches 50-73% "
+    "of A100 peak forward and backward (Dao 2023, arXiv:2307.08691, abstract), taken low as the paper's figures "
+    "are kernel benchmarks",
 }
+
+
+def starting_values(die: str) -> dict[str, float]:
+    """Where a die's fit starts: `prior` with nothing fitted (its MAMF share, attention at
+    ATTENTION_PER_GEMM of it), not the preset's stored constants. Those are the last full fit's, so
+    a cross-validation fold started there would keep, for a constant its runs do not determine, the
+    value the held-out source set (the A100's attention without FlagPerf's A800 rows). A die
+    without a MAMF figure (GB300) starts from its preset."""
+    return prior(die, {}) or {}
 
 
 def prior(
@@ -179,7 +188,7 @@ def fit_hardware(
         if len(mine) < MIN_RUNS:
             continue
         names = ["gemm_max", "attention"]
-        result = calibrate(hardware, mine, fit_names=names)
+        result = calibrate(with_constants(load_cluster(hardware), starting_values(hardware)), mine, fit_names=names)
         out[hardware] = result.constants
         if result.undetermined:
             loose[hardware] = dict(result.undetermined)
@@ -463,7 +472,7 @@ def undetermined_note(hardware: str, values: dict[str, float], errors: dict[str,
     that start is (`STARTING_ESTIMATES`)."""
     parts = []
     for name, error in errors.items():
-        start = STARTING_ESTIMATES.get((hardware, name))
+        start = STARTING_ESTIMATES.get(name) if name in starting_values(hardware) else None
         parts.append(f"{name} {values[name]:.3f} is not determined by them (calibrate's standard error {error:.3f}, "
                      f"over {DETERMINED_SHARE} of its range): the fit leaves it about where it started"
                      + (f", {start}" if start else ""))  # fmt: skip

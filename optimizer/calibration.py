@@ -34,8 +34,8 @@ What the default fit does with such a constant depends on how many runs there ar
     every other run of a source and predicting the rest (benchmarks/calibrate_within.py, from the
     presets refitted without the source), all 7 cases with more training runs than constants
     come out better with every constant fitted than with only the determined ones
-    (`--determined-only`): LLM Foundry's 13 H100 runs 3.5% against 6.6%, Megatron-Bridge's 17
-    H100 runs 13.3% against 14.2%, torchtitan's 9 H100 runs of Dec 2024 5.8% against 6.5%;
+    (`--determined-only`): LLM Foundry's 13 H100 runs 3.5% against 6.0%, Megatron-Bridge's 17
+    H100 runs 13.4% against 14.3%, torchtitan's 9 H100 runs of Dec 2024 5.8% against 6.5%;
   * no more runs than constants (fewer used to be refused; as many leave no error to judge the
     fit by, every constant then undetermined): the constants the runs determine are fitted and
     the others keep the preset's values. Which ones is judged before fitting, at the preset's
@@ -44,11 +44,11 @@ What the default fit does with such a constant depends on how many runs there ar
     to 0.34 in gemm_max's place), dropping the least determined one at a time (a constant's
     standard error depends on which others are fitted beside it: gemm_max and gemm_half_dim
     trade off on runs of similar shapes). On the same splits with 4 to 7 runs this fit lowers
-    the held-out error in 7 of 11 cases (macro 6.9% -> 4.5%; e.g. the 4 B200 long-sequence NeMo
-    runs 19.8% -> 1.6%, Megatron-LM 2021's 7 A100 runs 4.0% -> 1.8%, Moonlight's and
-    Nemotron-3-Nano's H100 runs 6.6% -> 6.4%) and raises it in four (FlagPerf's 4 H100 runs 3.0% -> 5.0%,
-    its A800 runs 6.3% -> 7.0%, LLM Foundry's A100-80GB runs 6.6% -> 6.8%, NeMo 24.07's H100 runs
-    3.8% -> 4.7%).
+    the held-out error in 8 of 11 cases (macro 5.5% -> 4.4%; e.g. the 4 B200 long-sequence NeMo
+    runs 4.2% -> 1.6%, Megatron-LM 2021's 7 A100 runs 4.1% -> 1.8%, LLM Foundry's A100-80GB runs
+    7.5% -> 3.9%, Moonlight's and Nemotron-3-Nano's H100 runs 6.8% -> 6.5%) and raises it in three
+    (FlagPerf's 4 H100 runs 3.0% -> 5.0%, its A800 runs 6.3% -> 7.0%, NeMo 24.07's H100 runs
+    4.0% -> 4.7%).
 Constants asked for with --fit are fitted as asked, and a run count below their number is refused.
 """
 
@@ -293,7 +293,9 @@ class Presets:
         return self.others.get(run.hardware.strip().lower(), self.main)
 
     def with_constants(self, values: dict[str, float]) -> Presets:
-        return Presets(with_constants(self.main, values), {n: with_constants(c, values) for n, c in self.others.items()})
+        return Presets(
+            with_constants(self.main, values), {n: with_constants(c, values) for n, c in self.others.items()}
+        )
 
 
 @dataclass(frozen=True)
