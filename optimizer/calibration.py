@@ -387,23 +387,23 @@ def fit(runs: list[Run], presets: Cluster | Presets, names: list[str], *, determ
     `determined_only`: fit only the constants the runs determine, keeping the others at the
     cluster's values; `Fit.undetermined` names the undetermined ones either way, each with its
     standard error."""
-    cluster = Presets.of(presets)
+    on = Presets.of(presets)
     if len(runs) < len(names) and not determined_only:
         raise InputError(
             f"{len(runs)} run(s) cannot determine {len(names)} constants ({', '.join(names)}); "
             f"give at least {len(names)} runs or fewer constants with --fit"
         )
-    layouts = chosen_layouts(runs, cluster)
+    layouts = chosen_layouts(runs, on)
     kept: dict[str, float] = {}
     if determined_only:
         # judged at the preset's values, by the runs' design alone (each run's error the floor): at
         # a fit of more constants than the runs hold, the undetermined ones have already bent the
         # others (gemm_half_dim to 0 and memory_bound to 0.34 took gemm_max's place on 7 H100 runs)
-        problem = _problem(runs, cluster, names, layouts)
+        problem = _problem(runs, on, names, layouts)
         at_start = problem.jacobian(problem.theta0, problem.residuals(problem.theta0))[: len(runs)]
         kept = undetermined_at(at_start, np.zeros(len(runs)), names)
         names = [n for n in names if n not in kept]
-    result = _fit_all(runs, cluster, names, layouts)
+    result = _fit_all(runs, on, names, layouts)
     errors = zip(names, standard_errors(result.jacobian, result.residuals, _spans(names)), strict=True)
     undetermined = {n: float(e) for n, e in errors if _undetermined(n, e)}
     return replace(result, undetermined={**kept, **undetermined})
@@ -472,17 +472,17 @@ class _Problem:
         return jac
 
 
-def _problem(runs: list[Run], cluster: Presets, names: list[str], layouts: list[Layout]) -> _Problem:
+def _problem(runs: list[Run], presets: Presets, names: list[str], layouts: list[Layout]) -> _Problem:
     params = [PARAMETERS[n] for n in names]
     lower = np.array([p.lower for p in params])
     upper = np.array([p.upper for p in params])
     span = upper - lower
-    theta0 = np.clip(np.array([p.get(cluster.main) for p in params]), lower, upper)
+    theta0 = np.clip(np.array([p.get(presets.main) for p in params]), lower, upper)
     measured = np.array([r.measured_s for r in runs])
     weights = source_weights(runs)
 
     def residuals(theta: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        trial = cluster.with_constants(dict(zip(names, map(float, theta), strict=True)))
+        trial = presets.with_constants(dict(zip(names, map(float, theta), strict=True)))
         fit_part = weights * robust_log_errors(np.log(predict(runs, layouts, trial) / measured))
         prior = math.sqrt(PRIOR_WEIGHT) * (theta - theta0) / span
         return np.concatenate([fit_part, prior])
@@ -516,8 +516,8 @@ def source_weights(runs: list[Run]) -> npt.NDArray[np.float64]:
     return np.asarray(np.sqrt([len(runs) / (len(counts) * counts[key]) for key in keys]))
 
 
-def _fit_all(runs: list[Run], cluster: Presets, names: list[str], layouts: list[Layout]) -> Fit:
-    problem = _problem(runs, cluster, names, layouts)
+def _fit_all(runs: list[Run], presets: Presets, names: list[str], layouts: list[Layout]) -> Fit:
+    problem = _problem(runs, presets, names, layouts)
     lower, upper, span, theta0 = problem.lower, problem.upper, problem.span, problem.theta0
     residuals, jacobian = problem.residuals, problem.jacobian
     measured = np.array([r.measured_s for r in runs])
@@ -541,8 +541,8 @@ def _fit_all(runs: list[Run], cluster: Presets, names: list[str], layouts: list[
         if not improved or np.max(np.abs(delta) / span) < 1e-6:
             break
     n = len(runs)
-    fitted = cluster.with_constants(dict(zip(names, map(float, theta), strict=True)))
-    before = predict(runs, layouts, cluster)
+    fitted = presets.with_constants(dict(zip(names, map(float, theta), strict=True)))
+    before = predict(runs, layouts, presets)
     after = predict(runs, chosen_layouts(runs, fitted), fitted)
     return Fit(fitted.main, dict(zip(names, map(float, theta), strict=True)), before, after, measured,
                jacobian(theta, r)[:n], r[:n])  # fmt: skip
