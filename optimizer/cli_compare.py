@@ -232,8 +232,10 @@ def calibrate_command() -> click.Command:
         """Fit the hardware's efficiency constants to measured runs; write a TOML --hardware accepts.
 
         Bounded least squares on the log of predicted/measured step time, under Huber's loss past a
-        3% error, each source (the optional `group` column) weighing the same. Runs the model finds
-        infeasible or predicts more than 3x off are left out and listed. Prints the error before and
+        3% error, each source (the optional `group` column) weighing the same. A run whose optional
+        `hardware` column names another preset of the same die (a800-80g beside a100-80g) is
+        predicted on that preset. Runs of other hardware, runs the model finds infeasible or
+        predicts more than 3x off are left out and listed. Prints the error before and
         after per run, warns when a constant ends on its bound and names the constants the runs do
         not determine (with no more runs than the default constants, those keep the preset's values).
         Refuses (exit 2) a CSV with missing columns or unknown models, fewer runs than the constants
