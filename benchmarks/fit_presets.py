@@ -64,16 +64,17 @@ from paraplan.calibration import MIN_STACK_RUNS, Run, calibrate, load_runs, with
 from paraplan.cost_models import frameworks  # noqa: E402
 from paraplan.cost_models.layout import Framework  # noqa: E402
 from paraplan.fit_parameters import DETERMINED_SHARE, PARAMETERS, STACK_PREFIX  # noqa: E402
-from paraplan.hardware_specs.loader import load_cluster  # noqa: E402
+from paraplan.hardware_specs.loader import load_cluster, preset_names  # noqa: E402
 from paraplan.hardware_specs.schema import Cluster, StackKernelEfficiency  # noqa: E402
 
 RUNS = REPO / "benchmarks" / "data" / "runs_public.csv"
 PRESETS = REPO / "hardware_specs" / "presets"
+# The preset each fitted die's constants are written from; its variants are the other presets of
+# its `family` (the same field `calibrate` reads to fit a variant's runs on their own preset).
+DIE_PRESETS = ("h100-sxm", "a100-80g", "b200", "gb300")
 SAME_DIE = {
-    "h100-sxm": ("h200", "h800", "h100-96g", "h100-pcie"),
-    "a100-80g": ("a100-40g", "a800-80g", "a100-80g-pcie"),
-    "b200": ("b200-750w", "gb200"),
-    "gb300": ("b300",),
+    main: tuple(n for n in preset_names() if n != main and load_cluster(n).gpu_family == load_cluster(main).gpu_family)
+    for main in DIE_PRESETS
 }
 # Another die of the same architecture: fitted on its own runs where it has MIN_RUNS of them, else
 # it (and its die variants) take the architecture's fitted die. Blackwell Ultra (GB300 NVL72, DGX/HGX
@@ -170,21 +171,27 @@ def fits_hardware(run: Run) -> bool:
     return run.framework == Framework.MEGATRON and run.model.num_experts <= 1
 
 
+def die_runs(runs: list[Run]) -> dict[str, list[Run]]:
+    """The runs each die's fit takes, by its main preset: the dense Megatron-family runs of the
+    preset and of its variants (each predicted on its own preset)."""
+    by_die: dict[str, list[Run]] = {}
+    for run in runs:
+        if fits_hardware(run):
+            by_die.setdefault(main_preset(run.hardware), []).append(run)
+    return by_die
+
+
 def fit_hardware(
     runs: list[Run], quiet: bool = False
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, float]]]:
     """Per hardware with enough Megatron-family runs: the fitted efficiency constants, and those of
     them the runs do not determine, each with its standard error (`Fit.undetermined`): fitted all
     the same (calibrate's policy with more runs than constants), they stay about where they
-    started, which the preset's source line says (`STARTING_ESTIMATES`), and no prior averages
+    started (`starting_values`), which the preset's source line says, and no prior averages
     them."""
     out: dict[str, dict[str, float]] = {}
     loose: dict[str, dict[str, float]] = {}
-    by_hw: dict[str, list[Run]] = {}
-    for run in runs:
-        if fits_hardware(run):  # a variant's runs join its die's fit, each on its own preset
-            by_hw.setdefault(main_preset(run.hardware), []).append(run)
-    for hardware, mine in sorted(by_hw.items()):
+    for hardware, mine in sorted(die_runs(runs).items()):
         if len(mine) < MIN_RUNS:
             continue
         names = ["gemm_max", "attention"]
@@ -482,7 +489,7 @@ def undetermined_note(hardware: str, values: dict[str, float], errors: dict[str,
 def die_runs_words(hardware: str, runs: list[Run]) -> str:
     """The runs a die's fit took, counted per preset: its own and its variants' (each predicted on
     its own preset), e.g. '28 dense Megatron-family runs of a100-80g (21) and a800-80g (7)'."""
-    counts = Counter(r.hardware for r in runs if fits_hardware(r) and main_preset(r.hardware) == hardware)
+    counts = Counter(r.hardware for r in die_runs(runs).get(hardware, []))
     total = sum(counts.values())
     if set(counts) <= {hardware}:
         return f"{total} dense Megatron-family runs of {hardware}"
